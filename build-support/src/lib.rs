@@ -1,0 +1,190 @@
+//! Build-script helper of [ktune](https://docs.rs/ktune).
+//!
+//! Finds every `#[tuned_kernel]` in the crate's sources, chooses a schedule
+//! for each kernel and GPU target, generates the PTX and writes it into
+//! `$OUT_DIR/ktune/`, where the kernel's macro expansion embeds it.
+//!
+//! A complete `build.rs`:
+//!
+//! ```no_run
+//! fn main() {
+//!     ktune_build::tune_crate();
+//! }
+//! ```
+//!
+//! Targets beyond the sm_80 baseline (whose PTX the driver compiles for any
+//! newer GPU) are declared in the crate's `Cargo.toml`:
+//!
+//! ```toml
+//! [package.metadata.ktune]
+//! targets = ["sm_90"]
+//! ```
+//!
+//! For more control, use [`Config`]:
+//!
+//! ```no_run
+//! fn main() {
+//!     let report = ktune_build::Config::new()
+//!         .source_dir("kernels")
+//!         .build()
+//!         .unwrap_or_else(|e| {
+//!             eprintln!("{e}");
+//!             std::process::exit(1)
+//!         });
+//!     eprintln!("{} kernels", report.kernels.len());
+//! }
+//! ```
+//!
+//! No GPU and no CUDA toolkit are needed: without measurements every variant
+//! uses the heuristic schedule.
+
+mod error;
+pub mod manifest;
+pub mod out;
+pub mod scan;
+pub mod select;
+
+use std::path::{Path, PathBuf};
+
+pub use error::{Diagnostic, Error, Location};
+use ktune_core::SmVersion;
+pub use select::{Source, Variant};
+
+/// Prepares every kernel of the crate being built, with default settings.
+///
+/// On error, prints what is wrong (file and line for kernel-language errors)
+/// and exits the build script with a failure, without a panic backtrace.
+pub fn tune_crate() {
+    if let Err(e) = Config::new().build() {
+        match e {
+            Error::Kernel(_) => eprintln!("{e}"),
+            _ => eprintln!("error: {e}"),
+        }
+        std::process::exit(1);
+    }
+}
+
+/// Settings of one build-script run.
+#[derive(Debug, Clone, Default)]
+pub struct Config {
+    manifest_dir: Option<PathBuf>,
+    out_dir: Option<PathBuf>,
+    source_dirs: Vec<PathBuf>,
+    targets: Vec<SmVersion>,
+    cargo_instructions: bool,
+}
+
+/// What a build produced.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// Each kernel's name and the variants emitted for it.
+    pub kernels: Vec<(String, Vec<Variant>)>,
+    /// Every file the build read.
+    pub inputs: Vec<PathBuf>,
+}
+
+impl Config {
+    /// Defaults: the crate's `src/`, Cargo's `OUT_DIR`, the targets declared
+    /// in `[package.metadata.ktune]`, and Cargo instructions on stdout.
+    pub fn new() -> Config {
+        Config {
+            cargo_instructions: true,
+            ..Config::default()
+        }
+    }
+
+    /// The crate root (default: `$CARGO_MANIFEST_DIR`).
+    pub fn manifest_dir(mut self, dir: impl Into<PathBuf>) -> Config {
+        self.manifest_dir = Some(dir.into());
+        self
+    }
+
+    /// Where outputs go; files are written to its `ktune/` subfolder
+    /// (default: `$OUT_DIR`).
+    pub fn out_dir(mut self, dir: impl Into<PathBuf>) -> Config {
+        self.out_dir = Some(dir.into());
+        self
+    }
+
+    /// Scans this folder (relative to the crate root) instead of `src/`;
+    /// call again to scan several.
+    pub fn source_dir(mut self, dir: impl Into<PathBuf>) -> Config {
+        self.source_dirs.push(dir.into());
+        self
+    }
+
+    /// Emits variants for this target too, besides those in the manifest.
+    pub fn target(mut self, target: SmVersion) -> Config {
+        self.targets.push(target);
+        self
+    }
+
+    /// Whether to print `cargo:` instructions (off for use outside a build
+    /// script).
+    pub fn cargo_instructions(mut self, on: bool) -> Config {
+        self.cargo_instructions = on;
+        self
+    }
+
+    /// Runs: scan, choose, lower, write.
+    pub fn build(&self) -> Result<Report, Error> {
+        let manifest_dir = dir_or_env(&self.manifest_dir, "CARGO_MANIFEST_DIR")?;
+        let out_dir = dir_or_env(&self.out_dir, "OUT_DIR")?.join("ktune");
+        let manifest_path = manifest_dir.join("Cargo.toml");
+        let metadata = manifest::read(&manifest_path)?;
+        let source_dirs = self.source_dirs(&manifest_dir);
+        if self.cargo_instructions {
+            println!("cargo:rerun-if-changed={}", manifest_path.display());
+            for dir in &source_dirs {
+                println!("cargo:rerun-if-changed={}", dir.display());
+            }
+        }
+        let scan = scan::scan(&manifest_dir, &source_dirs)?;
+        if self.cargo_instructions {
+            for file in &scan.files {
+                println!("cargo:rerun-if-changed={}", file.display());
+            }
+        }
+
+        let mut declared = metadata.targets.clone();
+        declared.extend(self.targets.iter().copied());
+        let targets = select::targets(&declared);
+
+        std::fs::create_dir_all(&out_dir).map_err(|source| Error::Write {
+            path: out_dir.clone(),
+            source,
+        })?;
+        let mut written = Vec::new();
+        let mut kernels = Vec::new();
+        for found in &scan.kernels {
+            let variants = select::variants(&found.kernel, &found.location, &targets)?;
+            written.extend(out::write_kernel(&out_dir, &found.kernel, &variants)?);
+            kernels.push((found.kernel.name.clone(), variants));
+        }
+        out::remove_stale(&out_dir, &written)?;
+
+        let mut inputs = vec![manifest_path];
+        inputs.extend(scan.files);
+        Ok(Report { kernels, inputs })
+    }
+
+    fn source_dirs(&self, manifest_dir: &Path) -> Vec<PathBuf> {
+        if self.source_dirs.is_empty() {
+            vec![manifest_dir.join("src")]
+        } else {
+            self.source_dirs
+                .iter()
+                .map(|d| manifest_dir.join(d))
+                .collect()
+        }
+    }
+}
+
+fn dir_or_env(dir: &Option<PathBuf>, var: &'static str) -> Result<PathBuf, Error> {
+    match dir {
+        Some(dir) => Ok(dir.clone()),
+        None => std::env::var_os(var)
+            .map(PathBuf::from)
+            .ok_or(Error::MissingEnv(var)),
+    }
+}

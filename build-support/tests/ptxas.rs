@@ -1,0 +1,377 @@
+//! Every op class, unary function, dtype and a spread of odd shapes and
+//! schedule points, lowered, printed and assembled by ptxas for sm_80 and
+//! sm_90: each must assemble without register spills.
+//!
+//! Needs ptxas: `cargo xtask test` installs it (or set `KTUNE_PTXAS`). The
+//! test fails, never passes silently, when it is missing.
+
+use std::fmt::Write;
+use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use ktune_build::ptxas;
+use ktune_core::ir::Kernel;
+use ktune_core::lower::{self, LowerError};
+use ktune_core::ptx;
+use ktune_core::schedule::Schedule;
+use ktune_core::syntax::parse_kernel;
+use ktune_core::SmVersion;
+use proc_macro2::{Ident, Span, TokenStream};
+use quote::quote;
+
+const TARGETS: [SmVersion; 2] = [SmVersion::Sm80, SmVersion::Sm90];
+
+fn kernel(attr: TokenStream, item: TokenStream) -> Kernel {
+    parse_kernel(attr, item).unwrap_or_else(|e| panic!("test kernel rejected: {e}"))
+}
+
+fn dtype(name: &str) -> Ident {
+    Ident::new(name, Span::call_site())
+}
+
+fn shape2(r: u32, c: u32) -> TokenStream {
+    quote!(shape(R = #r, C = #c))
+}
+
+/// The kernels of the suite: (kernel, schedules to try besides the heuristic).
+fn suite() -> Vec<(Kernel, Vec<Schedule>)> {
+    let mut out = Vec::new();
+
+    let unary = [
+        "exp", "log", "sqrt", "rsqrt", "tanh", "abs", "relu", "sigmoid", "silu", "gelu",
+        "gelu_erf", "erf",
+    ];
+    for f in unary {
+        let name = Ident::new(&format!("unary_{f}"), Span::call_site());
+        let func = Ident::new(f, Span::call_site());
+        let k = kernel(
+            shape2(7, 1025),
+            quote! {
+                fn #name(x: Tensor<f32, (R, C)>) -> Tensor<f32, (R, C)> {
+                    compute(|r, c| -#func(x[r][c]))
+                }
+            },
+        );
+        out.push((k, elementwise_points(&[1])));
+    }
+
+    for dt in ["f32", "f16", "bf16"] {
+        let t = dtype(dt);
+        for (r, c) in [(1, 1), (7, 7), (3, 1000), (5, 1025), (64, 4096)] {
+            let name = Ident::new(&format!("bias_act_{dt}_{r}x{c}"), Span::call_site());
+            out.push((
+                kernel(
+                    shape2(r, c),
+                    quote! {
+                        fn #name(x: Tensor<#t, (R, C)>, b: Tensor<#t, (C,)>, s: Tensor<f32, (R,)>)
+                            -> Tensor<#t, (R, C)>
+                        {
+                            compute(|r, c| {
+                                let y = x[r][c] + b[c];
+                                let z = select(y > 0.0 && !(y > 6.0), y, gelu_erf(y) * s[r]);
+                                (silu(z) + tanh(y) * exp(-abs(y)) + sqrt(abs(y)) + rsqrt(abs(y) + 1.0)
+                                    + log(abs(y) + 1.0) + sigmoid(y) + relu(y) + erf(y) + gelu(y)
+                                    + min(y, 1.0) - max(y, -1.0)) as #t
+                            })
+                        }
+                    },
+                ),
+                elementwise_points(&[1, 2, 4]),
+            ));
+            let name = Ident::new(&format!("softmax_{dt}_{r}x{c}"), Span::call_site());
+            out.push((
+                kernel(
+                    shape2(r, c),
+                    quote! {
+                        fn #name(x: Tensor<#t, (R, C)>) -> Tensor<#t, (R, C)> {
+                            compute(|r, c| {
+                                let mx = max(C, |j| x[r][j]);
+                                let s = sum(C, |j| exp(x[r][j] - mx));
+                                exp(x[r][c] - mx) / s
+                            })
+                        }
+                    },
+                ),
+                rows_points(),
+            ));
+            let name = Ident::new(&format!("layernorm_{dt}_{r}x{c}"), Span::call_site());
+            out.push((
+                kernel(
+                    shape2(r, c),
+                    quote! {
+                        fn #name(x: Tensor<#t, (R, C)>, g: Tensor<#t, (C,)>, b: Tensor<#t, (C,)>)
+                            -> Tensor<#t, (R, C)>
+                        {
+                            compute(|r, c| {
+                                let mu = mean(C, |j| x[r][j]);
+                                let var = mean(C, |j| (x[r][j] - mu) * (x[r][j] - mu));
+                                (x[r][c] - mu) * rsqrt(var + 0.00001) * g[c] + b[c]
+                            })
+                        }
+                    },
+                ),
+                rows_points(),
+            ));
+        }
+    }
+
+    for (r, c) in [(1, 1), (9, 7), (33, 1025), (4, 50257)] {
+        let name = Ident::new(&format!("row_stats_{r}x{c}"), Span::call_site());
+        out.push((
+            kernel(
+                shape2(r, c),
+                quote! {
+                    fn #name(x: Tensor<f32, (R, C)>) -> Tensor<f32, (R,)> {
+                        compute(|r| sum(C, |j| x[r][j]) + max(C, |j| x[r][j]) * min(C, |j| x[r][j])
+                            - mean(C, |j| x[r][j] - max(C, |k| x[r][k])))
+                    }
+                },
+            ),
+            rows_points(),
+        ));
+        let name = Ident::new(&format!("col_sum_{r}x{c}"), Span::call_site());
+        out.push((
+            kernel(
+                shape2(r, c),
+                quote! {
+                    fn #name(x: Tensor<bf16, (R, C)>) -> Tensor<f32, (C,)> {
+                        compute(|c| sum(R, |i| x[i][c]))
+                    }
+                },
+            ),
+            rows_points(),
+        ));
+    }
+    out.push((
+        kernel(
+            quote!(shape(N = 1000)),
+            quote! {
+                fn normalize(x: Tensor<f16, N>) -> Tensor<f16, N> {
+                    compute(|i| x[i] / sum(N, |j| x[j]))
+                }
+            },
+        ),
+        rows_points(),
+    ));
+    out.push((
+        kernel(
+            quote!(shape(B = 3, R = 5, C = 64)),
+            quote! {
+                fn rms_transposed(x: Tensor<f32, (B, R, C)>, w: Tensor<f32, (C,)>) -> Tensor<f32, (C, B, R)> {
+                    compute(|c, b, r| {
+                        let ms = mean(C, |j| x[b][r][j] * x[b][r][j]);
+                        x[b][r][c] * rsqrt(ms + 0.000001) * w[c]
+                    })
+                }
+            },
+        ),
+        rows_points(),
+    ));
+    out.push((
+        kernel(
+            quote!(shape(M = 4096, K = 4096)),
+            quote! {
+                fn gemv(a: Tensor<f16, (M, K)>, x: Tensor<f16, (K,)>) -> Tensor<f32, (M,)> {
+                    compute(|m| sum(K, |k| a[m][k] * x[k]))
+                }
+            },
+        ),
+        rows_points(),
+    ));
+    out.push((
+        kernel(
+            quote!(shape(M = 33, N = 7, K = 65)),
+            quote! {
+                fn mm(a: Tensor<f32, (M, K)>, b: Tensor<bf16, (K, N)>, bias: Tensor<f32, (N,)>)
+                    -> Tensor<bf16, (M, N)>
+                {
+                    compute(|m, n| gelu(sum(K, |k| a[m][k] * b[k][n]) + bias[n]))
+                }
+            },
+        ),
+        vec![Schedule::Generic { block: 32 }, Schedule::Generic { block: 256 }],
+    ));
+    out.push((
+        kernel(
+            quote!(shape(M = 17, N = 9, K = 3)),
+            quote! {
+                fn dist(a: Tensor<f32, (M, K)>, b: Tensor<f32, (N, K)>) -> Tensor<f32, (M, N)> {
+                    compute(|i, j| sqrt(sum(K, |k| (a[i][k] - b[j][k]) * (a[i][k] - b[j][k]))))
+                }
+            },
+        ),
+        vec![Schedule::Generic { block: 64 }],
+    ));
+    out.push((
+        kernel(
+            quote!(shape(R = 7, C = 12)),
+            quote! {
+                fn transpose_add(x: Tensor<f32, (C, R)>, y: Tensor<f32, (R, C)>) -> Tensor<f32, (R, C)> {
+                    compute(|r, c| x[c][r] + y[r][c] * (c as f32) - (r as f32))
+                }
+            },
+        ),
+        elementwise_points(&[1, 2, 4]),
+    ));
+    out
+}
+
+fn elementwise_points(vectors: &[u32]) -> Vec<Schedule> {
+    let mut points = Vec::new();
+    for &vector in vectors {
+        for (block, per_thread) in [(32, 1), (128, 3), (256, 1), (256, 8), (1024, 2)] {
+            points.push(Schedule::Elementwise {
+                block,
+                per_thread,
+                vector,
+            });
+        }
+    }
+    points
+}
+
+fn rows_points() -> Vec<Schedule> {
+    let mut points = Vec::new();
+    for vector in [1, 2, 4] {
+        for (threads_per_row, rows_per_block) in
+            [(1, 32), (4, 16), (16, 2), (32, 1), (32, 4), (64, 3), (256, 1), (1024, 1)]
+        {
+            points.push(Schedule::Rows {
+                threads_per_row,
+                rows_per_block,
+                vector,
+            });
+        }
+    }
+    points
+}
+
+type Outcome = Result<Option<(Row, bool)>, String>;
+
+struct Row {
+    kernel: String,
+    schedule: String,
+    target: SmVersion,
+    registers: u32,
+    spills: (u32, u32),
+    shared: u32,
+}
+
+fn check_one(
+    ptxas: &Path,
+    k: &Kernel,
+    schedule: &Schedule,
+    target: SmVersion,
+) -> Result<Option<Row>, String> {
+    let lowered = match lower::lower(k, schedule, target) {
+        Ok(l) => l,
+        Err(LowerError::Invalid { reason, .. }) => {
+            assert!(!reason.is_empty());
+            return Ok(None);
+        }
+        Err(e) => return Err(format!("{}: {}: {e}", k.name, schedule.to_json())),
+    };
+    let text = ptx::print(&lowered.ptx, target);
+    let report = ptxas::assemble(ptxas, &text, target)
+        .map_err(|e| format!("{} {} {target}: {e}", k.name, schedule.to_json()))?;
+    Ok(Some(Row {
+        kernel: k.name.clone(),
+        schedule: schedule.to_json(),
+        target,
+        registers: report.registers,
+        spills: (report.spill_stores, report.spill_loads),
+        shared: lowered.launch.dynamic_shared_bytes + report.shared_bytes,
+    }))
+}
+
+#[test]
+fn generated_ptx_assembles_without_spills() {
+    let Some(ptxas) = ptxas::find() else {
+        panic!(
+            "ptxas not found: run `cargo xtask test` (it installs ptxas into .venv) or set {}",
+            ptxas::PTXAS_ENV
+        );
+    };
+    let mut jobs = Vec::new();
+    for (k, points) in suite() {
+        for target in TARGETS {
+            let heuristic = lower::heuristic(&k, target);
+            jobs.push((k.clone(), heuristic, target, true));
+            for p in &points {
+                jobs.push((k.clone(), p.clone(), target, false));
+            }
+        }
+    }
+    // A shared queue: the variants differ a lot in assembly time.
+    let next = AtomicUsize::new(0);
+    let workers = std::thread::available_parallelism().map_or(4, |n| n.get());
+    let mut results: Vec<(usize, Outcome)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..workers)
+            .map(|_| {
+                let (ptxas, jobs, next) = (&ptxas, &jobs, &next);
+                s.spawn(move || {
+                    let mut done = Vec::new();
+                    loop {
+                        let i = next.fetch_add(1, Ordering::Relaxed);
+                        let Some((k, schedule, target, heuristic)) = jobs.get(i) else {
+                            break done;
+                        };
+                        let outcome = match check_one(ptxas, k, schedule, *target) {
+                            Ok(None) if *heuristic => Err(format!(
+                                "{}: the heuristic schedule {} does not lower for {target}",
+                                k.name,
+                                schedule.to_json()
+                            )),
+                            other => other.map(|row| row.map(|r| (r, *heuristic))),
+                        };
+                        done.push((i, outcome));
+                    }
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("worker panicked"))
+            .collect()
+    });
+    results.sort_by_key(|(i, _)| *i);
+
+    let mut table = String::new();
+    let _ = writeln!(
+        table,
+        "{:<28} {:<6} {:>4} {:>9} {:>6}  schedule",
+        "kernel", "target", "regs", "spill s/l", "smem"
+    );
+    let mut failures = Vec::new();
+    let (mut assembled, mut rejected) = (0, 0);
+    for (_, result) in results {
+        match result {
+            Ok(Some((row, heuristic))) => {
+                assembled += 1;
+                let _ = writeln!(
+                    table,
+                    "{:<28} {:<6} {:>4} {:>4}/{:<4} {:>6}  {}{}",
+                    row.kernel,
+                    row.target.name(),
+                    row.registers,
+                    row.spills.0,
+                    row.spills.1,
+                    row.shared,
+                    row.schedule,
+                    if heuristic { "  (heuristic)" } else { "" }
+                );
+                if row.spills != (0, 0) {
+                    failures.push(format!(
+                        "{} {} {}: spills {:?}",
+                        row.kernel, row.schedule, row.target, row.spills
+                    ));
+                }
+            }
+            Ok(None) => rejected += 1,
+            Err(e) => failures.push(e),
+        }
+    }
+    eprintln!("{table}");
+    eprintln!("{assembled} variants assembled, {rejected} schedule points rejected as invalid");
+    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
+}

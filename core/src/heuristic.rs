@@ -1,0 +1,149 @@
+//! The default schedule of a kernel on a target, chosen without measuring.
+//!
+//! The heuristic classifies the kernel ([`classify`]) and picks knobs from
+//! the kernel's sizes and the target's [`Limits`](crate::target::Limits):
+//!
+//! - **Elementwise**: the widest vector width (4, 2, 1) dividing the output's
+//!   innermost extent; 256 threads per block (fewer, in whole warps, when the
+//!   output has fewer groups); `per_thread` the largest of 8, 4, 2 that still
+//!   leaves at least [`WAVES`] full waves of blocks over the target's SMs, so
+//!   large outputs get more independent loads per thread and small ones keep
+//!   every SM busy.
+//! - **Rows**: the vector width as above for the reduced extents; threads per
+//!   row from the row length `L` (the longest reduction or the row's element
+//!   count): about 8 elements per thread for short rows (`L ≤ 256`, sub-warp
+//!   groups), a warp up to `L = 1024`, then about 32 elements per thread up
+//!   to 512 threads (1024 when there are fewer rows than SMs). Rows per block
+//!   make blocks of 128 threads, halved while the grid would leave SMs idle.
+//!   A reduction that does not read along contiguous memory (a column sum)
+//!   gets one thread per row, so that neighbouring threads read neighbouring
+//!   addresses.
+//! - **Generic**: 128 threads per block.
+//!
+//! Every schedule it returns lowers (a unit test checks all targets).
+
+use crate::ir::{Expr, Kernel};
+use crate::lower::classify::{OpClass, RowPlan, classify};
+use crate::schedule::Schedule;
+use crate::target::SmVersion;
+
+/// Full waves of blocks an elementwise grid keeps before threads take on
+/// more than one group.
+pub const WAVES: u32 = 4;
+
+/// Block size of the generic schedule.
+pub const GENERIC_BLOCK: u32 = 128;
+
+const ELEMENTWISE_BLOCK: u32 = 256;
+const ROWS_BLOCK: u32 = 128;
+
+/// The default schedule for `kernel` on `target`.
+pub fn heuristic(kernel: &Kernel, target: SmVersion) -> Schedule {
+    match classify(kernel) {
+        OpClass::Elementwise => elementwise(kernel, target),
+        OpClass::Rows(plan) => rows(kernel, &plan, target),
+        // MATMUL: `OpClass::Matmul(plan) => crate::lower::matmul::heuristic(kernel, &plan, target),`
+        // (with `pub(crate) mod matmul;` in lower/mod.rs).
+        OpClass::Generic => Schedule::Generic {
+            block: GENERIC_BLOCK,
+        },
+    }
+}
+
+/// The widest vector width dividing every one of `extents`.
+fn widest_vector(extents: impl IntoIterator<Item = u32> + Clone) -> u32 {
+    [4, 2, 1]
+        .into_iter()
+        .find(|v| extents.clone().into_iter().all(|e| e % v == 0))
+        .unwrap_or(1)
+}
+
+fn elementwise(kernel: &Kernel, target: SmVersion) -> Schedule {
+    let limits = target.limits();
+    let innermost = kernel.output_vars().last().map_or(1, |v| kernel.extent(*v));
+    let vector = widest_vector([innermost]);
+    let groups = kernel.len_of(&kernel.output) as u32 / vector;
+    let block = ELEMENTWISE_BLOCK.min(groups.next_multiple_of(limits.warp_size));
+    let blocks_per_wave = limits.sm_count * (limits.max_threads_per_sm / block);
+    let per_thread = [8, 4, 2]
+        .into_iter()
+        .find(|p| groups.div_ceil(block * p) >= WAVES * blocks_per_wave)
+        .unwrap_or(1);
+    Schedule::Elementwise {
+        block,
+        per_thread,
+        vector,
+    }
+}
+
+fn rows(kernel: &Kernel, plan: &RowPlan, target: SmVersion) -> Schedule {
+    let limits = target.limits();
+    let warp = limits.warp_size;
+    let extent_of = |vars: &[crate::ir::VarId]| vars.iter().map(|v| kernel.extent(*v)).product::<u32>();
+    let rows = extent_of(&plan.row_vars);
+    let reduced: Vec<u32> = plan
+        .reductions()
+        .filter_map(|r| match kernel.expr(r) {
+            Expr::Reduce { var, .. } => Some(kernel.extent(*var)),
+            _ => None,
+        })
+        .collect();
+    let vector = widest_vector(reduced.iter().copied());
+    let length = reduced
+        .iter()
+        .copied()
+        .chain([extent_of(&plan.inner_vars)])
+        .max()
+        .unwrap_or(1);
+
+    let threads_per_row = if !reads_contiguously(kernel, plan) {
+        1
+    } else if length <= 256 {
+        length.div_ceil(8).next_power_of_two().min(warp)
+    } else if length <= 32 * warp {
+        warp
+    } else {
+        let cap = if rows < limits.sm_count { 1024 } else { 512 };
+        length
+            .div_ceil(32)
+            .next_power_of_two()
+            .clamp(warp, cap.min(limits.max_threads_per_block))
+    };
+    let mut rows_per_block = (ROWS_BLOCK / threads_per_row).max(1);
+    while rows_per_block > 1
+        && rows.div_ceil(rows_per_block) < limits.sm_count
+        && (rows_per_block / 2) * threads_per_row >= warp
+    {
+        rows_per_block /= 2;
+    }
+    Schedule::Rows {
+        threads_per_row,
+        rows_per_block,
+        vector,
+    }
+}
+
+/// Whether every reduction reads some tensor along its innermost, contiguous
+/// dimension (a row sum does; a column sum does not).
+fn reads_contiguously(kernel: &Kernel, plan: &RowPlan) -> bool {
+    plan.reductions().all(|r| {
+        let Expr::Reduce { var, body, .. } = kernel.expr(r) else {
+            return true;
+        };
+        let mut stack = vec![*body];
+        let mut loads = 0;
+        while let Some(id) = stack.pop() {
+            match kernel.expr(id) {
+                Expr::Load { index, .. } => {
+                    loads += 1;
+                    if index.last() == Some(var) {
+                        return true;
+                    }
+                }
+                Expr::Reduce { .. } | Expr::Let(_) => {}
+                _ => stack.extend(kernel.children(id)),
+            }
+        }
+        loads == 0
+    })
+}

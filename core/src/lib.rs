@@ -1,0 +1,19 @@
+//! ktune's compiler.
+//!
+//! The kernel language front-end ([`syntax`]), the kernel IR ([`ir`]),
+//! schedules, the lowering to a typed PTX instruction list ([`ptx`]) and its
+//! printer. Pure: this crate reads no file, environment variable, process or
+//! GPU; the macro, the build helper and the CLI all call into it.
+
+pub mod canon;
+pub mod dtype;
+pub mod heuristic;
+pub mod ir;
+pub mod target;
+
+pub use dtype::DType;
+pub use target::SmVersion;
+pub mod lower;
+pub mod ptx;
+pub mod schedule;
+pub mod syntax;

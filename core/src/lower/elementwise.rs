@@ -1,0 +1,286 @@
+//! The elementwise schedule: threads cover the flat output, each handling
+//! `per_thread` groups of `vector` consecutive elements.
+//!
+//! Group `g` of block `c` is handled by thread `g mod block` in round
+//! `g / block`, so each round's accesses are coalesced across the block.
+//! Inputs indexed by the output's innermost variable in their own innermost
+//! position are read with one vector access per group; inputs that do not
+//! depend on it (broadcasts) are read once per group. A group past the end is
+//! computed on a clamped (valid) index and not stored, so the code has no
+//! branches and every load stays in bounds.
+
+use std::collections::{HashMap, HashSet};
+
+use super::expr::{self, Env};
+use super::{Launch, Lowered, check_block, entry_name};
+use crate::dtype::DType;
+use crate::ir::{Expr, ExprId, Kernel, VarId};
+use crate::ptx::Builder;
+use crate::ptx::inst::{Addr, ArithOp, Cmp, Op, Operand, Reg, RegClass, Space, Special, Ty};
+use crate::target::SmVersion;
+
+/// The most groups one thread may handle (the code is unrolled that often).
+pub const MAX_PER_THREAD: u32 = 16;
+
+/// Vector widths (elements per access) a schedule may ask for.
+pub const VECTOR_WIDTHS: [u32; 3] = [1, 2, 4];
+
+/// Checks a vector width against the extent of the variable it runs along.
+pub(super) fn check_vector(vector: u32, extent: u32, what: &str) -> Result<(), String> {
+    if !VECTOR_WIDTHS.contains(&vector) {
+        return Err(format!("vector width {vector}; expected 1, 2 or 4"));
+    }
+    if extent % vector != 0 {
+        return Err(format!(
+            "vector width {vector} does not divide {what} ({extent}), so vector accesses would straddle rows or lose alignment"
+        ));
+    }
+    Ok(())
+}
+
+pub(super) fn lower(
+    kernel: &Kernel,
+    block: u32,
+    per_thread: u32,
+    vector: u32,
+    target: SmVersion,
+) -> Result<Lowered, String> {
+    check_block(block, target)?;
+    if per_thread == 0 || per_thread > MAX_PER_THREAD {
+        return Err(format!(
+            "{per_thread} groups per thread; expected 1 to {MAX_PER_THREAD}"
+        ));
+    }
+    let out_vars = kernel.output_vars();
+    let last = out_vars.last().copied();
+    let last_extent = last.map_or(1, |v| kernel.extent(v));
+    check_vector(vector, last_extent, "the output's innermost extent")?;
+
+    let total = kernel.len_of(&kernel.output) as u32;
+    let groups = total / vector;
+    let per_block = block * per_thread;
+    let mut b = Builder::new();
+    let inputs: Vec<Reg> = (0..kernel.inputs.len()).map(|i| b.param_ptr(i)).collect();
+    let out = b.param_ptr(kernel.inputs.len());
+    let ctaid = b.special(Special::CtaidX);
+    let tid = b.special(Special::TidX);
+    let first = b.u32_mad(ctaid, Operand::Int(i64::from(per_block)), tid);
+    let out_dtype = kernel.output.dtype;
+
+    for round in 0..per_thread {
+        let raw = match round {
+            0 => first,
+            _ => b.u32_op(ArithOp::Add, first, Operand::Int(i64::from(round * block))),
+        };
+        let inside = b.setp(Cmp::Lt, Ty::U32, raw, Operand::Int(i64::from(groups)));
+        let group = b.u32_op(ArithOp::Min, raw, Operand::Int(i64::from(groups - 1)));
+        let flat = match vector {
+            1 => group,
+            _ => b.u32_op(ArithOp::Shl, group, Operand::Int(i64::from(vector.trailing_zeros()))),
+        };
+        let mut env = Env {
+            inputs: inputs.clone(),
+            ..Env::default()
+        };
+        bind_vars(&mut b, kernel, &out_vars, flat, &mut env.index);
+        let values = emit_consecutive(&mut b, kernel, &mut env, kernel.root, last, vector);
+        let addr = b.global_addr(out, flat, out_dtype.size());
+        store_vec(&mut b, out_dtype, Addr { base: addr, offset: 0 }, &values, Some(inside));
+    }
+
+    Ok(Lowered {
+        ptx: b.finish(entry_name(kernel), kernel.inputs.len() + 1, block, 0),
+        launch: Launch {
+            grid: [groups.div_ceil(per_block), 1, 1],
+            block: [block, 1, 1],
+            dynamic_shared_bytes: 0,
+        },
+    })
+}
+
+/// Binds `vars` (row-major, innermost last) to the digits of `flat` in the
+/// mixed radix of their extents. `flat` must be below the product of the
+/// extents.
+pub(super) fn bind_vars(
+    b: &mut Builder,
+    kernel: &Kernel,
+    vars: &[VarId],
+    flat: Reg,
+    index: &mut HashMap<VarId, Reg>,
+) {
+    let mut rest = flat;
+    for (i, v) in vars.iter().enumerate().rev() {
+        let extent = kernel.extent(*v);
+        let value = if extent == 1 {
+            b.u32_imm(0)
+        } else if i == 0 {
+            rest
+        } else {
+            b.u32_op(ArithOp::Rem, rest, Operand::Int(i64::from(extent)))
+        };
+        index.insert(*v, value);
+        if i > 0 && extent > 1 {
+            rest = b.u32_op(ArithOp::Div, rest, Operand::Int(i64::from(extent)));
+        }
+    }
+}
+
+/// How a group of consecutive elements reads one load of its expression.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Access {
+    /// The load does not depend on the variable: once for the group.
+    Broadcast,
+    /// The variable is the load's innermost index (and no other): one vector
+    /// access for the group.
+    Vector,
+    /// Anything else (a transposed read): once per element.
+    Scalar,
+}
+
+/// Evaluates `id` for `n` consecutive values of `var`, starting at the value
+/// `env` binds it to, and returns one f32 register per value.
+///
+/// The caller guarantees that `n` divides `var`'s extent and that the
+/// starting value is a multiple of `n`, so a vector access along `var` is
+/// aligned (tensors are densely packed and their buffers 16-byte aligned) and
+/// never crosses into the next row. Lets that do not depend on `var` are
+/// evaluated once and stay cached in `env`; the others are evaluated per
+/// element.
+pub(super) fn emit_consecutive(
+    b: &mut Builder,
+    kernel: &Kernel,
+    env: &mut Env,
+    id: ExprId,
+    var: Option<VarId>,
+    n: u32,
+) -> Vec<Reg> {
+    let var = match var {
+        Some(v) if n > 1 => v,
+        _ => return vec![expr::emit(b, kernel, env, id).reg()],
+    };
+    let mut loads = Vec::new();
+    collect_loads(kernel, env, id, &mut HashSet::new(), &mut loads);
+    let mut per_element: Vec<HashMap<ExprId, Reg>> = vec![HashMap::new(); n as usize];
+    for load in loads {
+        let Expr::Load { tensor, index } = kernel.expr(load) else {
+            continue;
+        };
+        let uses = index.iter().filter(|v| **v == var).count();
+        let access = match uses {
+            0 => Access::Broadcast,
+            1 if index.last() == Some(&var) => Access::Vector,
+            _ => Access::Scalar,
+        };
+        match access {
+            Access::Broadcast => {
+                let r = expr::emit(b, kernel, env, load).reg();
+                per_element.iter_mut().for_each(|m| {
+                    m.insert(load, r);
+                });
+            }
+            Access::Vector => {
+                let t = kernel.input(*tensor);
+                let flat = expr::flat_index(b, env, index, &kernel.strides_of(t));
+                let addr = b.global_addr(env.inputs[tensor.0], flat, t.dtype.size());
+                let regs = load_vec(b, Space::Global, t.dtype, Addr { base: addr, offset: 0 }, n);
+                for (m, r) in per_element.iter_mut().zip(regs) {
+                    m.insert(load, r);
+                }
+            }
+            Access::Scalar => {}
+        }
+    }
+    let base = env.index[&var];
+    let mut values = Vec::with_capacity(n as usize);
+    for (i, preloaded) in per_element.into_iter().enumerate() {
+        let mut element = env.clone();
+        element.preloaded.extend(preloaded);
+        if i > 0 {
+            let value = b.u32_op(ArithOp::Add, base, Operand::Int(i as i64));
+            element.index.insert(var, value);
+        }
+        values.push(expr::emit(b, kernel, &mut element, id).reg());
+        for (l, v) in element.lets {
+            if !kernel.let_(l).deps.contains(&var) {
+                env.lets.entry(l).or_insert(v);
+            }
+        }
+    }
+    values
+}
+
+/// The loads `id` would issue in `env`: through lets not yet evaluated, not
+/// into reductions (a schedule computes those separately).
+fn collect_loads(
+    kernel: &Kernel,
+    env: &Env,
+    id: ExprId,
+    seen: &mut HashSet<ExprId>,
+    out: &mut Vec<ExprId>,
+) {
+    if !seen.insert(id) || env.preloaded.contains_key(&id) || env.reduced.contains_key(&id) {
+        return;
+    }
+    match kernel.expr(id) {
+        Expr::Load { .. } => out.push(id),
+        Expr::Let(l) if !env.lets.contains_key(l) => {
+            collect_loads(kernel, env, kernel.let_(*l).value, seen, out);
+        }
+        Expr::Let(_) | Expr::Reduce { .. } => {}
+        _ => {
+            for c in kernel.children(id) {
+                collect_loads(kernel, env, c, seen, out);
+            }
+        }
+    }
+}
+
+/// Loads `n` (1, 2 or 4) consecutive elements of `dtype` with one access and
+/// widens them to f32.
+pub(super) fn load_vec(b: &mut Builder, space: Space, dtype: DType, addr: Addr, n: u32) -> Vec<Reg> {
+    match (dtype, n) {
+        (_, 1) => vec![b.load(space, dtype, addr)],
+        (DType::F32, _) => b.load_f32_vec(space, addr, n as usize),
+        (DType::F16 | DType::Bf16, _) => {
+            let halves: Vec<Reg> = (0..n).map(|_| b.reg(RegClass::B16)).collect();
+            b.push(Op::Ld {
+                space,
+                ty: Ty::B16,
+                dsts: halves.clone(),
+                addr,
+            });
+            halves.into_iter().map(|h| b.widen(dtype, h)).collect()
+        }
+    }
+}
+
+/// Stores f32 values as consecutive elements of `dtype` with one access,
+/// only where `guard` (if any) holds.
+pub(super) fn store_vec(
+    b: &mut Builder,
+    dtype: DType,
+    addr: Addr,
+    values: &[Reg],
+    guard: Option<Reg>,
+) {
+    let (ty, srcs) = match dtype {
+        DType::F32 => (Ty::F32, values.iter().map(|r| Operand::Reg(*r)).collect()),
+        DType::F16 | DType::Bf16 => (
+            Ty::B16,
+            values
+                .iter()
+                .map(|r| Operand::Reg(b.narrow(dtype, *r)))
+                .collect(),
+        ),
+    };
+    let op = Op::St {
+        space: Space::Global,
+        ty,
+        addr,
+        srcs,
+    };
+    match guard {
+        Some(pred) => b.push_guarded(pred, false, op),
+        None => b.push(op),
+    }
+}

@@ -1,0 +1,359 @@
+use super::*;
+use crate::ir::Kernel;
+use crate::lower::lower;
+use crate::ptx::inst::Op;
+use crate::syntax::{is_kernel_attr, parse_kernel_fn};
+
+/// Parses a kernel written with its `#[tuned_kernel(...)]` attribute.
+fn kernel(source: &str) -> Kernel {
+    let func: syn::ItemFn = syn::parse_str(source).expect("test kernel is a fn item");
+    let attr = func
+        .attrs
+        .iter()
+        .find(|a| is_kernel_attr(a))
+        .expect("attribute");
+    parse_kernel_fn(attr, &func).unwrap_or_else(|e| panic!("test kernel rejected: {e}"))
+}
+
+/// `out[m][n] = Σ_k x·w` over `(M, K)` and `(K, N)`, or `(N, K)` when
+/// `transposed`.
+fn gemm(m: u32, n: u32, k: u32, dtype: &str, transposed: bool) -> Kernel {
+    let (w_dims, w_index) = if transposed {
+        ("(N, K)", "w[n][k]")
+    } else {
+        ("(K, N)", "w[k][n]")
+    };
+    kernel(&format!(
+        "#[tuned_kernel(shape(M = {m}, N = {n}, K = {k}))]
+         fn gemm(x: Tensor<{dtype}, (M, K)>, w: Tensor<{dtype}, {w_dims}>) -> Tensor<{dtype}, (M, N)> {{
+             compute(|m, n| sum(K, |k| x[m][k] * {w_index}))
+         }}"
+    ))
+}
+
+fn plan(k: &Kernel) -> MatmulPlan {
+    detect(k).unwrap_or_else(|| panic!("`{}` is not detected as a contraction", k.name))
+}
+
+fn name(k: &Kernel, v: VarId) -> &str {
+    &k.var(v).name
+}
+
+fn tensor<'k>(k: &'k Kernel, o: &MatmulOperand) -> &'k str {
+    &k.input(o.tensor).name
+}
+
+#[test]
+fn detects_a_plain_product() {
+    let k = gemm(64, 48, 32, "f32", false);
+    let p = plan(&k);
+    assert_eq!(
+        (name(&k, p.m), name(&k, p.n), name(&k, p.k)),
+        ("m", "n", "k")
+    );
+    assert_eq!((tensor(&k, &p.a), tensor(&k, &p.b)), ("x", "w"));
+    assert_eq!((p.a.stride_x, p.a.stride_k), (32, 1));
+    assert_eq!((p.b.stride_x, p.b.stride_k), (1, 48));
+    assert!(p.batch.is_empty() && !p.mean);
+    assert_eq!(p.a.value, p.a.load);
+}
+
+#[test]
+fn detects_a_transposed_weight() {
+    let k = gemm(64, 48, 32, "bf16", true);
+    let p = plan(&k);
+    assert_eq!((p.b.stride_x, p.b.stride_k), (32, 1));
+}
+
+#[test]
+fn detects_a_transposed_left_operand_in_either_order() {
+    let k = kernel(
+        "#[tuned_kernel(shape(M = 8, N = 16, K = 4))]
+         fn atb(x: Tensor<f32, (K, M)>, w: Tensor<f32, (K, N)>) -> Tensor<f32, (M, N)> {
+             compute(|m, n| sum(K, |k| w[k][n] * x[k][m]))
+         }",
+    );
+    let p = plan(&k);
+    assert_eq!((tensor(&k, &p.a), tensor(&k, &p.b)), ("x", "w"));
+    assert_eq!((p.a.stride_x, p.a.stride_k), (1, 8));
+}
+
+#[test]
+fn detects_batched_and_broadcast_products() {
+    let batched = kernel(
+        "#[tuned_kernel(shape(B = 3, M = 5, N = 7, K = 9))]
+         fn bmm(x: Tensor<f32, (B, M, K)>, y: Tensor<f32, (B, K, N)>) -> Tensor<f32, (B, M, N)> {
+             compute(|b, m, n| sum(K, |k| x[b][m][k] * y[b][k][n]))
+         }",
+    );
+    let p = plan(&batched);
+    assert_eq!(p.batch.len(), 1);
+    assert_eq!(name(&batched, p.batch[0]), "b");
+    assert_eq!((p.a.stride_batch[0], p.b.stride_batch[0]), (45, 63));
+    assert_eq!(p.batch_count(&batched), 3);
+
+    let broadcast = kernel(
+        "#[tuned_kernel(shape(B = 3, S = 5, N = 7, K = 9))]
+         fn proj(x: Tensor<f32, (B, S, K)>, w: Tensor<f32, (K, N)>) -> Tensor<f32, (B, S, N)> {
+             compute(|b, s, n| sum(K, |k| x[b][s][k] * w[k][n]))
+         }",
+    );
+    let p = plan(&broadcast);
+    assert_eq!(name(&broadcast, p.m), "s");
+    assert_eq!(name(&broadcast, p.batch[0]), "b");
+    assert_eq!((p.a.stride_batch[0], p.b.stride_batch[0]), (45, 0));
+}
+
+#[test]
+fn detects_epilogues_and_prologues() {
+    let bias_gelu = kernel(
+        "#[tuned_kernel(shape(M = 16, N = 32, K = 8))]
+         fn ffn(x: Tensor<bf16, (M, K)>, w: Tensor<bf16, (K, N)>, b: Tensor<f32, (N,)>)
+             -> Tensor<bf16, (M, N)>
+         {
+             compute(|m, n| gelu(sum(K, |k| x[m][k] * w[k][n]) + b[n]))
+         }",
+    );
+    plan(&bias_gelu);
+
+    let residual = kernel(
+        "#[tuned_kernel(shape(M = 16, N = 32, K = 8))]
+         fn proj(x: Tensor<f32, (M, K)>, w: Tensor<f32, (N, K)>, b: Tensor<f32, (N,)>,
+                 r: Tensor<f32, (M, N)>) -> Tensor<f32, (M, N)>
+         {
+             compute(|m, n| {
+                 let y = sum(K, |k| x[m][k] * w[n][k]) + b[n];
+                 y + r[m][n]
+             })
+         }",
+    );
+    plan(&residual);
+
+    let prologue = kernel(
+        "#[tuned_kernel(shape(M = 16, N = 32, K = 8))]
+         fn scaled(x: Tensor<f16, (M, K)>, w: Tensor<f32, (K, N)>) -> Tensor<f32, (M, N)> {
+             compute(|m, n| mean(K, |k| (x[m][k] as f32) * (2.0 * w[k][n])))
+         }",
+    );
+    let p = plan(&prologue);
+    assert!(p.mean);
+    assert_ne!(p.a.value, p.a.load);
+    assert_ne!(p.b.value, p.b.load);
+}
+
+#[test]
+fn rejects_other_kernels() {
+    let rejected = [
+        "#[tuned_kernel(shape(R = 8, C = 100))]
+         fn softmax(x: Tensor<f32, (R, C)>) -> Tensor<f32, (R, C)> {
+             compute(|r, c| {
+                 let mx = max(C, |j| x[r][j]);
+                 let s = sum(C, |j| exp(x[r][j] - mx));
+                 exp(x[r][c] - mx) / s
+             })
+         }",
+        "#[tuned_kernel(shape(R = 8, C = 100))]
+         fn add(x: Tensor<f32, (R, C)>, y: Tensor<f32, (R, C)>) -> Tensor<f32, (R, C)> {
+             compute(|r, c| x[r][c] * y[r][c])
+         }",
+        "#[tuned_kernel(shape(M = 4, K = 6))]
+         fn gemv(a: Tensor<f32, (M, K)>, x: Tensor<f32, (K,)>) -> Tensor<f32, (M,)> {
+             compute(|m| sum(K, |k| a[m][k] * x[k]))
+         }",
+        "#[tuned_kernel(shape(M = 4, N = 5, K = 6))]
+         fn dist(a: Tensor<f32, (M, K)>, b: Tensor<f32, (N, K)>) -> Tensor<f32, (M, N)> {
+             compute(|i, j| sum(K, |k| (a[i][k] - b[j][k]) * (a[i][k] - b[j][k])))
+         }",
+        "#[tuned_kernel(shape(M = 4, N = 5, K = 6))]
+         fn maxplus(a: Tensor<f32, (M, K)>, b: Tensor<f32, (K, N)>) -> Tensor<f32, (M, N)> {
+             compute(|m, n| max(K, |k| a[m][k] * b[k][n]))
+         }",
+        "#[tuned_kernel(shape(M = 4, N = 5, K = 6))]
+         fn two(a: Tensor<f32, (M, K)>, b: Tensor<f32, (K, N)>) -> Tensor<f32, (M, N)> {
+             compute(|m, n| sum(K, |k| a[m][k] * b[k][n]) / sum(K, |k| a[m][k]))
+         }",
+        "#[tuned_kernel(shape(M = 4, N = 5, K = 6))]
+         fn indexed(a: Tensor<f32, (M, K)>, b: Tensor<f32, (K, N)>) -> Tensor<f32, (M, N)> {
+             compute(|m, n| sum(K, |k| (a[m][k] * k) * b[k][n]))
+         }",
+    ];
+    for source in rejected {
+        let k = kernel(source);
+        assert_eq!(
+            detect(&k),
+            None,
+            "`{}` was detected as a contraction",
+            k.name
+        );
+    }
+}
+
+fn tiles(
+    block_m: u32,
+    block_n: u32,
+    block_k: u32,
+    thread_m: u32,
+    thread_n: u32,
+    vector: u32,
+) -> Tiles {
+    Tiles {
+        block_m,
+        block_n,
+        block_k,
+        thread_m,
+        thread_n,
+        vector_a: vector,
+        vector_b: vector,
+    }
+}
+
+fn check(k: &Kernel, t: Tiles, target: SmVersion) -> Result<Layout, String> {
+    Layout::new(k, &plan(k), t, target)
+}
+
+#[test]
+fn validation_rejects_with_reasons() {
+    let k = gemm(1000, 1000, 999, "f32", false);
+    let sm80 = SmVersion::Sm80;
+    let reason = |t: Tiles, target| check(&k, t, target).expect_err("invalid schedule accepted");
+    assert!(reason(tiles(96, 128, 8, 8, 8, 1), sm80).contains("power of two"));
+    assert!(reason(tiles(128, 128, 8, 2, 2, 1), sm80).contains("threads per block"));
+    assert!(reason(tiles(8, 16, 8, 16, 1, 1), sm80).contains("do not fit"));
+    assert!(reason(tiles(128, 128, 8, 8, 8, 4), sm80).contains("not a multiple of 4"));
+    assert!(reason(tiles(128, 128, 8, 8, 8, 3), sm80).contains("expected 1, 2, 4"));
+    assert!(reason(tiles(256, 256, 64, 16, 16, 1), sm80).contains("registers"));
+    // 132 KiB of tiles: over sm_86's 99 KiB, within sm_80's 163 KiB.
+    assert!(reason(tiles(256, 256, 64, 16, 16, 1), SmVersion::Sm86).contains("shared memory"));
+    assert!(reason(tiles(512, 64, 8, 8, 8, 1), sm80).contains("up to 256"));
+    check(&k, tiles(64, 64, 16, 4, 4, 1), sm80).expect("valid");
+
+    let aligned = gemm(1024, 1024, 1024, "bf16", false);
+    check(&aligned, tiles(128, 128, 8, 8, 8, 8), sm80).expect("16-byte bf16 loads");
+    let f32 = gemm(1024, 1024, 1024, "f32", false);
+    assert!(check(&f32, tiles(128, 128, 8, 8, 8, 8), sm80).is_err());
+}
+
+fn targets() -> [SmVersion; 4] {
+    SmVersion::ALL
+}
+
+/// Shapes the heuristic must handle: `(batch, m, n, k)`.
+const SHAPES: [(u32, u32, u32, u32); 14] = [
+    (1, 1, 1, 1),
+    (1, 1, 4096, 4096),
+    (1, 16, 4096, 4096),
+    (1, 4096, 16, 4096),
+    (1, 1000, 1000, 999),
+    (1, 4096, 4096, 4096),
+    (1, 777, 3000, 513),
+    (1, 1, 7, 1025),
+    (1, 13, 17, 19),
+    (1, 33, 65, 31),
+    (3, 5, 7, 9),
+    (8, 512, 512, 64),
+    (64, 1, 128, 128),
+    (1, 40, 11008, 4096),
+];
+
+fn batched(b: u32, m: u32, n: u32, k: u32, dtype: &str, transposed: bool) -> Kernel {
+    if b == 1 {
+        return gemm(m, n, k, dtype, transposed);
+    }
+    let (w_dims, w_index) = if transposed {
+        ("(B, N, K)", "w[b][n][k]")
+    } else {
+        ("(B, K, N)", "w[b][k][n]")
+    };
+    kernel(&format!(
+        "#[tuned_kernel(shape(B = {b}, M = {m}, N = {n}, K = {k}))]
+         fn bmm(x: Tensor<{dtype}, (B, M, K)>, w: Tensor<{dtype}, {w_dims}>) -> Tensor<{dtype}, (B, M, N)> {{
+             compute(|b, m, n| sum(K, |k| x[b][m][k] * {w_index}))
+         }}"
+    ))
+}
+
+#[test]
+fn heuristic_always_lowers() {
+    for (b, m, n, k) in SHAPES {
+        for dtype in ["f32", "bf16", "f16"] {
+            for transposed in [false, true] {
+                let kernel = batched(b, m, n, k, dtype, transposed);
+                let p = plan(&kernel);
+                for target in targets() {
+                    let schedule = heuristic(&kernel, &p, target);
+                    let lowered = lower(&kernel, &schedule, target)
+                        .unwrap_or_else(|e| panic!("{b}×{m}×{n}×{k} {dtype} on {target}: {e}"));
+                    let blocks = u64::from(lowered.launch.grid[0]);
+                    let tiles = Tiles::from_schedule(&schedule).expect("a matmul schedule");
+                    assert_eq!(
+                        blocks,
+                        u64::from(b)
+                            * u64::from(m.div_ceil(tiles.block_m))
+                            * u64::from(n.div_ceil(tiles.block_n))
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn heuristic_picks_sensible_tiles() {
+    let pick = |b, m, n, k, dtype| {
+        let kernel = batched(b, m, n, k, dtype, false);
+        Tiles::from_schedule(&heuristic(&kernel, &plan(&kernel), SmVersion::Sm90))
+            .expect("a matmul schedule")
+    };
+    assert_eq!(
+        pick(1, 4096, 4096, 4096, "f32"),
+        tiles(128, 128, 8, 8, 8, 4)
+    );
+    let t = pick(1, 1000, 1000, 999, "f32");
+    assert_eq!(
+        (t.block_m, t.block_n, t.thread_m, t.thread_n),
+        (64, 64, 4, 4)
+    );
+    assert_eq!((t.vector_a, t.vector_b), (1, 4));
+    let t = pick(1, 1, 4096, 4096, "bf16");
+    assert_eq!((t.block_m, t.block_n, t.thread_m), (1, 32, 1));
+    assert_eq!(t.vector_b, 8);
+    let t = pick(1, 4096, 4096, 4096, "bf16");
+    assert_eq!((t.vector_a, t.vector_b), (8, 8));
+}
+
+#[test]
+fn emits_vector_loads_and_one_barrier_pair() {
+    let k = gemm(4096, 4096, 4096, "f32", false);
+    let p = plan(&k);
+    let schedule = heuristic(&k, &p, SmVersion::Sm80);
+    let lowered = lower(&k, &schedule, SmVersion::Sm80).expect("lowers");
+    let body = &lowered.ptx.body;
+    let barriers = body.iter().filter(|i| i.op == Op::BarSync).count();
+    assert_eq!(barriers, 2);
+    let text = crate::ptx::print(&lowered.ptx, SmVersion::Sm80);
+    assert!(text.contains("ld.global.v4.f32"), "{text}");
+    assert!(text.contains("ld.shared.v4.f32"));
+    assert!(text.contains("st.global.v4.f32"));
+    assert_eq!(lowered.launch.block, [256, 1, 1]);
+    assert_eq!(lowered.launch.grid, [32 * 32, 1, 1]);
+}
+
+#[test]
+fn wrong_class_for_other_kernels() {
+    let k = kernel(
+        "#[tuned_kernel(shape(R = 8, C = 100))]
+         fn add(x: Tensor<f32, (R, C)>, y: Tensor<f32, (R, C)>) -> Tensor<f32, (R, C)> {
+             compute(|r, c| x[r][c] + y[r][c])
+         }",
+    );
+    let err = lower(
+        &k,
+        &tiles(64, 64, 16, 4, 4, 1).to_schedule(),
+        SmVersion::Sm80,
+    )
+    .expect_err("not a contraction");
+    assert!(
+        matches!(err, crate::lower::LowerError::WrongClass { .. }),
+        "{err}"
+    );
+}

@@ -1,0 +1,392 @@
+//! Builds a [`Kernel`]'s instruction list: register allocation, labels and
+//! short forms for the instruction patterns every lowering needs.
+
+use super::inst::*;
+use crate::dtype::DType;
+
+/// Accumulates instructions for one kernel.
+#[derive(Debug, Default)]
+pub struct Builder {
+    body: Vec<Instr>,
+    counts: [u32; RegClass::ALL.len()],
+    labels: u32,
+}
+
+impl Builder {
+    pub fn new() -> Builder {
+        Builder::default()
+    }
+
+    /// A fresh register of the given class.
+    pub fn reg(&mut self, class: RegClass) -> Reg {
+        let slot = &mut self.counts[class as usize];
+        let reg = Reg {
+            class,
+            index: *slot,
+        };
+        *slot += 1;
+        reg
+    }
+
+    pub fn push(&mut self, op: Op) {
+        self.body.push(Instr { guard: None, op });
+    }
+
+    /// Pushes `op` guarded by `@pred` (or `@!pred` when `negate`).
+    pub fn push_guarded(&mut self, pred: Reg, negate: bool, op: Op) {
+        self.body.push(Instr {
+            guard: Some(Guard { pred, negate }),
+            op,
+        });
+    }
+
+    /// A fresh label, placed later with [`Builder::place`].
+    pub fn label(&mut self) -> Label {
+        self.labels += 1;
+        Label(self.labels)
+    }
+
+    pub fn place(&mut self, label: Label) {
+        self.push(Op::Label(label));
+    }
+
+    pub fn bra(&mut self, target: Label) {
+        self.push(Op::Bra { target });
+    }
+
+    /// Branches to `target` when `pred` is true (false when `negate`).
+    pub fn bra_if(&mut self, pred: Reg, negate: bool, target: Label) {
+        self.push_guarded(pred, negate, Op::Bra { target });
+    }
+
+    pub fn finish(
+        mut self,
+        entry: String,
+        param_count: usize,
+        block_threads: u32,
+        dynamic_shared_bytes: u32,
+    ) -> Kernel {
+        self.push(Op::Ret);
+        Kernel {
+            entry,
+            param_count,
+            dynamic_shared_bytes,
+            block_threads,
+            reg_counts: RegClass::ALL
+                .iter()
+                .map(|c| (*c, self.counts[*c as usize]))
+                .collect(),
+            body: self.body,
+        }
+    }
+
+    pub fn special(&mut self, sreg: Special) -> Reg {
+        let dst = self.reg(RegClass::B32);
+        self.push(Op::ReadSpecial { dst, sreg });
+        dst
+    }
+
+    pub fn u32_imm(&mut self, value: u32) -> Reg {
+        let dst = self.reg(RegClass::B32);
+        self.push(Op::Mov {
+            ty: Ty::U32,
+            dst,
+            src: Operand::Int(i64::from(value)),
+        });
+        dst
+    }
+
+    pub fn f32_imm(&mut self, value: f32) -> Reg {
+        let dst = self.reg(RegClass::F32);
+        self.push(Op::Mov {
+            ty: Ty::F32,
+            dst,
+            src: Operand::F32(value),
+        });
+        dst
+    }
+
+    /// `dst = a <op> b` on unsigned 32-bit integers.
+    pub fn u32_op(&mut self, op: ArithOp, a: impl Into<Operand>, b: impl Into<Operand>) -> Reg {
+        let dst = self.reg(RegClass::B32);
+        self.push(Op::Arith {
+            op,
+            ty: arith_int_ty(op),
+            dst,
+            a: a.into(),
+            b: b.into(),
+        });
+        dst
+    }
+
+    /// `dst = a * b + c` on unsigned 32-bit integers.
+    pub fn u32_mad(
+        &mut self,
+        a: impl Into<Operand>,
+        b: impl Into<Operand>,
+        c: impl Into<Operand>,
+    ) -> Reg {
+        let dst = self.reg(RegClass::B32);
+        self.push(Op::Mad {
+            ty: Ty::U32,
+            dst,
+            a: a.into(),
+            b: b.into(),
+            c: c.into(),
+        });
+        dst
+    }
+
+    /// `dst = a <op> b` on f32 (round to nearest even).
+    pub fn f32_op(&mut self, op: ArithOp, a: impl Into<Operand>, b: impl Into<Operand>) -> Reg {
+        let dst = self.reg(RegClass::F32);
+        self.push(Op::Arith {
+            op,
+            ty: Ty::F32,
+            dst,
+            a: a.into(),
+            b: b.into(),
+        });
+        dst
+    }
+
+    /// Fused `a * b + c` on f32.
+    pub fn f32_fma(
+        &mut self,
+        a: impl Into<Operand>,
+        b: impl Into<Operand>,
+        c: impl Into<Operand>,
+    ) -> Reg {
+        let dst = self.reg(RegClass::F32);
+        self.push(Op::Mad {
+            ty: Ty::F32,
+            dst,
+            a: a.into(),
+            b: b.into(),
+            c: c.into(),
+        });
+        dst
+    }
+
+    pub fn f32_unary(&mut self, op: UnaryOp, a: impl Into<Operand>) -> Reg {
+        let dst = self.reg(RegClass::F32);
+        self.push(Op::Unary {
+            op,
+            ty: Ty::F32,
+            dst,
+            a: a.into(),
+        });
+        dst
+    }
+
+    /// A predicate: `a <cmp> b` compared as `ty`.
+    pub fn setp(&mut self, cmp: Cmp, ty: Ty, a: impl Into<Operand>, b: impl Into<Operand>) -> Reg {
+        let dst = self.reg(RegClass::Pred);
+        self.push(Op::Setp {
+            cmp,
+            ty,
+            dst,
+            a: a.into(),
+            b: b.into(),
+        });
+        dst
+    }
+
+    /// `cond ? a : b` on f32.
+    pub fn f32_select(&mut self, cond: Reg, a: impl Into<Operand>, b: impl Into<Operand>) -> Reg {
+        let dst = self.reg(RegClass::F32);
+        self.push(Op::Selp {
+            ty: Ty::F32,
+            dst,
+            a: a.into(),
+            b: b.into(),
+            cond,
+        });
+        dst
+    }
+
+    /// Combines two predicates with `and`, `or` or `xor`.
+    pub fn pred_op(&mut self, op: ArithOp, a: Reg, b: Reg) -> Reg {
+        let dst = self.reg(RegClass::Pred);
+        self.push(Op::Arith {
+            op,
+            ty: Ty::Pred,
+            dst,
+            a: a.into(),
+            b: b.into(),
+        });
+        dst
+    }
+
+    pub fn pred_not(&mut self, a: Reg) -> Reg {
+        let dst = self.reg(RegClass::Pred);
+        self.push(Op::Unary {
+            op: UnaryOp::Not,
+            ty: Ty::Pred,
+            dst,
+            a: a.into(),
+        });
+        dst
+    }
+
+    /// Converts an unsigned 32-bit integer to f32.
+    pub fn u32_to_f32(&mut self, a: Reg) -> Reg {
+        let dst = self.reg(RegClass::F32);
+        self.push(Op::Cvt {
+            to: Ty::F32,
+            from: Ty::U32,
+            dst,
+            src: a,
+        });
+        dst
+    }
+
+    /// The global address of the `index`-th kernel parameter (a pointer).
+    pub fn param_ptr(&mut self, index: usize) -> Reg {
+        let raw = self.reg(RegClass::B64);
+        self.push(Op::LdParam { dst: raw, index });
+        let dst = self.reg(RegClass::B64);
+        self.push(Op::CvtaGlobal { dst, src: raw });
+        dst
+    }
+
+    /// The 32-bit address of the dynamic shared-memory window.
+    pub fn shared_base(&mut self) -> Reg {
+        let dst = self.reg(RegClass::B32);
+        self.push(Op::SharedBase { dst });
+        dst
+    }
+
+    /// `base + index * elem_bytes` as a 64-bit global address.
+    pub fn global_addr(&mut self, base: Reg, index: impl Into<Operand>, elem_bytes: u32) -> Reg {
+        let offset = self.reg(RegClass::B64);
+        self.push(Op::MulWide {
+            dst: offset,
+            a: index.into(),
+            b: Operand::Int(i64::from(elem_bytes)),
+        });
+        let dst = self.reg(RegClass::B64);
+        self.push(Op::Arith {
+            op: ArithOp::Add,
+            ty: Ty::U64,
+            dst,
+            a: base.into(),
+            b: offset.into(),
+        });
+        dst
+    }
+
+    /// Loads one element of `dtype` and widens it to f32.
+    pub fn load(&mut self, space: Space, dtype: DType, addr: Addr) -> Reg {
+        match dtype {
+            DType::F32 => {
+                let dst = self.reg(RegClass::F32);
+                self.push(Op::Ld {
+                    space,
+                    ty: Ty::F32,
+                    dsts: vec![dst],
+                    addr,
+                });
+                dst
+            }
+            DType::F16 | DType::Bf16 => {
+                let half = self.reg(RegClass::B16);
+                self.push(Op::Ld {
+                    space,
+                    ty: Ty::B16,
+                    dsts: vec![half],
+                    addr,
+                });
+                self.widen(dtype, half)
+            }
+        }
+    }
+
+    /// Loads `n` (2 or 4) consecutive f32 elements with one vector access.
+    pub fn load_f32_vec(&mut self, space: Space, addr: Addr, n: usize) -> Vec<Reg> {
+        let dsts: Vec<Reg> = (0..n).map(|_| self.reg(RegClass::F32)).collect();
+        self.push(Op::Ld {
+            space,
+            ty: Ty::F32,
+            dsts: dsts.clone(),
+            addr,
+        });
+        dsts
+    }
+
+    /// Widens a 16-bit value in storage form to f32 (exactly).
+    pub fn widen(&mut self, dtype: DType, half: Reg) -> Reg {
+        let dst = self.reg(RegClass::F32);
+        match dtype {
+            DType::F16 => self.push(Op::Cvt {
+                to: Ty::F32,
+                from: Ty::F16,
+                dst,
+                src: half,
+            }),
+            // `cvt.f32.bf16` needs sm_90; a bf16 is the top half of an f32.
+            DType::Bf16 | DType::F32 => {
+                let wide = self.reg(RegClass::B32);
+                self.push(Op::Cvt {
+                    to: Ty::U32,
+                    from: Ty::U16,
+                    dst: wide,
+                    src: half,
+                });
+                let shifted = self.u32_op(ArithOp::Shl, wide, Operand::Int(16));
+                self.push(Op::Mov {
+                    ty: Ty::B32,
+                    dst,
+                    src: shifted.into(),
+                });
+            }
+        }
+        dst
+    }
+
+    /// Rounds an f32 to a 16-bit dtype (to nearest even), in storage form.
+    pub fn narrow(&mut self, dtype: DType, value: Reg) -> Reg {
+        let dst = self.reg(RegClass::B16);
+        let to = if dtype == DType::Bf16 { Ty::Bf16 } else { Ty::F16 };
+        self.push(Op::Cvt {
+            to,
+            from: Ty::F32,
+            dst,
+            src: value,
+        });
+        dst
+    }
+
+    /// Rounds an f32 to `dtype`'s precision, keeping it an f32.
+    pub fn round_to(&mut self, dtype: DType, value: Reg) -> Reg {
+        match dtype {
+            DType::F32 => value,
+            _ => {
+                let half = self.narrow(dtype, value);
+                self.widen(dtype, half)
+            }
+        }
+    }
+
+    /// Stores an f32 value as one element of `dtype`.
+    pub fn store(&mut self, space: Space, dtype: DType, addr: Addr, value: Reg) {
+        let (ty, src) = match dtype {
+            DType::F32 => (Ty::F32, value),
+            _ => (Ty::B16, self.narrow(dtype, value)),
+        };
+        self.push(Op::St {
+            space,
+            ty,
+            addr,
+            srcs: vec![src.into()],
+        });
+    }
+}
+
+/// The integer type an arithmetic operation is printed with.
+fn arith_int_ty(op: ArithOp) -> Ty {
+    match op {
+        ArithOp::And | ArithOp::Or | ArithOp::Xor | ArithOp::Shl => Ty::B32,
+        _ => Ty::U32,
+    }
+}

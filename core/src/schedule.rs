@@ -1,0 +1,66 @@
+//! Schedules: how a kernel's computation is mapped onto threads and blocks.
+//!
+//! A schedule is a point in a kernel's schedule space: typed knobs, one
+//! variant per op class. The database stores schedules (never PTX), so they
+//! serialize to a stable JSON form.
+
+use serde::{Deserialize, Serialize};
+
+/// One point of a kernel's schedule space.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(tag = "class", rename_all = "snake_case")]
+pub enum Schedule {
+    /// One thread per output element; reductions as sequential loops. Valid
+    /// for every kernel; the fallback for computations no other class fits.
+    Generic { block: u32 },
+    /// Elementwise and broadcast kernels: each thread handles `per_thread`
+    /// groups of `vector` consecutive output elements.
+    Elementwise {
+        block: u32,
+        per_thread: u32,
+        vector: u32,
+    },
+    /// Row reductions and normalizations: `threads_per_row` threads
+    /// cooperate on one row (warp shuffles, then shared memory across warps),
+    /// `rows_per_block` rows per block.
+    Rows {
+        threads_per_row: u32,
+        rows_per_block: u32,
+        vector: u32,
+    },
+    /// Contractions: a `block_m × block_n` output tile per block, staged
+    /// through shared memory `block_k` deep, `thread_m × thread_n` outputs per
+    /// thread held in registers; global loads of A and B move `vector_a` and
+    /// `vector_b` elements at once (up to 16 bytes). See
+    /// [`crate::lower::matmul`].
+    Matmul {
+        block_m: u32,
+        block_n: u32,
+        block_k: u32,
+        thread_m: u32,
+        thread_n: u32,
+        vector_a: u32,
+        vector_b: u32,
+    },
+}
+
+impl Schedule {
+    /// The class name, as in the JSON form.
+    pub fn class(&self) -> &'static str {
+        match self {
+            Schedule::Generic { .. } => "generic",
+            Schedule::Elementwise { .. } => "elementwise",
+            Schedule::Rows { .. } => "rows",
+            Schedule::Matmul { .. } => "matmul",
+        }
+    }
+
+    /// The compact JSON form stored in databases and shown to people.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    pub fn from_json(json: &str) -> Result<Schedule, serde_json::Error> {
+        serde_json::from_str(json)
+    }
+}

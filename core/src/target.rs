@@ -1,0 +1,146 @@
+//! GPU targets: the SM versions ktune generates code for.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+/// A streaming-multiprocessor architecture that PTX can target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum SmVersion {
+    /// A100: the baseline; sm_80 PTX is JIT-compiled by the driver on every newer GPU.
+    #[serde(rename = "sm_80")]
+    Sm80,
+    /// A10, A40, RTX 30xx.
+    #[serde(rename = "sm_86")]
+    Sm86,
+    /// L4, L40, RTX 40xx.
+    #[serde(rename = "sm_89")]
+    Sm89,
+    /// H100, H200.
+    #[serde(rename = "sm_90")]
+    Sm90,
+}
+
+impl SmVersion {
+    pub const ALL: [SmVersion; 4] = [
+        SmVersion::Sm80,
+        SmVersion::Sm86,
+        SmVersion::Sm89,
+        SmVersion::Sm90,
+    ];
+
+    /// The target every build emits, whatever else is declared.
+    pub const BASELINE: SmVersion = SmVersion::Sm80;
+
+    pub fn name(self) -> &'static str {
+        match self {
+            SmVersion::Sm80 => "sm_80",
+            SmVersion::Sm86 => "sm_86",
+            SmVersion::Sm89 => "sm_89",
+            SmVersion::Sm90 => "sm_90",
+        }
+    }
+
+    /// Compute capability as (major, minor).
+    pub fn compute_capability(self) -> (u32, u32) {
+        match self {
+            SmVersion::Sm80 => (8, 0),
+            SmVersion::Sm86 => (8, 6),
+            SmVersion::Sm89 => (8, 9),
+            SmVersion::Sm90 => (9, 0),
+        }
+    }
+
+    pub fn from_compute_capability(major: u32, minor: u32) -> Option<SmVersion> {
+        SmVersion::ALL
+            .into_iter()
+            .find(|sm| sm.compute_capability() == (major, minor))
+    }
+
+    /// The oldest PTX ISA version that supports this target.
+    pub fn ptx_isa(self) -> PtxIsa {
+        match self {
+            SmVersion::Sm80 => PtxIsa { major: 7, minor: 0 },
+            SmVersion::Sm86 => PtxIsa { major: 7, minor: 1 },
+            SmVersion::Sm89 | SmVersion::Sm90 => PtxIsa { major: 7, minor: 8 },
+        }
+    }
+
+    /// Hardware limits the code generator must respect (ptxas checks none of
+    /// the shared-memory ones).
+    pub fn limits(self) -> Limits {
+        let (max_shared_per_block, shared_per_sm, sm_count) = match self {
+            SmVersion::Sm80 => (163 * 1024, 164 * 1024, 108),
+            SmVersion::Sm86 => (99 * 1024, 100 * 1024, 84),
+            SmVersion::Sm89 => (99 * 1024, 100 * 1024, 128),
+            SmVersion::Sm90 => (227 * 1024, 228 * 1024, 132),
+        };
+        Limits {
+            max_threads_per_block: 1024,
+            max_threads_per_sm: if self == SmVersion::Sm86 || self == SmVersion::Sm89 {
+                1536
+            } else {
+                2048
+            },
+            registers_per_sm: 65536,
+            max_registers_per_thread: 255,
+            static_shared_per_block: 48 * 1024,
+            max_shared_per_block,
+            shared_per_sm,
+            sm_count,
+            warp_size: 32,
+        }
+    }
+}
+
+impl fmt::Display for SmVersion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Error for a target name ktune does not know.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown GPU target `{0}`; expected one of sm_80, sm_86, sm_89, sm_90")]
+pub struct UnknownTarget(pub String);
+
+impl FromStr for SmVersion {
+    type Err = UnknownTarget;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        SmVersion::ALL
+            .into_iter()
+            .find(|sm| sm.name() == s)
+            .ok_or_else(|| UnknownTarget(s.to_owned()))
+    }
+}
+
+/// A PTX ISA version, printed in the `.version` directive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct PtxIsa {
+    pub major: u32,
+    pub minor: u32,
+}
+
+impl fmt::Display for PtxIsa {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.major, self.minor)
+    }
+}
+
+/// Per-target hardware limits and sizes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub max_threads_per_block: u32,
+    pub max_threads_per_sm: u32,
+    pub registers_per_sm: u32,
+    pub max_registers_per_thread: u32,
+    /// Shared memory a block may use without opting in.
+    pub static_shared_per_block: u32,
+    /// Shared memory a block may use after opting in.
+    pub max_shared_per_block: u32,
+    pub shared_per_sm: u32,
+    pub sm_count: u32,
+    pub warp_size: u32,
+}

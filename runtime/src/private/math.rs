@@ -1,0 +1,82 @@
+//! The kernel language's functions as the CPU reference computes them: in
+//! `f32`, to within an ulp or two of the exact value. The GPU variants use
+//! faster approximations and are checked against these.
+
+/// `-x`
+#[inline]
+pub fn neg(x: f32) -> f32 {
+    -x
+}
+
+/// `eˣ`
+#[inline]
+pub fn exp(x: f32) -> f32 {
+    x.exp()
+}
+
+/// Natural logarithm.
+#[inline]
+pub fn log(x: f32) -> f32 {
+    x.ln()
+}
+
+/// `√x`
+#[inline]
+pub fn sqrt(x: f32) -> f32 {
+    x.sqrt()
+}
+
+/// `1 / √x`
+#[inline]
+pub fn rsqrt(x: f32) -> f32 {
+    1.0 / x.sqrt()
+}
+
+/// Hyperbolic tangent.
+#[inline]
+pub fn tanh(x: f32) -> f32 {
+    x.tanh()
+}
+
+/// `|x|`
+#[inline]
+pub fn abs(x: f32) -> f32 {
+    x.abs()
+}
+
+/// `max(x, 0)`; 0 for NaN, like the GPU's `max.f32`.
+#[inline]
+pub fn relu(x: f32) -> f32 {
+    x.max(0.0)
+}
+
+/// `1 / (1 + e⁻ˣ)`
+#[inline]
+pub fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + (-x).exp())
+}
+
+/// `x · sigmoid(x)`
+#[inline]
+pub fn silu(x: f32) -> f32 {
+    x * sigmoid(x)
+}
+
+/// GELU, tanh approximation: `0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))`.
+#[inline]
+pub fn gelu(x: f32) -> f32 {
+    const SQRT_2_OVER_PI: f32 = std::f32::consts::FRAC_2_SQRT_PI * std::f32::consts::FRAC_1_SQRT_2;
+    0.5 * x * (1.0 + (SQRT_2_OVER_PI * (x + 0.044_715 * x * x * x)).tanh())
+}
+
+/// GELU, exact form: `0.5·x·(1 + erf(x/√2))`.
+#[inline]
+pub fn gelu_erf(x: f32) -> f32 {
+    0.5 * x * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2))
+}
+
+/// The error function.
+#[inline]
+pub fn erf(x: f32) -> f32 {
+    libm::erff(x)
+}

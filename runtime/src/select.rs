@@ -1,0 +1,65 @@
+//! Choosing the compiled variant for a GPU.
+
+use crate::{Error, KernelInfo, Variant};
+
+/// Picks the variant of `kernel` to run on a GPU named `gpu_name` with
+/// compute capability `cc`.
+///
+/// PTX for sm_X runs on sm_X and every newer GPU (the driver compiles it), so
+/// a variant whose `sm` is newer than `cc` is never picked. Among the others:
+///
+/// 1. a variant tuned on this exact GPU model (the newest `sm` if several);
+/// 2. else one for exactly this compute capability, preferring one tuned on
+///    another GPU of the same architecture (same limits, measured) over the
+///    heuristic default;
+/// 3. else the newest `sm` below `cc`, preferring the heuristic default over
+///    one tuned on another architecture (which may rely on that GPU's
+///    shared-memory capacity).
+///
+/// Ties go to the variant listed first. The sm_80 default, which every build
+/// emits, makes step 3 succeed on every Ampere or newer GPU.
+///
+/// # Errors
+///
+/// [`Error::NoVariant`] when every variant is newer than the GPU (e.g. a
+/// Turing GPU, sm_75); [`Error::StaleBuild`] when there are no variants at all.
+pub fn select_variant(
+    kernel: &'static KernelInfo,
+    variants: &'static [Variant],
+    gpu_name: &str,
+    cc: (u32, u32),
+) -> Result<&'static Variant, Error> {
+    if variants.is_empty() {
+        return Err(Error::StaleBuild {
+            kernel: kernel.name,
+        });
+    }
+    let runnable = || variants.iter().filter(move |v| v.sm <= cc);
+
+    let same_model = first_max_by_key(runnable().filter(|v| v.gpu == Some(gpu_name)), |v| v.sm);
+    let same_cc = || first_max_by_key(runnable().filter(|v| v.sm == cc), |v| v.is_tuned());
+    let newest_older = || first_max_by_key(runnable(), |v| (v.sm, !v.is_tuned()));
+
+    same_model
+        .or_else(same_cc)
+        .or_else(newest_older)
+        .ok_or_else(|| Error::NoVariant {
+            kernel: kernel.name,
+            device: format!("{gpu_name} (sm_{}{})", cc.0, cc.1),
+        })
+}
+
+/// The first item with the greatest key (`Iterator::max_by_key` returns the last).
+fn first_max_by_key<'a, K: Ord>(
+    items: impl Iterator<Item = &'a Variant>,
+    key: impl Fn(&Variant) -> K,
+) -> Option<&'a Variant> {
+    let mut best: Option<(&'a Variant, K)> = None;
+    for item in items {
+        let k = key(item);
+        if best.as_ref().is_none_or(|(_, best_key)| k > *best_key) {
+            best = Some((item, k));
+        }
+    }
+    best.map(|(item, _)| item)
+}

@@ -1,0 +1,189 @@
+//! `cargo ktune`: the command line of ktune.
+//!
+//! - `cargo ktune status`: the kernels of a crate, their shapes, and the
+//!   schedule each target's variant would use (and where it came from).
+//! - `cargo ktune ptx <kernel> [--target sm_90] [--schedule default|JSON]`:
+//!   the PTX a kernel ships, to read what runs.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result, bail};
+use clap::{Args, Parser, Subcommand};
+use ktune_build::scan::{self, Found};
+use ktune_build::{Source, manifest, select};
+use ktune_core::SmVersion;
+use ktune_core::schedule::Schedule;
+
+#[derive(Parser)]
+#[command(name = "cargo", bin_name = "cargo")]
+enum Cargo {
+    /// ktune's tools for crates with #[tuned_kernel]s.
+    #[command(version)]
+    Ktune(Cli),
+}
+
+#[derive(Args)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Args)]
+struct CrateArgs {
+    /// Path to the crate's Cargo.toml (default: the one in the current folder).
+    #[arg(long)]
+    manifest_path: Option<PathBuf>,
+    /// The package, in a workspace.
+    #[arg(short, long)]
+    package: Option<String>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// List the crate's kernels with their shapes and the schedule each
+    /// target would use.
+    Status {
+        #[command(flatten)]
+        krate: CrateArgs,
+    },
+    /// Print the PTX of one kernel for one target and schedule.
+    Ptx {
+        /// The kernel's name (its function name).
+        kernel: String,
+        #[arg(long, default_value = "sm_80")]
+        target: SmVersion,
+        /// `default` (the heuristic choice) or a schedule as JSON, e.g.
+        /// '{"class":"generic","block":128}'.
+        #[arg(long, default_value = "default")]
+        schedule: String,
+        #[command(flatten)]
+        krate: CrateArgs,
+    },
+}
+
+fn main() {
+    let Cargo::Ktune(cli) = Cargo::parse();
+    if let Err(e) = run(cli) {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Status { krate } => status(&krate),
+        Command::Ptx {
+            kernel,
+            target,
+            schedule,
+            krate,
+        } => ptx(&krate, &kernel, target, &schedule),
+    }
+}
+
+/// The crate to work on: its root folder and its manifest's ktune settings.
+struct Crate {
+    name: String,
+    root: PathBuf,
+    metadata: manifest::Metadata,
+    kernels: Vec<Found>,
+}
+
+fn load_crate(args: &CrateArgs) -> Result<Crate> {
+    let mut cmd = cargo_metadata::MetadataCommand::new();
+    cmd.no_deps();
+    if let Some(path) = &args.manifest_path {
+        cmd.manifest_path(path);
+    }
+    let meta = cmd.exec().context("cannot read the crate's metadata")?;
+    let package = match &args.package {
+        Some(name) => meta
+            .workspace_packages()
+            .into_iter()
+            .find(|p| p.name.as_str() == name)
+            .with_context(|| format!("no package `{name}` in this workspace"))?,
+        None => match meta.root_package() {
+            Some(p) => p,
+            None => bail!("this is a workspace: choose a package with -p"),
+        },
+    };
+    let manifest_path = package.manifest_path.clone().into_std_path_buf();
+    let root = manifest_path
+        .parent()
+        .map(PathBuf::from)
+        .context("manifest without a folder")?;
+    let metadata = manifest::read(&manifest_path)?;
+    let found = scan::scan(&root, &[root.join("src")])?;
+    Ok(Crate {
+        name: package.name.to_string(),
+        root,
+        metadata,
+        kernels: found.kernels,
+    })
+}
+
+fn status(args: &CrateArgs) -> Result<()> {
+    let krate = load_crate(args)?;
+    let targets = select::targets(&krate.metadata.targets);
+    println!(
+        "crate `{}` ({}): {} kernels, targets {}",
+        krate.name,
+        krate.root.display(),
+        krate.kernels.len(),
+        targets
+            .iter()
+            .map(|t| t.name())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    for found in &krate.kernels {
+        let k = &found.kernel;
+        let shape: Vec<String> = k
+            .dims
+            .iter()
+            .map(|d| format!("{}={}", d.name, d.size))
+            .collect();
+        println!(
+            "\n{}  ({})\n  shape: {}  output: {}",
+            k.name,
+            found.location,
+            shape.join(", "),
+            k.output.dtype
+        );
+        for v in select::variants(k, &found.location, &targets)? {
+            println!(
+                "  {:<6} {:<10} {:<9} {}",
+                v.target.name(),
+                v.gpu.as_deref().unwrap_or("default"),
+                v.source.to_string(),
+                v.schedule.to_json()
+            );
+        }
+    }
+    Ok(())
+}
+
+fn ptx(args: &CrateArgs, name: &str, target: SmVersion, schedule: &str) -> Result<()> {
+    let krate = load_crate(args)?;
+    let Some(found) = krate.kernels.iter().find(|f| f.kernel.name == name) else {
+        let names: Vec<&str> = krate
+            .kernels
+            .iter()
+            .map(|f| f.kernel.name.as_str())
+            .collect();
+        bail!(
+            "no kernel `{name}` in crate `{}`; its kernels: {}",
+            krate.name,
+            names.join(", ")
+        );
+    };
+    let variant = if schedule == "default" {
+        select::variants(&found.kernel, &found.location, &[target])?.remove(0)
+    } else {
+        let schedule = Schedule::from_json(schedule)
+            .with_context(|| format!("`{schedule}` is not a schedule"))?;
+        select::variant(&found.kernel, &found.location, target, schedule, Source::Explicit)?
+    };
+    print!("{}", ktune_core::ptx::print(&variant.lowered.ptx, target));
+    Ok(())
+}

@@ -1,0 +1,729 @@
+//! Pre-decoding: a [`Kernel`]'s instruction list becomes a compact program
+//! over flat register slots, with labels resolved, operand widths checked
+//! and every type-dependent choice made once.
+
+use std::collections::HashMap;
+
+use ktune_core::ptx::inst::{
+    ArithOp, Cmp, Instr, Kernel, Op, Operand, Reg, RegClass, ShflMode, Space, Special, Ty,
+    UnaryOp,
+};
+
+use crate::shared::SHARED_BASE;
+use crate::memory::Memory;
+
+/// Index of a register in a thread's flat register file.
+pub(crate) type Slot = u32;
+
+/// A source operand.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Src {
+    Reg(Slot),
+    /// Already truncated to the instruction type's width.
+    Imm(u64),
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Guard {
+    Always,
+    If(Slot),
+    IfNot(Slot),
+}
+
+/// Two-operand operations, one variant per (operation, type) pair.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Bin {
+    Add32,
+    Sub32,
+    Mul32,
+    DivU32,
+    DivS32,
+    RemU32,
+    RemS32,
+    MinU32,
+    MinS32,
+    MaxU32,
+    MaxS32,
+    Shl32,
+    ShrU32,
+    ShrS32,
+    Add64,
+    Sub64,
+    Mul64,
+    DivU64,
+    RemU64,
+    MinU64,
+    MaxU64,
+    Shl64,
+    ShrU64,
+    /// Bitwise, on values already normalised to their width (predicates
+    /// are 0 or 1), so one variant serves every width.
+    And,
+    Or,
+    Xor,
+    AddF,
+    SubF,
+    MulF,
+    DivF,
+    MinF,
+    MaxF,
+    /// `mul.wide.u32`
+    MulWide,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Un {
+    NegF,
+    AbsF,
+    SqrtF,
+    RsqrtF,
+    RcpF,
+    Ex2F,
+    Lg2F,
+    Neg32,
+    Abs32,
+    NotPred,
+    Not16,
+    Not32,
+    Not64,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Mad {
+    Int32,
+    Int64,
+    F32,
+}
+
+/// How `setp` compares.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum CmpKind {
+    /// Unsigned integers of any width (values are zero-extended).
+    Unsigned,
+    S32,
+    F32,
+}
+
+/// A numeric type `cvt` converts between.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Num {
+    Int { bits: u8, signed: bool },
+    F16,
+    Bf16,
+    F32,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Exec {
+    Mov {
+        dst: Slot,
+        src: Src,
+    },
+    Sreg {
+        dst: Slot,
+        sreg: Special,
+    },
+    Bin {
+        op: Bin,
+        dst: Slot,
+        a: Src,
+        b: Src,
+    },
+    Mad {
+        kind: Mad,
+        dst: Slot,
+        a: Src,
+        b: Src,
+        c: Src,
+    },
+    Un {
+        op: Un,
+        dst: Slot,
+        a: Src,
+    },
+    Cvt {
+        from: Num,
+        to: Num,
+        dst: Slot,
+        src: Slot,
+    },
+    Setp {
+        cmp: Cmp,
+        kind: CmpKind,
+        dst: Slot,
+        a: Src,
+        b: Src,
+    },
+    Selp {
+        dst: Slot,
+        a: Src,
+        b: Src,
+        cond: Slot,
+    },
+    Ld {
+        space: Space,
+        elem: u8,
+        n: u8,
+        dsts: [Slot; 4],
+        base: Slot,
+        offset: i64,
+    },
+    St {
+        space: Space,
+        elem: u8,
+        n: u8,
+        srcs: [Src; 4],
+        base: Slot,
+        offset: i64,
+    },
+    Shfl {
+        mode: ShflMode,
+        dst: Slot,
+        src: Slot,
+        lane: Src,
+        clamp: u32,
+    },
+    Bar,
+    Bra {
+        target: u32,
+    },
+    Ret,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Inst {
+    pub guard: Guard,
+    pub exec: Exec,
+}
+
+/// A decoded kernel.
+#[derive(Debug)]
+pub(crate) struct Program {
+    pub insts: Vec<Inst>,
+    /// For each decoded instruction, its index in the kernel body.
+    pub origin: Vec<usize>,
+    /// Registers per thread.
+    pub slots: u32,
+    class_base: [u32; 5],
+    class_count: [u32; 5],
+}
+
+/// Why decoding failed: the body index of the instruction and the reason.
+pub(crate) type DecodeError = (usize, String);
+
+impl Program {
+    pub(crate) fn decode(kernel: &Kernel) -> Result<Program, DecodeError> {
+        let mut class_count = [0u32; 5];
+        for (class, count) in &kernel.reg_counts {
+            class_count[*class as usize] = *count;
+        }
+        let mut class_base = [0u32; 5];
+        let mut slots = 0u32;
+        for class in RegClass::ALL {
+            class_base[class as usize] = slots;
+            slots += class_count[class as usize];
+        }
+        let mut program = Program {
+            insts: Vec::with_capacity(kernel.body.len() + 1),
+            origin: Vec::with_capacity(kernel.body.len() + 1),
+            slots,
+            class_base,
+            class_count,
+        };
+
+        // Labels resolve to the next real instruction.
+        let mut labels = HashMap::new();
+        let mut next = 0u32;
+        for (i, instr) in kernel.body.iter().enumerate() {
+            if let Op::Label(l) = instr.op {
+                if instr.guard.is_some() {
+                    return Err((i, "a label cannot be guarded".into()));
+                }
+                if labels.insert(l, next).is_some() {
+                    return Err((i, format!("label {} is defined twice", l.0)));
+                }
+            } else {
+                next += 1;
+            }
+        }
+
+        let d = Decoder {
+            program: &program,
+            kernel,
+            labels: &labels,
+        };
+        let mut insts = Vec::with_capacity(kernel.body.len() + 1);
+        let mut origin = Vec::with_capacity(kernel.body.len() + 1);
+        for (i, instr) in kernel.body.iter().enumerate() {
+            if matches!(instr.op, Op::Label(_)) {
+                continue;
+            }
+            insts.push(d.instr(instr).map_err(|e| (i, e))?);
+            origin.push(i);
+        }
+        // Falling off the end of the body returns.
+        insts.push(Inst {
+            guard: Guard::Always,
+            exec: Exec::Ret,
+        });
+        origin.push(kernel.body.len());
+        program.insts = insts;
+        program.origin = origin;
+        Ok(program)
+    }
+
+    fn slot(&self, r: Reg) -> Option<Slot> {
+        let c = r.class as usize;
+        (r.index < self.class_count[c]).then(|| self.class_base[c] + r.index)
+    }
+
+    /// The PTX name of the register in a slot (`%r7`).
+    pub(crate) fn reg_name(&self, slot: Slot) -> String {
+        for class in RegClass::ALL.into_iter().rev() {
+            let base = self.class_base[class as usize];
+            if slot >= base && self.class_count[class as usize] > 0 {
+                let prefix = match class {
+                    RegClass::Pred => "%p",
+                    RegClass::B16 => "%h",
+                    RegClass::B32 => "%r",
+                    RegClass::B64 => "%rd",
+                    RegClass::F32 => "%f",
+                };
+                return format!("{prefix}{}", slot - base);
+            }
+        }
+        format!("slot {slot}")
+    }
+}
+
+/// Register and operand widths.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Width {
+    Pred,
+    W16,
+    W32,
+    W64,
+}
+
+impl Width {
+    fn bits(self) -> u32 {
+        match self {
+            Width::Pred => 1,
+            Width::W16 => 16,
+            Width::W32 => 32,
+            Width::W64 => 64,
+        }
+    }
+
+    fn bytes(self) -> u8 {
+        match self {
+            Width::Pred => 0,
+            Width::W16 => 2,
+            Width::W32 => 4,
+            Width::W64 => 8,
+        }
+    }
+
+    fn mask(self, v: u64) -> u64 {
+        match self {
+            Width::W64 => v,
+            w => v & ((1u64 << w.bits()) - 1),
+        }
+    }
+}
+
+fn class_width(c: RegClass) -> Width {
+    match c {
+        RegClass::Pred => Width::Pred,
+        RegClass::B16 => Width::W16,
+        RegClass::B32 | RegClass::F32 => Width::W32,
+        RegClass::B64 => Width::W64,
+    }
+}
+
+fn ty_width(t: Ty) -> Width {
+    match t {
+        Ty::Pred => Width::Pred,
+        Ty::B16 | Ty::U16 | Ty::F16 | Ty::Bf16 => Width::W16,
+        Ty::B32 | Ty::U32 | Ty::S32 | Ty::F32 => Width::W32,
+        Ty::B64 | Ty::U64 => Width::W64,
+    }
+}
+
+fn is_float(t: Ty) -> bool {
+    matches!(t, Ty::F16 | Ty::Bf16 | Ty::F32)
+}
+
+fn num(t: Ty) -> Result<Num, String> {
+    Ok(match t {
+        Ty::F16 => Num::F16,
+        Ty::Bf16 => Num::Bf16,
+        Ty::F32 => Num::F32,
+        Ty::S32 => Num::Int {
+            bits: 32,
+            signed: true,
+        },
+        Ty::Pred => return Err("cvt has no .pred form".into()),
+        t => Num::Int {
+            bits: ty_width(t).bits() as u8,
+            signed: false,
+        },
+    })
+}
+
+struct Decoder<'a> {
+    program: &'a Program,
+    kernel: &'a Kernel,
+    labels: &'a HashMap<ktune_core::ptx::inst::Label, u32>,
+}
+
+fn unsupported(what: &str, t: Ty) -> String {
+    format!("{what} on .{t:?} is not supported by the virtual GPU").to_lowercase()
+}
+
+impl Decoder<'_> {
+    fn slot(&self, r: Reg) -> Result<Slot, String> {
+        self.program.slot(r).ok_or_else(|| {
+            format!(
+                "register {:?} {} is not declared (the kernel declares {} of that class)",
+                r.class, r.index, self.program.class_count[r.class as usize]
+            )
+        })
+    }
+
+    /// A register whose width must equal `w`.
+    fn reg(&self, r: Reg, w: Width) -> Result<Slot, String> {
+        let have = class_width(r.class);
+        if have != w {
+            return Err(format!(
+                "register of class {:?} used where a {}-bit operand is expected",
+                r.class,
+                w.bits()
+            ));
+        }
+        self.slot(r)
+    }
+
+    /// A register at least `w` wide (`ld`, `st` and `cvt` use its low bits).
+    fn wide_reg(&self, r: Reg, w: Width) -> Result<Slot, String> {
+        let have = class_width(r.class);
+        if (have == Width::Pred) != (w == Width::Pred) || have < w {
+            return Err(format!(
+                "register of class {:?} used where a {}-bit operand is expected",
+                r.class,
+                w.bits()
+            ));
+        }
+        self.slot(r)
+    }
+
+    fn src(&self, o: Operand, t: Ty) -> Result<Src, String> {
+        let w = ty_width(t);
+        match o {
+            Operand::Reg(r) => Ok(Src::Reg(self.reg(r, w)?)),
+            Operand::Int(i) if is_float(t) => Err(format!(
+                "integer immediate {i} used as a .{t:?} operand (write it as a float immediate)"
+            )
+            .to_lowercase()),
+            Operand::Int(i) => Ok(Src::Imm(w.mask(i as u64))),
+            Operand::F32(x) if w == Width::W32 => Ok(Src::Imm(u64::from(x.to_bits()))),
+            Operand::F32(_) => Err(format!("f32 immediate used as a {}-bit operand", w.bits())),
+        }
+    }
+
+    fn instr(&self, instr: &Instr) -> Result<Inst, String> {
+        let guard = match instr.guard {
+            None => Guard::Always,
+            Some(g) => {
+                let p = self.reg(g.pred, Width::Pred)?;
+                if g.negate { Guard::IfNot(p) } else { Guard::If(p) }
+            }
+        };
+        Ok(Inst {
+            guard,
+            exec: self.op(&instr.op)?,
+        })
+    }
+
+    fn op(&self, op: &Op) -> Result<Exec, String> {
+        Ok(match op {
+            Op::LdParam { dst, index } => {
+                if *index >= self.kernel.param_count {
+                    return Err(format!(
+                        "param_{index} does not exist (the kernel has {} parameters)",
+                        self.kernel.param_count
+                    ));
+                }
+                Exec::Mov {
+                    dst: self.reg(*dst, Width::W64)?,
+                    src: Src::Imm(Memory::base_address(*index)),
+                }
+            }
+            Op::CvtaGlobal { dst, src } => Exec::Mov {
+                dst: self.reg(*dst, Width::W64)?,
+                src: Src::Reg(self.reg(*src, Width::W64)?),
+            },
+            Op::SharedBase { dst } => {
+                if self.kernel.dynamic_shared_bytes == 0 {
+                    return Err(
+                        "the kernel addresses the shared window but declares 0 dynamic shared bytes"
+                            .into(),
+                    );
+                }
+                Exec::Mov {
+                    dst: self.reg(*dst, Width::W32)?,
+                    src: Src::Imm(u64::from(SHARED_BASE)),
+                }
+            }
+            Op::Mov { ty, dst, src } => Exec::Mov {
+                dst: self.reg(*dst, ty_width(*ty))?,
+                src: self.src(*src, *ty)?,
+            },
+            Op::ReadSpecial { dst, sreg } => Exec::Sreg {
+                dst: self.reg(*dst, Width::W32)?,
+                sreg: *sreg,
+            },
+            Op::Arith { op, ty, dst, a, b } => {
+                let bin = arith(*op, *ty)?;
+                let shift = matches!(op, ArithOp::Shl | ArithOp::Shr);
+                Exec::Bin {
+                    op: bin,
+                    dst: self.reg(*dst, ty_width(*ty))?,
+                    a: self.src(*a, *ty)?,
+                    // Shift amounts are always .u32.
+                    b: self.src(*b, if shift { Ty::U32 } else { *ty })?,
+                }
+            }
+            Op::MulWide { dst, a, b } => Exec::Bin {
+                op: Bin::MulWide,
+                dst: self.reg(*dst, Width::W64)?,
+                a: self.src(*a, Ty::U32)?,
+                b: self.src(*b, Ty::U32)?,
+            },
+            Op::Mad { ty, dst, a, b, c } => {
+                let kind = match ty {
+                    Ty::U32 | Ty::S32 | Ty::B32 => Mad::Int32,
+                    Ty::U64 | Ty::B64 => Mad::Int64,
+                    Ty::F32 => Mad::F32,
+                    t => return Err(unsupported("mad/fma", *t)),
+                };
+                Exec::Mad {
+                    kind,
+                    dst: self.reg(*dst, ty_width(*ty))?,
+                    a: self.src(*a, *ty)?,
+                    b: self.src(*b, *ty)?,
+                    c: self.src(*c, *ty)?,
+                }
+            }
+            Op::Unary { op, ty, dst, a } => Exec::Un {
+                op: unary(*op, *ty)?,
+                dst: self.reg(*dst, ty_width(*ty))?,
+                a: self.src(*a, *ty)?,
+            },
+            Op::Cvt { to, from, dst, src } => {
+                let (to_num, from_num) = (num(*to)?, num(*from)?);
+                let float = |n| matches!(n, Num::F16 | Num::Bf16 | Num::F32);
+                if float(to_num) && float(from_num) {
+                    let ok = matches!(
+                        (to_num, from_num),
+                        (Num::F32, _) | (Num::F16 | Num::Bf16, Num::F32)
+                    );
+                    if !ok {
+                        return Err(format!("cvt.{to:?}.{from:?} is not supported").to_lowercase());
+                    }
+                }
+                Exec::Cvt {
+                    from: from_num,
+                    to: to_num,
+                    dst: self.wide_reg(*dst, ty_width(*to))?,
+                    src: self.wide_reg(*src, ty_width(*from))?,
+                }
+            }
+            Op::Setp { cmp, ty, dst, a, b } => {
+                let kind = match ty {
+                    Ty::F32 => CmpKind::F32,
+                    Ty::S32 => CmpKind::S32,
+                    Ty::U16 | Ty::U32 | Ty::U64 | Ty::B16 | Ty::B32 | Ty::B64 => {
+                        CmpKind::Unsigned
+                    }
+                    t => return Err(unsupported("setp", *t)),
+                };
+                if matches!(cmp, Cmp::Neu) && !matches!(kind, CmpKind::F32) {
+                    return Err("setp.neu needs a floating-point type".into());
+                }
+                Exec::Setp {
+                    cmp: *cmp,
+                    kind,
+                    dst: self.reg(*dst, Width::Pred)?,
+                    a: self.src(*a, *ty)?,
+                    b: self.src(*b, *ty)?,
+                }
+            }
+            Op::Selp {
+                ty,
+                dst,
+                a,
+                b,
+                cond,
+            } => Exec::Selp {
+                dst: self.reg(*dst, ty_width(*ty))?,
+                a: self.src(*a, *ty)?,
+                b: self.src(*b, *ty)?,
+                cond: self.reg(*cond, Width::Pred)?,
+            },
+            Op::Ld {
+                space,
+                ty,
+                dsts,
+                addr,
+            } => {
+                let (elem, n) = self.access(*ty, dsts.len())?;
+                let mut slots = [0; 4];
+                for (s, r) in slots.iter_mut().zip(dsts) {
+                    *s = self.wide_reg(*r, ty_width(*ty))?;
+                }
+                Exec::Ld {
+                    space: *space,
+                    elem,
+                    n,
+                    dsts: slots,
+                    base: self.address(*space, addr.base)?,
+                    offset: addr.offset,
+                }
+            }
+            Op::St {
+                space,
+                ty,
+                addr,
+                srcs,
+            } => {
+                let (elem, n) = self.access(*ty, srcs.len())?;
+                let mut values = [Src::Imm(0); 4];
+                for (v, o) in values.iter_mut().zip(srcs) {
+                    *v = match o {
+                        Operand::Reg(r) => Src::Reg(self.wide_reg(*r, ty_width(*ty))?),
+                        imm => self.src(*imm, *ty)?,
+                    };
+                }
+                Exec::St {
+                    space: *space,
+                    elem,
+                    n,
+                    srcs: values,
+                    base: self.address(*space, addr.base)?,
+                    offset: addr.offset,
+                }
+            }
+            Op::Shfl {
+                mode,
+                dst,
+                src,
+                lane,
+                clamp,
+            } => Exec::Shfl {
+                mode: *mode,
+                dst: self.reg(*dst, Width::W32)?,
+                src: self.reg(*src, Width::W32)?,
+                lane: self.src(*lane, Ty::U32)?,
+                clamp: *clamp,
+            },
+            Op::BarSync => Exec::Bar,
+            Op::Bra { target } => Exec::Bra {
+                target: *self
+                    .labels
+                    .get(target)
+                    .ok_or_else(|| format!("label {} is never placed", target.0))?,
+            },
+            Op::Label(_) => return Err("a label is not an instruction".into()),
+            Op::Ret => Exec::Ret,
+        })
+    }
+
+    /// Element size and vector length of a load or store.
+    fn access(&self, ty: Ty, n: usize) -> Result<(u8, u8), String> {
+        let elem = ty_width(ty).bytes();
+        if elem == 0 {
+            return Err("loads and stores have no .pred form".into());
+        }
+        if !matches!(n, 1 | 2 | 4) || usize::from(elem) * n > 16 {
+            return Err(format!(
+                "a vector of {n} {}-byte elements is not a PTX vector access",
+                elem
+            ));
+        }
+        Ok((elem, n as u8))
+    }
+
+    fn address(&self, space: Space, base: Reg) -> Result<Slot, String> {
+        match space {
+            Space::Global => self.reg(base, Width::W64),
+            Space::Shared => match class_width(base.class) {
+                Width::W32 | Width::W64 => self.slot(base),
+                _ => Err("a shared address must be a 32- or 64-bit register".into()),
+            },
+        }
+    }
+}
+
+fn arith(op: ArithOp, ty: Ty) -> Result<Bin, String> {
+    use ArithOp as A;
+    let int32 = matches!(ty, Ty::U32 | Ty::B32 | Ty::S32);
+    let int64 = matches!(ty, Ty::U64 | Ty::B64);
+    let signed = ty == Ty::S32;
+    Ok(match op {
+        A::And | A::Or | A::Xor if is_float(ty) => return Err(unsupported(&format!("{op:?}"), ty)),
+        A::And => Bin::And,
+        A::Or => Bin::Or,
+        A::Xor => Bin::Xor,
+        A::Add if int32 => Bin::Add32,
+        A::Sub if int32 => Bin::Sub32,
+        A::Mul if int32 => Bin::Mul32,
+        A::Div if signed => Bin::DivS32,
+        A::Div if int32 => Bin::DivU32,
+        A::Rem if signed => Bin::RemS32,
+        A::Rem if int32 => Bin::RemU32,
+        A::Min if signed => Bin::MinS32,
+        A::Min if int32 => Bin::MinU32,
+        A::Max if signed => Bin::MaxS32,
+        A::Max if int32 => Bin::MaxU32,
+        A::Shl if int32 => Bin::Shl32,
+        A::Shr if signed => Bin::ShrS32,
+        A::Shr if int32 => Bin::ShrU32,
+        A::Add if int64 => Bin::Add64,
+        A::Sub if int64 => Bin::Sub64,
+        A::Mul if int64 => Bin::Mul64,
+        A::Div if int64 => Bin::DivU64,
+        A::Rem if int64 => Bin::RemU64,
+        A::Min if int64 => Bin::MinU64,
+        A::Max if int64 => Bin::MaxU64,
+        A::Shl if int64 => Bin::Shl64,
+        A::Shr if int64 => Bin::ShrU64,
+        A::Add if ty == Ty::F32 => Bin::AddF,
+        A::Sub if ty == Ty::F32 => Bin::SubF,
+        A::Mul if ty == Ty::F32 => Bin::MulF,
+        A::Div if ty == Ty::F32 => Bin::DivF,
+        A::Min if ty == Ty::F32 => Bin::MinF,
+        A::Max if ty == Ty::F32 => Bin::MaxF,
+        op => return Err(unsupported(&format!("{op:?}"), ty)),
+    })
+}
+
+fn unary(op: UnaryOp, ty: Ty) -> Result<Un, String> {
+    use UnaryOp as U;
+    Ok(match (op, ty) {
+        (U::Neg, Ty::F32) => Un::NegF,
+        (U::Abs, Ty::F32) => Un::AbsF,
+        (U::Sqrt, Ty::F32) => Un::SqrtF,
+        (U::Rsqrt, Ty::F32) => Un::RsqrtF,
+        (U::Rcp, Ty::F32) => Un::RcpF,
+        (U::Ex2, Ty::F32) => Un::Ex2F,
+        (U::Lg2, Ty::F32) => Un::Lg2F,
+        (U::Neg, Ty::S32) => Un::Neg32,
+        (U::Abs, Ty::S32) => Un::Abs32,
+        (U::Not, Ty::Pred) => Un::NotPred,
+        (U::Not, Ty::B16 | Ty::U16) => Un::Not16,
+        (U::Not, Ty::B32 | Ty::U32 | Ty::S32) => Un::Not32,
+        (U::Not, Ty::B64 | Ty::U64) => Un::Not64,
+        (op, t) => return Err(unsupported(&format!("{op:?}"), t)),
+    })
+}

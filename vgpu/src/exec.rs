@@ -1,0 +1,366 @@
+//! The interpreter: runs one thread until it reaches a synchronisation
+//! point, exits or faults.
+
+use ktune_core::ptx::inst::{Cmp, Space, Special};
+
+use crate::Stats;
+use crate::decode::{Bin, CmpKind, Exec, Guard, Mad, Program, Slot, Src, Un};
+use crate::fault::FaultKind;
+use crate::memory::Memory;
+use crate::numeric;
+use crate::shared::Shared;
+
+/// Where a thread is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum State {
+    Ready,
+    /// Waiting at the `bar.sync` at its pc.
+    Barrier,
+    /// Waiting at the `shfl.sync` at its pc, with its operands read.
+    Shuffle { a: u32, b: u32 },
+    Exited,
+}
+
+/// A register: its value, and whether this thread has written it.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Cell {
+    pub value: u64,
+    pub written: bool,
+}
+
+/// One thread's control state (its registers live in the block's file).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Thread {
+    pub pc: u32,
+    pub state: State,
+    pub steps: u64,
+    /// Linear index within the block.
+    pub id: u32,
+    pub tid: [u32; 3],
+}
+
+/// What a thread sees that is the same for its whole block.
+#[derive(Debug)]
+pub(crate) struct BlockEnv<'a> {
+    pub program: &'a Program,
+    pub step_limit: u64,
+    pub ctaid: [u32; 3],
+    pub nctaid: [u32; 3],
+    pub ntid: [u32; 3],
+}
+
+/// The memory a thread can reach, and the counters it updates.
+#[derive(Debug)]
+pub(crate) struct Reach<'a> {
+    pub global: &'a mut Memory,
+    pub shared: &'a mut Shared,
+    pub stats: &'a mut Stats,
+}
+
+/// A fault on its way out of the interpreter loop, boxed so that the
+/// common result stays small.
+type Trap = Box<FaultKind>;
+
+#[cold]
+fn uninit(program: &Program, slot: Slot) -> Trap {
+    Box::new(FaultKind::UninitializedRegister {
+        reg: program.reg_name(slot),
+    })
+}
+
+/// Runs `t` from its pc until it waits at a `bar.sync` or `shfl.sync`,
+/// exits, or faults (leaving its pc at the faulting instruction).
+pub(crate) fn run_thread(
+    env: &BlockEnv<'_>,
+    reach: &mut Reach<'_>,
+    t: &mut Thread,
+    regs: &mut [Cell],
+) -> Result<(), FaultKind> {
+    let program = env.program;
+    let insts = &program.insts[..];
+    let mut pc = t.pc as usize;
+    let mut steps = t.steps;
+    let result = loop {
+        steps += 1;
+        match step(env, reach, t, regs, insts, pc) {
+            Ok(Flow::Next) => pc += 1,
+            // Only a branch can make a thread run forever, so the limit is
+            // checked there (a fault points at the loop's branch).
+            Ok(Flow::Jump(_)) if steps > env.step_limit => {
+                break Err(FaultKind::StepLimit {
+                    limit: env.step_limit,
+                });
+            }
+            Ok(Flow::Jump(target)) => pc = target as usize,
+            Ok(Flow::Stop(state)) => {
+                t.state = state;
+                break Ok(());
+            }
+            Err(kind) => break Err(*kind),
+        }
+    };
+    t.pc = pc as u32;
+    reach.stats.instructions += steps - t.steps;
+    t.steps = steps;
+    result
+}
+
+enum Flow {
+    Next,
+    Jump(u32),
+    Stop(State),
+}
+
+#[inline(always)]
+fn step(
+    env: &BlockEnv<'_>,
+    reach: &mut Reach<'_>,
+    t: &Thread,
+    regs: &mut [Cell],
+    insts: &[crate::decode::Inst],
+    pc: usize,
+) -> Result<Flow, Trap> {
+    let program = env.program;
+    macro_rules! get {
+        ($slot:expr) => {{
+            let cell = regs[$slot as usize];
+            if !cell.written {
+                return Err(uninit(program, $slot));
+            }
+            cell.value
+        }};
+    }
+    macro_rules! val {
+        ($src:expr) => {
+            match $src {
+                Src::Reg(s) => get!(s),
+                Src::Imm(v) => v,
+            }
+        };
+    }
+    macro_rules! set {
+        ($slot:expr, $v:expr) => {{
+            regs[$slot as usize] = Cell {
+                value: $v,
+                written: true,
+            };
+        }};
+    }
+    let f = |v: u64| f32::from_bits(v as u32);
+    let bits = |x: f32| u64::from(x.to_bits());
+
+    let inst = &insts[pc];
+    match inst.guard {
+        Guard::Always => {}
+        Guard::If(p) => {
+            if get!(p) == 0 {
+                return Ok(Flow::Next);
+            }
+        }
+        Guard::IfNot(p) => {
+            if get!(p) != 0 {
+                return Ok(Flow::Next);
+            }
+        }
+    }
+    match inst.exec {
+        Exec::Mov { dst, src } => set!(dst, val!(src)),
+        Exec::Bin { op, dst, a, b } => {
+            let (a, b) = (val!(a), val!(b));
+            let (a32, b32) = (a as u32, b as u32);
+            let v = match op {
+                Bin::Add32 => u64::from(a32.wrapping_add(b32)),
+                Bin::Sub32 => u64::from(a32.wrapping_sub(b32)),
+                Bin::Mul32 => u64::from(a32.wrapping_mul(b32)),
+                Bin::DivU32 => u64::from(a32.checked_div(b32).ok_or(FaultKind::DivisionByZero)?),
+                Bin::RemU32 => u64::from(a32.checked_rem(b32).ok_or(FaultKind::DivisionByZero)?),
+                Bin::DivS32 | Bin::RemS32 => {
+                    if b32 == 0 {
+                        return Err(Box::new(FaultKind::DivisionByZero));
+                    }
+                    let (x, y) = (a32 as i32, b32 as i32);
+                    let r = if matches!(op, Bin::DivS32) {
+                        x.wrapping_div(y)
+                    } else {
+                        x.wrapping_rem(y)
+                    };
+                    u64::from(r as u32)
+                }
+                Bin::MinU32 => u64::from(a32.min(b32)),
+                Bin::MaxU32 => u64::from(a32.max(b32)),
+                Bin::MinS32 => u64::from((a32 as i32).min(b32 as i32) as u32),
+                Bin::MaxS32 => u64::from((a32 as i32).max(b32 as i32) as u32),
+                // PTX clamps shift amounts to the operand width.
+                Bin::Shl32 => u64::from(a32.checked_shl(b32).unwrap_or(0)),
+                Bin::ShrU32 => u64::from(a32.checked_shr(b32).unwrap_or(0)),
+                Bin::ShrS32 => u64::from(((a32 as i32) >> b32.min(31)) as u32),
+                Bin::Add64 => a.wrapping_add(b),
+                Bin::Sub64 => a.wrapping_sub(b),
+                Bin::Mul64 => a.wrapping_mul(b),
+                Bin::DivU64 => a.checked_div(b).ok_or(FaultKind::DivisionByZero)?,
+                Bin::RemU64 => a.checked_rem(b).ok_or(FaultKind::DivisionByZero)?,
+                Bin::MinU64 => a.min(b),
+                Bin::MaxU64 => a.max(b),
+                Bin::Shl64 => a.checked_shl(b32).unwrap_or(0),
+                Bin::ShrU64 => a.checked_shr(b32).unwrap_or(0),
+                Bin::And => a & b,
+                Bin::Or => a | b,
+                Bin::Xor => a ^ b,
+                Bin::AddF => bits(f(a) + f(b)),
+                Bin::SubF => bits(f(a) - f(b)),
+                Bin::MulF => bits(f(a) * f(b)),
+                Bin::DivF => bits(f(a) / f(b)),
+                Bin::MinF => bits(numeric::min_f32(f(a), f(b))),
+                Bin::MaxF => bits(numeric::max_f32(f(a), f(b))),
+                Bin::MulWide => u64::from(a32) * u64::from(b32),
+            };
+            set!(dst, v);
+        }
+        Exec::Mad { kind, dst, a, b, c } => {
+            let (a, b, c) = (val!(a), val!(b), val!(c));
+            let v = match kind {
+                Mad::Int32 => u64::from((a as u32).wrapping_mul(b as u32).wrapping_add(c as u32)),
+                Mad::Int64 => a.wrapping_mul(b).wrapping_add(c),
+                Mad::F32 => bits(f(a).mul_add(f(b), f(c))),
+            };
+            set!(dst, v);
+        }
+        Exec::Un { op, dst, a } => {
+            let a = val!(a);
+            let v = match op {
+                Un::NegF => a ^ 0x8000_0000,
+                Un::AbsF => a & 0x7fff_ffff,
+                Un::SqrtF => bits(f(a).sqrt()),
+                Un::RsqrtF => bits(numeric::rsqrt_approx(f(a))),
+                Un::RcpF => bits(1.0 / f(a)),
+                Un::Ex2F => bits(numeric::ex2_approx(f(a))),
+                Un::Lg2F => bits(numeric::lg2_approx(f(a))),
+                Un::Neg32 => u64::from((a as u32).wrapping_neg()),
+                Un::Abs32 => u64::from((a as i32).wrapping_abs() as u32),
+                Un::NotPred => a ^ 1,
+                Un::Not16 => !a & 0xffff,
+                Un::Not32 => !a & 0xffff_ffff,
+                Un::Not64 => !a,
+            };
+            set!(dst, v);
+        }
+        Exec::Cvt { from, to, dst, src } => set!(dst, numeric::convert(from, to, get!(src))),
+        Exec::Setp {
+            cmp,
+            kind,
+            dst,
+            a,
+            b,
+        } => {
+            let (a, b) = (val!(a), val!(b));
+            let r = match kind {
+                CmpKind::Unsigned => compare(cmp, a, b),
+                CmpKind::S32 => compare(cmp, a as u32 as i32, b as u32 as i32),
+                CmpKind::F32 => {
+                    let (x, y) = (f(a), f(b));
+                    match cmp {
+                        // Ordered: false when either is NaN.
+                        Cmp::Ne => x != y && !x.is_nan() && !y.is_nan(),
+                        // Unordered not-equal: Rust's `!=`.
+                        Cmp::Neu => x != y,
+                        cmp => compare(cmp, x, y),
+                    }
+                }
+            };
+            set!(dst, u64::from(r));
+        }
+        Exec::Selp { dst, a, b, cond } => {
+            let v = if get!(cond) != 0 { val!(a) } else { val!(b) };
+            set!(dst, v);
+        }
+        Exec::Sreg { dst, sreg } => {
+            let v = match sreg {
+                Special::TidX => t.tid[0],
+                Special::TidY => t.tid[1],
+                Special::NtidX => env.ntid[0],
+                Special::CtaidX => env.ctaid[0],
+                Special::CtaidY => env.ctaid[1],
+                Special::CtaidZ => env.ctaid[2],
+                Special::NctaidX => env.nctaid[0],
+                Special::NctaidY => env.nctaid[1],
+                Special::LaneId => t.id % 32,
+            };
+            set!(dst, u64::from(v));
+        }
+        Exec::Ld {
+            space,
+            elem,
+            n,
+            dsts,
+            base,
+            offset,
+        } => {
+            let addr = get!(base).wrapping_add(offset as u64);
+            let (elem, n) = (usize::from(elem), usize::from(n));
+            let mut buf = [0u8; 16];
+            let bytes = &mut buf[..elem * n];
+            match space {
+                Space::Global => {
+                    reach.global.load(addr, bytes)?;
+                    reach.stats.global_load_bytes += bytes.len() as u64;
+                }
+                Space::Shared => {
+                    reach.shared.load(t.id, addr, bytes)?;
+                    reach.stats.shared_load_bytes += bytes.len() as u64;
+                }
+            }
+            for (i, dst) in dsts[..n].iter().enumerate() {
+                let mut le = [0u8; 8];
+                le[..elem].copy_from_slice(&buf[i * elem..(i + 1) * elem]);
+                set!(*dst, u64::from_le_bytes(le));
+            }
+        }
+        Exec::St {
+            space,
+            elem,
+            n,
+            srcs,
+            base,
+            offset,
+        } => {
+            let addr = get!(base).wrapping_add(offset as u64);
+            let (elem, n) = (usize::from(elem), usize::from(n));
+            let mut buf = [0u8; 16];
+            for (i, src) in srcs[..n].iter().enumerate() {
+                let v = val!(*src);
+                buf[i * elem..(i + 1) * elem].copy_from_slice(&v.to_le_bytes()[..elem]);
+            }
+            let bytes = &buf[..elem * n];
+            match space {
+                Space::Global => {
+                    reach.global.store(addr, bytes)?;
+                    reach.stats.global_store_bytes += bytes.len() as u64;
+                }
+                Space::Shared => {
+                    reach.shared.store(t.id, addr, bytes)?;
+                    reach.stats.shared_store_bytes += bytes.len() as u64;
+                }
+            }
+        }
+        Exec::Shfl { src, lane, .. } => {
+            let a = get!(src) as u32;
+            let b = val!(lane) as u32;
+            return Ok(Flow::Stop(State::Shuffle { a, b }));
+        }
+        Exec::Bar => return Ok(Flow::Stop(State::Barrier)),
+        Exec::Bra { target } => return Ok(Flow::Jump(target)),
+        Exec::Ret => return Ok(Flow::Stop(State::Exited)),
+    }
+    Ok(Flow::Next)
+}
+
+fn compare<T: PartialOrd>(cmp: Cmp, a: T, b: T) -> bool {
+    match cmp {
+        Cmp::Lt => a < b,
+        Cmp::Le => a <= b,
+        Cmp::Gt => a > b,
+        Cmp::Ge => a >= b,
+        Cmp::Eq => a == b,
+        Cmp::Ne | Cmp::Neu => a != b,
+    }
+}

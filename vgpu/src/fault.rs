@@ -1,0 +1,269 @@
+//! What went wrong, where: the error every run returns.
+
+use std::fmt;
+
+use ktune_core::ptx::inst::Space;
+
+/// A kernel stopped by the virtual GPU: which kernel, block, thread and
+/// instruction, and why.
+///
+/// For [`FaultKind::InvalidLaunch`] no instruction ran: `block`, `thread`
+/// and `pc` are zero and `instruction` is empty. For
+/// [`FaultKind::InvalidKernel`] `pc` and `instruction` name the offending
+/// instruction and `block` and `thread` are zero.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fault {
+    /// The kernel's entry name.
+    pub kernel: String,
+    /// `%ctaid` of the faulting block.
+    pub block: [u32; 3],
+    /// `%tid` of the faulting thread.
+    pub thread: [u32; 3],
+    /// Index of the faulting instruction in [`ktune_core::ptx::Kernel::body`].
+    pub pc: usize,
+    /// The faulting instruction as printed in PTX (without the `;`).
+    pub instruction: String,
+    pub kind: FaultKind,
+}
+
+impl std::error::Error for Fault {}
+
+impl fmt::Display for Fault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.kind {
+            FaultKind::InvalidLaunch { reason } => {
+                write!(f, "kernel `{}`: invalid launch: {reason}", self.kernel)
+            }
+            FaultKind::InvalidKernel { reason } => write!(
+                f,
+                "kernel `{}`: pc {} `{}`: invalid instruction: {reason}",
+                self.kernel, self.pc, self.instruction
+            ),
+            kind => write!(
+                f,
+                "kernel `{}`, block {}, thread {}, pc {} `{}`: {kind}",
+                self.kernel,
+                Xyz(self.block),
+                Xyz(self.thread),
+                self.pc,
+                self.instruction
+            ),
+        }
+    }
+}
+
+/// Whether a memory access reads or writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Access {
+    Load,
+    Store,
+}
+
+/// Where the other lanes of a warp were when a `shfl.sync` could not
+/// complete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LaneState {
+    /// The lane does not exist: the block's last warp is partial.
+    Missing,
+    Exited,
+    /// Waiting at a different `shfl.sync` (its pc in the kernel body).
+    AtShuffle { pc: usize },
+}
+
+/// Why a kernel was stopped.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum FaultKind {
+    /// An access outside every buffer (global) or outside the dynamic
+    /// shared-memory window (shared).
+    OutOfBounds {
+        space: Space,
+        access: Access,
+        /// The address accessed.
+        addr: u64,
+        /// Bytes accessed (vector length × element size).
+        size: u32,
+        /// The parameter whose buffer the address points into or next to
+        /// (global only).
+        param: Option<usize>,
+        /// Byte offset from the start of that buffer, or of the shared
+        /// window (negative when the address is below it).
+        offset: i64,
+        /// The buffer's or window's size in bytes.
+        limit: u64,
+    },
+    /// An address that is not a multiple of the access size.
+    MisalignedAccess {
+        space: Space,
+        access: Access,
+        addr: u64,
+        size: u32,
+    },
+    /// A load from a shared byte no thread of this block has written.
+    UninitializedShared { addr: u64, offset: u32 },
+    /// A shared byte accessed by two threads in the same barrier interval,
+    /// at least one of them writing (this thread's access is the second).
+    SharedRace {
+        addr: u64,
+        offset: u32,
+        first_thread: [u32; 3],
+        first_was_write: bool,
+        second_is_write: bool,
+    },
+    /// A register read before any instruction of this thread wrote it.
+    UninitializedRegister { reg: String },
+    /// Integer `div` or `rem` by zero (PTX leaves the result unspecified).
+    DivisionByZero,
+    /// Every live thread waits at a `bar.sync`, but not at the same one.
+    BarrierDivergence { other_thread: [u32; 3], other_pc: usize },
+    /// This thread waits at a `shfl.sync` that another lane of its warp can
+    /// never reach because it waits at a `bar.sync` for the whole block.
+    BarrierDeadlock { other_thread: [u32; 3], other_pc: usize },
+    /// A `shfl.sync` (full member mask) that not all 32 lanes of the warp
+    /// reached.
+    ShuffleDivergence {
+        lane: u32,
+        other_thread: [u32; 3],
+        other: LaneState,
+    },
+    /// A thread executed more instructions than the configured limit.
+    StepLimit { limit: u64 },
+    /// The instruction list is malformed (undefined label, register out of
+    /// range, operand of the wrong width, an instruction ktune never emits).
+    InvalidKernel { reason: String },
+    /// The launch does not fit the kernel (parameter count, block size,
+    /// shared memory).
+    InvalidLaunch { reason: String },
+}
+
+/// `(x, y, z)`
+struct Xyz([u32; 3]);
+
+impl fmt::Display for Xyz {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "({}, {}, {})", self.0[0], self.0[1], self.0[2])
+    }
+}
+
+fn space_name(space: Space) -> &'static str {
+    match space {
+        Space::Global => "global",
+        Space::Shared => "shared",
+    }
+}
+
+fn access_name(access: Access) -> &'static str {
+    match access {
+        Access::Load => "load",
+        Access::Store => "store",
+    }
+}
+
+fn rw(write: bool) -> &'static str {
+    if write { "write" } else { "read" }
+}
+
+impl fmt::Display for FaultKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FaultKind::OutOfBounds {
+                space,
+                access,
+                addr,
+                size,
+                param,
+                offset,
+                limit,
+            } => {
+                let what = format!(
+                    "out-of-bounds {} {} of {size} bytes at {addr:#x}",
+                    space_name(*space),
+                    access_name(*access)
+                );
+                match (space, param) {
+                    (Space::Global, Some(p)) => write!(
+                        f,
+                        "{what} (param_{p} {offset:+}); param_{p} holds {limit} bytes"
+                    ),
+                    (Space::Global, None) => {
+                        write!(f, "{what}, which points into no parameter's buffer")
+                    }
+                    (Space::Shared, _) => write!(
+                        f,
+                        "{what} (window {offset:+}); the shared window holds {limit} bytes"
+                    ),
+                }
+            }
+            FaultKind::MisalignedAccess {
+                space,
+                access,
+                addr,
+                size,
+            } => write!(
+                f,
+                "misaligned {} {} of {size} bytes at {addr:#x} (must be a multiple of {size})",
+                space_name(*space),
+                access_name(*access)
+            ),
+            FaultKind::UninitializedShared { addr, offset } => write!(
+                f,
+                "load of uninitialised shared byte at {addr:#x} (window +{offset}): no thread of this block wrote it"
+            ),
+            FaultKind::SharedRace {
+                addr,
+                offset,
+                first_thread,
+                first_was_write,
+                second_is_write,
+            } => write!(
+                f,
+                "shared-memory race at {addr:#x} (window +{offset}): this {} follows a {} by thread {} with no bar.sync between them",
+                rw(*second_is_write),
+                rw(*first_was_write),
+                Xyz(*first_thread)
+            ),
+            FaultKind::UninitializedRegister { reg } => {
+                write!(f, "register {reg} is read before it is written")
+            }
+            FaultKind::DivisionByZero => write!(f, "integer division by zero"),
+            FaultKind::BarrierDivergence {
+                other_thread,
+                other_pc,
+            } => write!(
+                f,
+                "barrier divergence: thread {} waits at a different bar.sync (pc {other_pc})",
+                Xyz(*other_thread)
+            ),
+            FaultKind::BarrierDeadlock {
+                other_thread,
+                other_pc,
+            } => write!(
+                f,
+                "deadlock: this shfl.sync needs thread {} of the same warp, which waits at bar.sync (pc {other_pc})",
+                Xyz(*other_thread)
+            ),
+            FaultKind::ShuffleDivergence {
+                lane,
+                other_thread,
+                other,
+            } => {
+                write!(f, "shfl.sync divergence: not all 32 lanes arrived; lane {lane} ")?;
+                match other {
+                    LaneState::Missing => write!(f, "does not exist (partial warp)"),
+                    LaneState::Exited => write!(f, "(thread {}) has exited", Xyz(*other_thread)),
+                    LaneState::AtShuffle { pc } => write!(
+                        f,
+                        "(thread {}) waits at a different shfl.sync (pc {pc})",
+                        Xyz(*other_thread)
+                    ),
+                }
+            }
+            FaultKind::StepLimit { limit } => write!(
+                f,
+                "thread executed more than {limit} instructions (infinite loop?)"
+            ),
+            FaultKind::InvalidKernel { reason } => write!(f, "invalid kernel: {reason}"),
+            FaultKind::InvalidLaunch { reason } => write!(f, "invalid launch: {reason}"),
+        }
+    }
+}

@@ -1,0 +1,223 @@
+//! A virtual GPU: executes ktune's typed PTX instruction list
+//! ([`ktune_core::ptx::Kernel`]) on the CPU, with the block, warp and
+//! barrier semantics of the real hardware, and stops with a [`Fault`] that
+//! names the block, thread and instruction at the first thing a GPU would
+//! get wrong or leave undefined.
+//!
+//! It is how generated kernels are proved correct on machines without a
+//! GPU: run a lowered kernel here on random inputs and odd shapes, compare
+//! with the CPU reference, and every out-of-bounds access, shared-memory
+//! race or divergent barrier surfaces as an error instead of as a wrong
+//! number (or a correct one, by luck).
+//!
+//! ```
+//! use ktune_core::DType;
+//! use ktune_core::lower::Launch;
+//! use ktune_core::ptx::Builder;
+//! use ktune_core::ptx::inst::{Addr, ArithOp, Operand, Space, Special};
+//!
+//! // out[i] = 2 * in[i], one thread per element.
+//! let mut b = Builder::new();
+//! let i = b.special(Special::TidX);
+//! let (input, output) = (b.param_ptr(0), b.param_ptr(1));
+//! let src = b.global_addr(input, i, 4);
+//! let x = b.load(Space::Global, DType::F32, Addr { base: src, offset: 0 });
+//! let y = b.f32_op(ArithOp::Mul, x, Operand::F32(2.0));
+//! let dst = b.global_addr(output, i, 4);
+//! b.store(Space::Global, DType::F32, Addr { base: dst, offset: 0 }, y);
+//! let kernel = b.finish("double".into(), 2, 64, 0);
+//!
+//! let launch = Launch { grid: [1, 1, 1], block: [32, 1, 1], dynamic_shared_bytes: 0 };
+//! let input: Vec<f32> = (0..32).map(|i| i as f32).collect();
+//! let (out, stats) = ktune_vgpu::run_f32(&kernel, &launch, &[&input], 32)?;
+//! assert_eq!(out[5], 10.0);
+//! assert_eq!(stats.global_store_bytes, 32 * 4);
+//!
+//! // One thread too many: the 33rd thread's store is out of bounds.
+//! let launch = Launch { block: [33, 1, 1], ..launch };
+//! let input: Vec<f32> = vec![0.0; 33];
+//! let fault = ktune_vgpu::run_f32(&kernel, &launch, &[&input], 32).unwrap_err();
+//! assert_eq!(fault.thread, [32, 0, 0]);
+//! # Ok::<(), ktune_vgpu::Fault>(())
+//! ```
+//!
+//! # Execution model
+//!
+//! Blocks run one after another, in `%ctaid` order, each from fresh
+//! registers and uninitialised shared memory; results never depend on that
+//! order unless blocks race on global memory. Within a block every thread
+//! has its own registers and pc and runs alone until it reaches a
+//! synchronisation point (`bar.sync`, `shfl.sync`) or exits. Then:
+//!
+//! - a `shfl.sync` completes when all 32 lanes of the warp wait at the same
+//!   one (the only member mask ktune emits is `0xffffffff`); a lane that has
+//!   exited, waits elsewhere or does not exist (a partial last warp) is a
+//!   [`FaultKind::ShuffleDivergence`], a lane waiting at a barrier a
+//!   [`FaultKind::BarrierDeadlock`];
+//! - a `bar.sync` completes when every thread that has not exited waits at
+//!   the same `bar.sync` (`bar.sync` is `barrier.sync.aligned`); waiting at
+//!   different ones is a [`FaultKind::BarrierDivergence`].
+//!
+//! # What is checked
+//!
+//! - Global memory ([`Memory`]): parameter `i` points to its own buffer at a
+//!   fake base address; every access must fall inside one buffer
+//!   ([`FaultKind::OutOfBounds`], naming the parameter and offset) and be
+//!   naturally aligned to its full size, vector length × element size
+//!   ([`FaultKind::MisalignedAccess`]).
+//! - Shared memory: `kernel.dynamic_shared_bytes` per block at the fake
+//!   base [`SHARED_BASE`]; bounds and alignment as above; reading a byte no
+//!   thread of the block wrote ([`FaultKind::UninitializedShared`]); a byte
+//!   written by one thread and read or written by another with no completed
+//!   `bar.sync` in between ([`FaultKind::SharedRace`]).
+//! - Registers read before written ([`FaultKind::UninitializedRegister`]),
+//!   integer division by zero, and a per-thread instruction limit
+//!   ([`Config::step_limit`]) so that an endless loop is a fault, not a hang.
+//! - The instruction list itself, before anything runs: labels, register
+//!   ranges, operand widths ([`FaultKind::InvalidKernel`]), and the launch
+//!   against the kernel ([`FaultKind::InvalidLaunch`]).
+//!
+//! # Arithmetic
+//!
+//! Each instruction computes what its printed PTX computes. Integers wrap;
+//! shift amounts clamp at the width; `f32` `add`/`sub`/`mul`/`div`/`sqrt`/
+//! `rcp` round to nearest even exactly like IEEE (Rust's operators), `fma`
+//! is fused, `min`/`max` return the non-NaN operand and order -0.0 below
+//! +0.0; `cvt` rounds to nearest even into floats (via the `half` crate for
+//! f16/bf16) and truncates with saturation into integers (NaN → 0).
+//! `rsqrt.approx`, `ex2.approx` and `lg2.approx` are computed in f64 and
+//! rounded once, so they are correctly rounded here but differ from a GPU
+//! by up to 2 ulp: compare their results with a tolerance. NaN results carry
+//! the GPU's canonical NaN where PTX defines one, never a particular
+//! payload otherwise.
+
+// A `Fault` is returned at most once per run, on the cold path, and its
+// fields are the public API; boxing it would only make callers' matches
+// clumsier.
+#![allow(clippy::result_large_err)]
+
+mod block;
+mod decode;
+mod exec;
+mod fault;
+mod memory;
+mod numeric;
+mod poison;
+mod shared;
+
+pub use fault::{Access, Fault, FaultKind, LaneState};
+pub use memory::Memory;
+pub use poison::{POISON_16, POISON_F32, first_poisoned, poisoned};
+pub use shared::SHARED_BASE;
+
+use ktune_core::lower::Launch;
+use ktune_core::ptx::Kernel;
+
+/// What a run did, summed over every thread of every block.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Stats {
+    /// Instructions executed, per thread (an instruction whose guard is
+    /// false counts: the hardware issues it).
+    pub instructions: u64,
+    pub blocks: u64,
+    pub threads: u64,
+    /// Dynamic shared memory per block.
+    pub shared_bytes: u32,
+    pub global_load_bytes: u64,
+    pub global_store_bytes: u64,
+    pub shared_load_bytes: u64,
+    pub shared_store_bytes: u64,
+    /// Completed `bar.sync`s, counted once per block.
+    pub barriers: u64,
+    /// Completed `shfl.sync`s, counted once per warp.
+    pub shuffles: u64,
+}
+
+/// How a run is limited.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Config {
+    /// The most instructions one thread may execute before the run stops
+    /// with [`FaultKind::StepLimit`].
+    pub step_limit: u64,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            step_limit: 100_000_000,
+        }
+    }
+}
+
+impl Config {
+    pub fn step_limit(mut self, limit: u64) -> Config {
+        self.step_limit = limit;
+        self
+    }
+}
+
+/// Runs `kernel` with `launch` on `params`, one buffer per kernel
+/// parameter (inputs, then the output, for a lowered kernel); stores
+/// land in the buffers.
+pub fn run(kernel: &Kernel, launch: &Launch, params: &mut [Vec<u8>]) -> Result<Stats, Fault> {
+    let mut memory = Memory::new(params.iter_mut().map(std::mem::take).collect());
+    let result = run_with(kernel, launch, &mut memory, &Config::default());
+    for (param, buffer) in params.iter_mut().zip(memory.into_buffers()) {
+        *param = buffer;
+    }
+    result
+}
+
+/// [`run`] with an explicit configuration, on a [`Memory`].
+pub fn run_with(
+    kernel: &Kernel,
+    launch: &Launch,
+    memory: &mut Memory,
+    config: &Config,
+) -> Result<Stats, Fault> {
+    block::run_grid(kernel, launch, memory, config)
+}
+
+/// Runs a kernel whose last parameter is its output: `inputs` are copied
+/// into the first buffers and `output` (typically [`poisoned`]) is the last;
+/// returns the output buffer after the run.
+pub fn run_bytes(
+    kernel: &Kernel,
+    launch: &Launch,
+    inputs: &[&[u8]],
+    output: Vec<u8>,
+) -> Result<(Vec<u8>, Stats), Fault> {
+    let mut buffers: Vec<Vec<u8>> = inputs.iter().map(|b| b.to_vec()).collect();
+    buffers.push(output);
+    let mut memory = Memory::new(buffers);
+    let stats = run_with(kernel, launch, &mut memory, &Config::default())?;
+    let output = memory.into_buffers().pop().unwrap_or_default();
+    Ok((output, stats))
+}
+
+/// [`run_bytes`] for f32 tensors: an output of `output_len` elements,
+/// poisoned with [`POISON_F32`] before the run (an element still equal to
+/// it, bit for bit, was never written).
+pub fn run_f32(
+    kernel: &Kernel,
+    launch: &Launch,
+    inputs: &[&[f32]],
+    output_len: usize,
+) -> Result<(Vec<f32>, Stats), Fault> {
+    let inputs: Vec<Vec<u8>> = inputs.iter().map(|x| f32_bytes(x)).collect();
+    let inputs: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
+    let output = poisoned(ktune_core::DType::F32, output_len);
+    let (bytes, stats) = run_bytes(kernel, launch, &inputs, output)?;
+    let values = bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    Ok((values, stats))
+}
+
+/// Little-endian bytes of f32 values, as a GPU buffer holds them.
+pub fn f32_bytes(values: &[f32]) -> Vec<u8> {
+    values.iter().flat_map(|x| x.to_le_bytes()).collect()
+}

@@ -1,0 +1,114 @@
+//! The global state space: one buffer per kernel parameter, each at its own
+//! fake base address.
+
+use ktune_core::ptx::inst::Space;
+
+use crate::fault::{Access, FaultKind};
+
+/// Address bits that select a buffer: parameter `i` lives at `(i + 1) << 40`.
+const BUFFER_SHIFT: u32 = 40;
+const OFFSET_MASK: u64 = (1 << BUFFER_SHIFT) - 1;
+
+/// Global memory as a kernel sees it: the buffers its pointer parameters
+/// point to.
+///
+/// Parameter `i` is a 64-bit pointer to byte 0 of buffer `i`, at the fake
+/// address [`Memory::base_address`]`(i)`, so `ld.param` and
+/// `cvta.to.global` produce real-looking pointers. Every global access is
+/// resolved back to a (buffer, offset) pair and checked against that
+/// buffer's length and for natural alignment.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Memory {
+    buffers: Vec<Vec<u8>>,
+}
+
+impl Memory {
+    pub fn new(buffers: Vec<Vec<u8>>) -> Memory {
+        Memory { buffers }
+    }
+
+    /// The address parameter `param` holds: `(param + 1) << 40`.
+    pub fn base_address(param: usize) -> u64 {
+        (param as u64 + 1) << BUFFER_SHIFT
+    }
+
+    /// The parameter buffer an address points into (or just before) and
+    /// the signed byte offset from its start; `None` for an address that is
+    /// near no parameter.
+    pub fn locate(&self, addr: u64) -> Option<(usize, i64)> {
+        let slot = addr >> BUFFER_SHIFT;
+        let offset = addr & OFFSET_MASK;
+        // The top half of each 2^40 range is "just below" the next buffer,
+        // so a negative offset is reported against the buffer it came from.
+        let (slot, offset) = if offset >= 1 << (BUFFER_SHIFT - 1) {
+            (slot + 1, offset as i64 - (1i64 << BUFFER_SHIFT))
+        } else {
+            (slot, offset as i64)
+        };
+        let param = usize::try_from(slot.checked_sub(1)?).ok()?;
+        (param < self.buffers.len()).then_some((param, offset))
+    }
+
+    pub fn buffers(&self) -> &[Vec<u8>] {
+        &self.buffers
+    }
+
+    pub fn buffer(&self, param: usize) -> &[u8] {
+        &self.buffers[param]
+    }
+
+    pub fn buffer_mut(&mut self, param: usize) -> &mut Vec<u8> {
+        &mut self.buffers[param]
+    }
+
+    pub fn into_buffers(self) -> Vec<Vec<u8>> {
+        self.buffers
+    }
+
+    /// The byte range an access covers, after the alignment and bounds
+    /// checks.
+    fn range(&self, addr: u64, size: u32, access: Access) -> Result<(usize, usize), FaultKind> {
+        if !addr.is_multiple_of(u64::from(size)) {
+            return Err(FaultKind::MisalignedAccess {
+                space: Space::Global,
+                access,
+                addr,
+                size,
+            });
+        }
+        let located = self.locate(addr);
+        if let Some((param, offset)) = located {
+            let len = self.buffers[param].len();
+            if offset >= 0 && offset as u64 + u64::from(size) <= len as u64 {
+                return Ok((param, offset as usize));
+            }
+        }
+        Err(FaultKind::OutOfBounds {
+            space: Space::Global,
+            access,
+            addr,
+            size,
+            param: located.map(|(p, _)| p),
+            offset: located.map_or(0, |(_, o)| o),
+            limit: located.map_or(0, |(p, _)| self.buffers[p].len() as u64),
+        })
+    }
+
+    pub(crate) fn load(&self, addr: u64, out: &mut [u8]) -> Result<(), FaultKind> {
+        let (param, start) = self.range(addr, out.len() as u32, Access::Load)?;
+        out.copy_from_slice(&self.buffers[param][start..start + out.len()]);
+        Ok(())
+    }
+
+    pub(crate) fn store(&mut self, addr: u64, bytes: &[u8]) -> Result<(), FaultKind> {
+        let (param, start) = self.range(addr, bytes.len() as u32, Access::Store)?;
+        self.buffers[param][start..start + bytes.len()].copy_from_slice(bytes);
+        Ok(())
+    }
+}
+
+impl From<Vec<Vec<u8>>> for Memory {
+    fn from(buffers: Vec<Vec<u8>>) -> Memory {
+        Memory::new(buffers)
+    }
+}

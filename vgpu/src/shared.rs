@@ -1,0 +1,189 @@
+//! A block's dynamic shared memory, with initialisation and race tracking.
+//!
+//! Every byte records the last thread that wrote it and in which barrier
+//! interval ("epoch"), and up to two distinct threads that read it in the
+//! current interval. The epoch advances when a `bar.sync` of the block
+//! completes, and it keeps counting across blocks: a byte whose last write
+//! is older than the current block's first epoch was never written by this
+//! block, so nothing has to be cleared between blocks.
+//!
+//! Races are detected per byte, independently of the order in which the
+//! interpreter happens to run threads: a write conflicts with any write or
+//! read by another thread in the same epoch, a read with a write by another
+//! thread in the same epoch. Later asynchronous operations (`cp.async`,
+//! `ldmatrix`/`mma` fragments) fit the same scheme: an async copy is a write
+//! that becomes visible, and is checked, at the `cp.async.wait_group` that
+//! completes it.
+
+use ktune_core::ptx::inst::Space;
+
+use crate::fault::{Access, FaultKind};
+
+/// The address `mov.u32 %r, ktune_smem` yields: a fake base, so a shared
+/// offset used as an address (or the reverse) is caught.
+pub const SHARED_BASE: u32 = 0x0100_0000;
+
+const NOBODY: u32 = u32::MAX;
+
+#[derive(Debug, Clone, Copy)]
+struct ByteState {
+    writer: u32,
+    write_epoch: u32,
+    reader: u32,
+    /// A second thread, other than `reader`, that read in `read_epoch`.
+    other_reader: u32,
+    read_epoch: u32,
+}
+
+const FRESH: ByteState = ByteState {
+    writer: NOBODY,
+    write_epoch: 0,
+    reader: NOBODY,
+    other_reader: NOBODY,
+    read_epoch: 0,
+};
+
+#[derive(Debug)]
+pub(crate) struct Shared {
+    data: Vec<u8>,
+    state: Vec<ByteState>,
+    epoch: u32,
+    block_start: u32,
+    /// `%ntid`, to name threads in faults.
+    ntid: [u32; 3],
+}
+
+impl Shared {
+    pub(crate) fn new(bytes: u32, ntid: [u32; 3]) -> Shared {
+        Shared {
+            data: vec![0; bytes as usize],
+            state: vec![FRESH; bytes as usize],
+            epoch: 0,
+            block_start: 0,
+            ntid,
+        }
+    }
+
+    /// Starts a new block: every byte becomes uninitialised.
+    pub(crate) fn begin_block(&mut self) {
+        self.advance();
+        self.block_start = self.epoch;
+    }
+
+    /// A `bar.sync` completed.
+    pub(crate) fn barrier(&mut self) {
+        self.advance();
+    }
+
+    fn advance(&mut self) {
+        if self.epoch == u32::MAX {
+            self.rebase();
+        }
+        self.epoch += 1;
+    }
+
+    /// Renumbers epochs before the counter overflows, keeping what matters:
+    /// written by this block or not, and accesses in the current interval.
+    fn rebase(&mut self) {
+        let (epoch, block_start) = (self.epoch, self.block_start);
+        for s in &mut self.state {
+            s.write_epoch = match s.write_epoch {
+                e if e == epoch => 2,
+                e if e >= block_start => 1,
+                _ => 0,
+            };
+            s.read_epoch = if s.read_epoch == epoch { 2 } else { 0 };
+        }
+        self.epoch = 2;
+        self.block_start = 1;
+    }
+
+    fn coords(&self, linear: u32) -> [u32; 3] {
+        crate::block::thread_coords(linear, self.ntid)
+    }
+
+    /// The window offset of an access, after the alignment and bounds
+    /// checks.
+    fn offset(&self, addr: u64, size: u32, access: Access) -> Result<usize, FaultKind> {
+        if !addr.is_multiple_of(u64::from(size)) {
+            return Err(FaultKind::MisalignedAccess {
+                space: Space::Shared,
+                access,
+                addr,
+                size,
+            });
+        }
+        let offset = addr as i64 - i64::from(SHARED_BASE);
+        if offset < 0 || offset as u64 + u64::from(size) > self.data.len() as u64 {
+            return Err(FaultKind::OutOfBounds {
+                space: Space::Shared,
+                access,
+                addr,
+                size,
+                param: None,
+                offset,
+                limit: self.data.len() as u64,
+            });
+        }
+        Ok(offset as usize)
+    }
+
+    pub(crate) fn load(&mut self, thread: u32, addr: u64, out: &mut [u8]) -> Result<(), FaultKind> {
+        let start = self.offset(addr, out.len() as u32, Access::Load)?;
+        for i in start..start + out.len() {
+            let s = self.state[i];
+            let offset = i as u32;
+            if s.writer == NOBODY || s.write_epoch < self.block_start {
+                return Err(FaultKind::UninitializedShared {
+                    addr: u64::from(SHARED_BASE) + u64::from(offset),
+                    offset,
+                });
+            }
+            if s.write_epoch == self.epoch && s.writer != thread {
+                return Err(self.race(offset, s.writer, true, false));
+            }
+            let s = &mut self.state[i];
+            if s.read_epoch != self.epoch {
+                s.read_epoch = self.epoch;
+                s.reader = thread;
+                s.other_reader = NOBODY;
+            } else if s.reader != thread && s.other_reader == NOBODY {
+                s.other_reader = thread;
+            }
+        }
+        out.copy_from_slice(&self.data[start..start + out.len()]);
+        Ok(())
+    }
+
+    pub(crate) fn store(&mut self, thread: u32, addr: u64, bytes: &[u8]) -> Result<(), FaultKind> {
+        let start = self.offset(addr, bytes.len() as u32, Access::Store)?;
+        for i in start..start + bytes.len() {
+            let s = self.state[i];
+            let offset = i as u32;
+            if s.write_epoch == self.epoch && s.writer != thread && s.writer != NOBODY {
+                return Err(self.race(offset, s.writer, true, true));
+            }
+            if s.read_epoch == self.epoch {
+                let other = if s.reader != thread { s.reader } else { s.other_reader };
+                if other != NOBODY {
+                    return Err(self.race(offset, other, false, true));
+                }
+            }
+            let s = &mut self.state[i];
+            s.writer = thread;
+            s.write_epoch = self.epoch;
+        }
+        self.data[start..start + bytes.len()].copy_from_slice(bytes);
+        Ok(())
+    }
+
+    fn race(&self, offset: u32, first: u32, first_was_write: bool, second_is_write: bool) -> FaultKind {
+        FaultKind::SharedRace {
+            addr: u64::from(SHARED_BASE) + u64::from(offset),
+            offset,
+            first_thread: self.coords(first),
+            first_was_write,
+            second_is_write,
+        }
+    }
+}
