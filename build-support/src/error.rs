@@ -31,11 +31,11 @@ pub enum Error {
         first: Location,
         second: Location,
     },
-    #[error("kernel `{kernel}` at {location}: {source}")]
+    #[error("kernel `{kernel}` at {location}: {error}")]
     Lower {
         kernel: String,
         location: Location,
-        source: LowerError,
+        error: LowerError,
     },
 }
 

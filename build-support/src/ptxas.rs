@@ -225,7 +225,10 @@ fn parse_verbose(log: &str) -> Option<Report> {
     };
     let mut registers = None;
     for line in log.lines() {
-        let info = line.trim_start_matches("ptxas info").trim_start().trim_start_matches(':');
+        let info = line
+            .trim_start_matches("ptxas info")
+            .trim_start()
+            .trim_start_matches(':');
         let info = info.trim();
         if let Some(rest) = info.strip_prefix("Compiling entry function '") {
             if registers.is_some() {
@@ -283,6 +286,9 @@ mod tests {
         let ptx = "a\nb\nst.global.f32 [%rd2], %f9;\n";
         let output = "ptxas /tmp/x.ptx, line 3; error   : Unknown symbol '%f9'\n";
         let shown = Quoted(output, ptx).to_string();
-        assert!(shown.contains("    | st.global.f32 [%rd2], %f9;"), "{shown}");
+        assert!(
+            shown.contains("    | st.global.f32 [%rd2], %f9;"),
+            "{shown}"
+        );
     }
 }

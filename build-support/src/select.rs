@@ -89,10 +89,10 @@ pub fn variant(
     schedule: Schedule,
     source: Source,
 ) -> Result<Variant, Error> {
-    let lowered = lower::lower(kernel, &schedule, target).map_err(|source| Error::Lower {
+    let lowered = lower::lower(kernel, &schedule, target).map_err(|error| Error::Lower {
         kernel: kernel.name.clone(),
         location: location.clone(),
-        source,
+        error,
     })?;
     Ok(Variant {
         target,

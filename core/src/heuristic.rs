@@ -18,6 +18,8 @@
 //!   A reduction that does not read along contiguous memory (a column sum)
 //!   gets one thread per row, so that neighbouring threads read neighbouring
 //!   addresses.
+//! - **Matmul**: the matmul lowering's own heuristic
+//!   ([`crate::lower::matmul::heuristic`]).
 //! - **Generic**: 128 threads per block.
 //!
 //! Every schedule it returns lowers (a unit test checks all targets).
@@ -42,8 +44,7 @@ pub fn heuristic(kernel: &Kernel, target: SmVersion) -> Schedule {
     match classify(kernel) {
         OpClass::Elementwise => elementwise(kernel, target),
         OpClass::Rows(plan) => rows(kernel, &plan, target),
-        // MATMUL: `OpClass::Matmul(plan) => crate::lower::matmul::heuristic(kernel, &plan, target),`
-        // (with `pub(crate) mod matmul;` in lower/mod.rs).
+        OpClass::Matmul(plan) => crate::lower::matmul::heuristic(kernel, &plan, target),
         OpClass::Generic => Schedule::Generic {
             block: GENERIC_BLOCK,
         },
@@ -79,7 +80,8 @@ fn elementwise(kernel: &Kernel, target: SmVersion) -> Schedule {
 fn rows(kernel: &Kernel, plan: &RowPlan, target: SmVersion) -> Schedule {
     let limits = target.limits();
     let warp = limits.warp_size;
-    let extent_of = |vars: &[crate::ir::VarId]| vars.iter().map(|v| kernel.extent(*v)).product::<u32>();
+    let extent_of =
+        |vars: &[crate::ir::VarId]| vars.iter().map(|v| kernel.extent(*v)).product::<u32>();
     let rows = extent_of(&plan.row_vars);
     let reduced: Vec<u32> = plan
         .reductions()
@@ -146,4 +148,125 @@ fn reads_contiguously(kernel: &Kernel, plan: &RowPlan) -> bool {
         }
         loads == 0
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use quote::quote;
+
+    use super::*;
+    use crate::lower::lower;
+    use crate::syntax::parse_kernel;
+
+    fn softmax(r: u32, c: u32) -> Kernel {
+        parse_kernel(
+            quote!(shape(R = #r, C = #c)),
+            quote! {
+                fn softmax(x: Tensor<f32, (R, C)>) -> Tensor<f32, (R, C)> {
+                    compute(|r, c| {
+                        let mx = max(C, |j| x[r][j]);
+                        exp(x[r][c] - mx) / sum(C, |j| exp(x[r][j] - mx))
+                    })
+                }
+            },
+        )
+        .expect("valid kernel")
+    }
+
+    fn scale(r: u32, c: u32) -> Kernel {
+        parse_kernel(
+            quote!(shape(R = #r, C = #c)),
+            quote! {
+                fn scale(x: Tensor<bf16, (R, C)>, s: Tensor<f32, (R,)>) -> Tensor<bf16, (R, C)> {
+                    compute(|r, c| x[r][c] * s[r])
+                }
+            },
+        )
+        .expect("valid kernel")
+    }
+
+    fn col_sum(r: u32, c: u32) -> Kernel {
+        parse_kernel(
+            quote!(shape(R = #r, C = #c)),
+            quote! {
+                fn col_sum(x: Tensor<f32, (R, C)>) -> Tensor<f32, (C,)> {
+                    compute(|c| sum(R, |r| x[r][c]))
+                }
+            },
+        )
+        .expect("valid kernel")
+    }
+
+    fn matmul(m: u32, n: u32, k: u32) -> Kernel {
+        parse_kernel(
+            quote!(shape(M = #m, N = #n, K = #k)),
+            quote! {
+                fn mm(a: Tensor<f32, (M, K)>, b: Tensor<f32, (K, N)>) -> Tensor<f32, (M, N)> {
+                    compute(|m, n| sum(K, |k| a[m][k] * b[k][n]))
+                }
+            },
+        )
+        .expect("valid kernel")
+    }
+
+    #[test]
+    fn always_lowers() {
+        let sizes = [1, 2, 7, 31, 33, 1000, 1025, 4096, 50257];
+        let mut kernels = Vec::new();
+        for &r in &sizes {
+            for &c in &sizes {
+                if u64::from(r) * u64::from(c) <= 1 << 28 {
+                    kernels.extend([softmax(r, c), scale(r, c), col_sum(r, c)]);
+                }
+            }
+        }
+        kernels.push(matmul(33, 7, 65));
+        for k in &kernels {
+            for target in SmVersion::ALL {
+                let s = heuristic(k, target);
+                if let Err(e) = lower(k, &s, target) {
+                    panic!(
+                        "{}: heuristic {} fails on {target}: {e}",
+                        k.name,
+                        s.to_json()
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn picks() {
+        let sm90 = SmVersion::Sm90;
+        let rows = |t, r, v| Schedule::Rows {
+            threads_per_row: t,
+            rows_per_block: r,
+            vector: v,
+        };
+        assert_eq!(heuristic(&softmax(8192, 1000), sm90), rows(32, 4, 4));
+        assert_eq!(heuristic(&softmax(8192, 50257), sm90), rows(512, 1, 1));
+        assert_eq!(heuristic(&softmax(8, 50257), sm90), rows(1024, 1, 1));
+        // 8192 one-thread rows: 64 blocks of 128 would leave SMs idle.
+        assert_eq!(heuristic(&softmax(8192, 7), sm90), rows(1, 32, 1));
+        assert_eq!(heuristic(&softmax(8192, 64), sm90), rows(8, 16, 4));
+        // Few rows: smaller blocks, so that more SMs get one.
+        assert_eq!(heuristic(&softmax(64, 1000), sm90), rows(32, 1, 4));
+        // A column sum reads across rows: one thread per output element.
+        assert_eq!(heuristic(&col_sum(4096, 65536), sm90), rows(1, 128, 4));
+
+        let elementwise = |b, p, v| Schedule::Elementwise {
+            block: b,
+            per_thread: p,
+            vector: v,
+        };
+        assert_eq!(heuristic(&scale(7, 7), sm90), elementwise(64, 1, 1));
+        assert_eq!(heuristic(&scale(1024, 1026), sm90), elementwise(256, 1, 2));
+        // 2^28 elements: 2^26 groups of 4; 8 per thread still leaves
+        // 32768 blocks, over 4 waves of 132 SMs × 8 blocks.
+        assert_eq!(
+            heuristic(&scale(16384, 16384), sm90),
+            elementwise(256, 8, 4)
+        );
+        assert_eq!(heuristic(&matmul(33, 7, 65), sm90).class(), "matmul");
+    }
 }

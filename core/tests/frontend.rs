@@ -1643,7 +1643,7 @@ fn unsupported_constructs() {
         ),
         (
             quote!(println!("{}", x[n])),
-            "macros are not supported in a ktune kernel",
+            "macros are not supported in a ktune kernel; write the value with the kernel language's operators and functions, like `exp(x[i]) * 2.0`",
         ),
         (
             quote!(for i in 0..4 {}),
@@ -1667,7 +1667,7 @@ fn unsupported_constructs() {
         ),
         (
             quote!(x[n].0),
-            "field access is not supported in a ktune kernel",
+            "field access is not supported in a ktune kernel; kernel values are plain numbers",
         ),
         (
             quote!(&x[n]),
@@ -1683,11 +1683,11 @@ fn unsupported_constructs() {
         ),
         (
             quote!([x[n], 1.0]),
-            "arrays are not supported in a ktune kernel",
+            "arrays are not supported in a ktune kernel; kernel values are plain numbers; pass data as an input tensor",
         ),
         (
             quote!((x[n], 1.0)),
-            "tuples are not supported in a ktune kernel",
+            "tuples are not supported in a ktune kernel; kernel values are plain numbers; bind each with `let`",
         ),
         (
             quote!(x[n] & 1.0),

@@ -176,8 +176,21 @@ impl Block<'_> {
                 };
                 let range = i * slots..(i + 1) * slots;
                 let t = &mut self.threads[i];
-                exec::run_thread(env, &mut reach, t, &mut self.regs[range])
-                    .map_err(|kind| self.fault(env, i, kind))?;
+                match exec::run_thread(env, &mut reach, t, &mut self.regs[range]) {
+                    Ok(()) => {}
+                    Err(FaultKind::UninitializedShared { offset, .. }) => {
+                        t.state = State::Parked { offset };
+                    }
+                    Err(kind) => return Err(self.fault(env, i, kind)),
+                }
+            }
+            let parked = self.threads.iter().find_map(|t| match t.state {
+                State::Parked { offset } => Some((t.id, offset)),
+                _ => None,
+            });
+            if let Some((id, offset)) = parked {
+                let kind = self.shared.settle(id, offset);
+                return Err(self.fault(env, id as usize, kind));
             }
             if self.shuffle(env, stats)? {
                 continue;
@@ -222,8 +235,8 @@ impl Block<'_> {
                     State::Shuffle { .. } => LaneState::AtShuffle {
                         pc: self.program.origin[t.pc as usize],
                     },
-                    // No thread is ready after the run phase.
-                    State::Exited | State::Ready => LaneState::Exited,
+                    // No thread is ready or parked after the run phase.
+                    State::Exited | State::Ready | State::Parked { .. } => LaneState::Exited,
                     State::Barrier => {
                         let kind = FaultKind::BarrierDeadlock {
                             other_thread: t.tid,

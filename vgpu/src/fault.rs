@@ -101,8 +101,10 @@ pub enum FaultKind {
     },
     /// A load from a shared byte no thread of this block has written.
     UninitializedShared { addr: u64, offset: u32 },
-    /// A shared byte accessed by two threads in the same barrier interval,
-    /// at least one of them writing (this thread's access is the second).
+    /// A shared byte accessed by this thread and by `first_thread` in the
+    /// same barrier interval, at least one of them writing. The interpreter
+    /// saw `first_thread`'s access first, which says nothing about the order
+    /// on a GPU.
     SharedRace {
         addr: u64,
         offset: u32,
@@ -217,10 +219,10 @@ impl fmt::Display for FaultKind {
                 second_is_write,
             } => write!(
                 f,
-                "shared-memory race at {addr:#x} (window +{offset}): this {} follows a {} by thread {} with no bar.sync between them",
+                "shared-memory race at {addr:#x} (window +{offset}): this thread's {} and thread {}'s {} have no bar.sync between them",
                 rw(*second_is_write),
-                rw(*first_was_write),
-                Xyz(*first_thread)
+                Xyz(*first_thread),
+                rw(*first_was_write)
             ),
             FaultKind::UninitializedRegister { reg } => {
                 write!(f, "register {reg} is read before it is written")

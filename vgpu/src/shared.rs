@@ -177,6 +177,20 @@ impl Shared {
         Ok(())
     }
 
+    /// What a load of a byte that was unwritten when it ran turns out to
+    /// be, now that every other thread has run up to its next barrier.
+    pub(crate) fn settle(&self, thread: u32, offset: u32) -> FaultKind {
+        let s = self.state[offset as usize];
+        if s.writer != NOBODY && s.writer != thread && s.write_epoch == self.epoch {
+            self.race(offset, s.writer, true, false)
+        } else {
+            FaultKind::UninitializedShared {
+                addr: u64::from(SHARED_BASE) + u64::from(offset),
+                offset,
+            }
+        }
+    }
+
     fn race(&self, offset: u32, first: u32, first_was_write: bool, second_is_write: bool) -> FaultKind {
         FaultKind::SharedRace {
             addr: u64::from(SHARED_BASE) + u64::from(offset),

@@ -36,6 +36,10 @@ struct Case {
     a_transposed: bool,
     /// B stored `(N, K)`, read `w[n][k]`.
     b_transposed: bool,
+    /// B shared by every batch element (no batch dimension).
+    b_broadcast: bool,
+    /// The output stored `(N, M)`.
+    out_transposed: bool,
     epilogue: Epilogue,
 }
 
@@ -50,6 +54,8 @@ impl Case {
             output: DType::F32,
             a_transposed: false,
             b_transposed: false,
+            b_broadcast: false,
+            out_transposed: false,
             epilogue: Epilogue::None,
         }
     }
@@ -60,19 +66,20 @@ impl Case {
         } else {
             ("", "")
         };
+        let (wbd, wbi) = if self.b_broadcast { ("", "") } else { (bd, bi) };
         let (a_dims, a_read) = if self.a_transposed {
             ("K, M", format!("x{bi}[k][m]"))
         } else {
             ("M, K", format!("x{bi}[m][k]"))
         };
         let (w_dims, w_read) = if self.b_transposed {
-            ("N, K", format!("w{bi}[n][k]"))
+            ("N, K", format!("w{wbi}[n][k]"))
         } else {
-            ("K, N", format!("w{bi}[k][n]"))
+            ("K, N", format!("w{wbi}[k][n]"))
         };
         let (ti, to) = (self.input.name(), self.output.name());
         let mut params =
-            format!("x: Tensor<{ti}, ({bd}{a_dims})>, w: Tensor<{ti}, ({bd}{w_dims})>");
+            format!("x: Tensor<{ti}, ({bd}{a_dims})>, w: Tensor<{ti}, ({wbd}{w_dims})>");
         let sum = format!("sum(K, |k| {a_read} * {w_read})");
         let body = match self.epilogue {
             Epilogue::None => sum,
@@ -88,15 +95,25 @@ impl Case {
             }
             Epilogue::ScaledMean => format!("mean(K, |k| ({a_read} as f32) * (0.5 * {w_read}))"),
         };
-        let vars = if self.batch > 1 { "b, m, n" } else { "m, n" };
+        let (out_dims, vars) = if self.out_transposed {
+            ("N, M", "n, m")
+        } else {
+            ("M, N", "m, n")
+        };
+        let vars = if self.batch > 1 {
+            format!("b, {vars}")
+        } else {
+            vars.to_string()
+        };
         let (b, m, n, k) = (self.batch, self.m, self.n, self.k);
         let shape = if self.batch > 1 {
             format!("shape(B = {b}, M = {m}, N = {n}, K = {k})")
         } else {
             format!("shape(M = {m}, N = {n}, K = {k})")
         };
-        let item =
-            format!("fn mm({params}) -> Tensor<{to}, ({bd}M, N)> {{ compute(|{vars}| {body}) }}");
+        let item = format!(
+            "fn mm({params}) -> Tensor<{to}, ({bd}{out_dims})> {{ compute(|{vars}| {body}) }}"
+        );
         parse_kernel(
             shape.parse().expect("attribute tokens"),
             item.parse().expect("item tokens"),
@@ -115,7 +132,10 @@ impl Case {
         );
         let mut tensors = vec![
             buffer(self.input, &common::values(b * m * k, seed)),
-            buffer(self.input, &common::values(b * k * n, seed + 1)),
+            buffer(
+                self.input,
+                &common::values(if self.b_broadcast { k * n } else { b * k * n }, seed + 1),
+            ),
         ];
         if matches!(self.epilogue, Epilogue::BiasGelu | Epilogue::Residual) {
             tensors.push(buffer(DType::F32, &common::values(n, seed + 2)));
@@ -137,7 +157,8 @@ impl Case {
         );
         let x = &inputs[0].1;
         let w = &inputs[1].1;
-        let mut out = Vec::with_capacity(bs * ms * ns);
+        let mut out = vec![(f64::NAN, 0.0); bs * ms * ns];
+        let wb = if self.b_broadcast { 0 } else { 1 };
         for b in 0..bs {
             for m in 0..ms {
                 for n in 0..ns {
@@ -149,9 +170,9 @@ impl Case {
                             x[(b * ms + m) * ks + k]
                         };
                         let c = if self.b_transposed {
-                            w[(b * ns + n) * ks + k]
+                            w[(wb * b * ns + n) * ks + k]
                         } else {
-                            w[(b * ks + k) * ns + n]
+                            w[(wb * b * ks + k) * ns + n]
                         };
                         let c = if self.epilogue == Epilogue::ScaledMean {
                             0.5 * c
@@ -183,7 +204,12 @@ impl Case {
                         }
                     };
                     let tolerance = error + f64::from(self.output.tolerance()) * value.abs() + 1e-6;
-                    out.push((value, tolerance));
+                    let at = if self.out_transposed {
+                        (b * ns + n) * ms + m
+                    } else {
+                        (b * ms + m) * ns + n
+                    };
+                    out[at] = (value, tolerance);
                 }
             }
         }
@@ -329,6 +355,11 @@ fn plain(shapes: &[(u32, u32, u32, u32)]) {
 
 fn transposed(shapes: &[(u32, u32, u32, u32)]) {
     for &(b, m, n, k) in shapes {
+        run_case(Case {
+            out_transposed: true,
+            b_broadcast: b > 1,
+            ..Case::new(b, m, n, k)
+        });
         run_case(Case {
             b_transposed: true,
             ..Case::new(b, m, n, k)

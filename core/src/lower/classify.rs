@@ -6,11 +6,13 @@
 //!   some reduction depends on; the others (the inner variables) index the
 //!   elements of a row. Softmax over `(R, C)` has rows `{r}` and inner `{c}`;
 //!   a row sum has rows `{r}` and no inner variable.
-//! - **Matmul**: contractions, as recognized by the matmul lowering.
+//! - **Matmul**: contractions, as recognized by [`super::matmul::detect`]
+//!   (asked first).
 //! - **Generic**: everything else (one thread per output element).
 
 use std::collections::HashSet;
 
+use super::matmul::{self, MatmulPlan};
 use crate::ir::{Expr, ExprId, Kernel, LetId, VarId};
 
 /// The op class of a kernel.
@@ -18,8 +20,7 @@ use crate::ir::{Expr, ExprId, Kernel, LetId, VarId};
 pub enum OpClass {
     Elementwise,
     Rows(RowPlan),
-    // MATMUL: the matmul lowering adds `Matmul(super::matmul::MatmulPlan)`
-    // here; `classify` already has the spot that produces it.
+    Matmul(MatmulPlan),
     Generic,
 }
 
@@ -29,6 +30,7 @@ impl OpClass {
         match self {
             OpClass::Elementwise => "elementwise",
             OpClass::Rows(_) => "rows",
+            OpClass::Matmul(_) => "matmul",
             OpClass::Generic => "generic",
         }
     }
@@ -38,6 +40,7 @@ impl OpClass {
         match self {
             OpClass::Elementwise => "elementwise (it has no reduction)",
             OpClass::Rows(_) => "a row reduction (use a `rows` schedule)",
+            OpClass::Matmul(_) => "a contraction (use a `matmul` schedule)",
             OpClass::Generic => {
                 "neither elementwise nor a row reduction (only a `generic` schedule applies)"
             }
@@ -80,11 +83,12 @@ impl RowPlan {
 
 /// The op class of `kernel`.
 pub fn classify(kernel: &Kernel) -> OpClass {
-    // MATMUL: once `lower/matmul.rs` exists, this is where
-    // `if let Some(plan) = super::matmul::detect(kernel) { return OpClass::Matmul(plan); }`
-    // goes (before the rows rule: a contraction also passes it when it is a
-    // matrix-vector product, and `detect` knows better). Until then
-    // contractions fall to Generic through `streams_its_rows` below.
+    // MATMUL: the matmul lowering decides first what is a contraction; what
+    // it declines and still reuses data across rows falls to Generic through
+    // `streams_its_rows` below.
+    if let Some(plan) = matmul::detect(kernel) {
+        return OpClass::Matmul(plan);
+    }
     let mut reductions = Vec::new();
     let mut seen = HashSet::new();
     let mut steps = Vec::new();
@@ -116,11 +120,7 @@ pub fn classify(kernel: &Kernel) -> OpClass {
         .partition(|v| row_set.contains(v));
     steps.retain(|s| match s {
         RowStep::Reduce(_) => true,
-        RowStep::Let(l) => kernel
-            .let_(*l)
-            .deps
-            .iter()
-            .all(|v| row_set.contains(v)),
+        RowStep::Let(l) => kernel.let_(*l).deps.iter().all(|v| row_set.contains(v)),
     });
     OpClass::Rows(RowPlan {
         row_vars,
@@ -162,22 +162,27 @@ fn depends_on_outer(kernel: &Kernel, reduce: ExprId) -> bool {
         .any(|n| kernel.free_vars(n).contains(var))
 }
 
-/// Whether some tensor read in `reduce`'s body is indexed by every row
-/// variable the reduction depends on, so that each row streams its own data.
+/// Whether some tensor read along the reduced variable in `reduce`'s body is
+/// also indexed by every row variable the reduction depends on, so that each
+/// row streams data of its own.
 ///
-/// A reduction whose every load misses some of its row variables reuses
-/// data across rows (a contraction such as a matrix product or a pairwise
-/// distance); one thread group per output element would read each input
-/// many times, so such kernels are not rows. A body without loads is fine.
+/// A reduction whose streamed loads all miss some of its row variables reuses
+/// that data across rows (a contraction: a matrix product, a pairwise
+/// distance); a thread group per row would read each input many times over,
+/// so such kernels are not rows. A body that reads nothing along the reduced
+/// variable is fine.
 fn streams_its_rows(kernel: &Kernel, reduce: ExprId) -> bool {
-    let Expr::Reduce { body, .. } = kernel.expr(reduce) else {
+    let Expr::Reduce { var, body, .. } = kernel.expr(reduce) else {
         return true;
     };
     let free = kernel.free_vars(reduce);
     let mut loads = Vec::new();
     direct_loads(kernel, *body, &mut loads);
+    loads.retain(|index| index.contains(var));
     loads.is_empty()
-        || loads.iter().any(|index| free.iter().all(|v| index.contains(v)))
+        || loads
+            .iter()
+            .any(|index| free.iter().all(|v| index.contains(v)))
 }
 
 /// The index lists of the loads inside `id`, not looking through lets or
@@ -373,8 +378,16 @@ mod tests {
                 }
             },
         );
-        // MATMUL: `matmul` becomes `OpClass::Matmul` once `matmul::detect` is wired in.
-        assert_eq!(classify(&matmul), OpClass::Generic);
+        let outer = kernel(
+            quote!(shape(R = 4, C = 5)),
+            quote! {
+                fn outer(x: Tensor<f32, (R, C)>, y: Tensor<f32, (R, C)>) -> Tensor<f32, (R, C)> {
+                    compute(|r, c| sum(C, |j| x[r][j] * y[r][c]))
+                }
+            },
+        );
+        assert_eq!(classify(&outer), OpClass::Generic);
+        assert!(matches!(classify(&matmul), OpClass::Matmul(_)));
         assert_eq!(classify(&pairwise), OpClass::Generic);
         assert_eq!(classify(&dependent), OpClass::Generic);
     }

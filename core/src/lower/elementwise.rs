@@ -76,7 +76,11 @@ pub(super) fn lower(
         let group = b.u32_op(ArithOp::Min, raw, Operand::Int(i64::from(groups - 1)));
         let flat = match vector {
             1 => group,
-            _ => b.u32_op(ArithOp::Shl, group, Operand::Int(i64::from(vector.trailing_zeros()))),
+            _ => b.u32_op(
+                ArithOp::Shl,
+                group,
+                Operand::Int(i64::from(vector.trailing_zeros())),
+            ),
         };
         let mut env = Env {
             inputs: inputs.clone(),
@@ -85,7 +89,16 @@ pub(super) fn lower(
         bind_vars(&mut b, kernel, &out_vars, flat, &mut env.index);
         let values = emit_consecutive(&mut b, kernel, &mut env, kernel.root, last, vector);
         let addr = b.global_addr(out, flat, out_dtype.size());
-        store_vec(&mut b, out_dtype, Addr { base: addr, offset: 0 }, &values, Some(inside));
+        store_vec(
+            &mut b,
+            out_dtype,
+            Addr {
+                base: addr,
+                offset: 0,
+            },
+            &values,
+            Some(inside),
+        );
     }
 
     Ok(Lowered {
@@ -182,7 +195,16 @@ pub(super) fn emit_consecutive(
                 let t = kernel.input(*tensor);
                 let flat = expr::flat_index(b, env, index, &kernel.strides_of(t));
                 let addr = b.global_addr(env.inputs[tensor.0], flat, t.dtype.size());
-                let regs = load_vec(b, Space::Global, t.dtype, Addr { base: addr, offset: 0 }, n);
+                let regs = load_vec(
+                    b,
+                    Space::Global,
+                    t.dtype,
+                    Addr {
+                        base: addr,
+                        offset: 0,
+                    },
+                    n,
+                );
                 for (m, r) in per_element.iter_mut().zip(regs) {
                     m.insert(load, r);
                 }
@@ -237,7 +259,13 @@ fn collect_loads(
 
 /// Loads `n` (1, 2 or 4) consecutive elements of `dtype` with one access and
 /// widens them to f32.
-pub(super) fn load_vec(b: &mut Builder, space: Space, dtype: DType, addr: Addr, n: u32) -> Vec<Reg> {
+pub(super) fn load_vec(
+    b: &mut Builder,
+    space: Space,
+    dtype: DType,
+    addr: Addr,
+    n: u32,
+) -> Vec<Reg> {
     match (dtype, n) {
         (_, 1) => vec![b.load(space, dtype, addr)],
         (DType::F32, _) => b.load_f32_vec(space, addr, n as usize),
@@ -282,5 +310,108 @@ pub(super) fn store_vec(
     match guard {
         Some(pred) => b.push_guarded(pred, false, op),
         None => b.push(op),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use quote::quote;
+
+    use crate::ir::Kernel;
+    use crate::lower::{LowerError, lower};
+    use crate::ptx::inst::{Op, Space};
+    use crate::schedule::Schedule;
+    use crate::syntax::parse_kernel;
+    use crate::target::SmVersion;
+
+    fn bias_add(r: u32, c: u32) -> Kernel {
+        parse_kernel(
+            quote!(shape(R = #r, C = #c)),
+            quote! {
+                fn bias_add(x: Tensor<f16, (R, C)>, b: Tensor<f16, (C,)>, t: Tensor<f32, (C, R)>)
+                    -> Tensor<f16, (R, C)>
+                {
+                    compute(|r, c| x[r][c] + b[c] * t[c][r])
+                }
+            },
+        )
+        .expect("valid kernel")
+    }
+
+    fn point(block: u32, per_thread: u32, vector: u32) -> Schedule {
+        Schedule::Elementwise {
+            block,
+            per_thread,
+            vector,
+        }
+    }
+
+    fn invalid(k: &Kernel, s: Schedule) -> String {
+        match lower(k, &s, SmVersion::Sm80) {
+            Err(LowerError::Invalid { reason, .. }) => reason,
+            other => panic!("{s:?} should be invalid, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn rejects_invalid_points() {
+        let k = bias_add(3, 1026);
+        assert!(invalid(&k, point(0, 1, 1)).contains("threads per block"));
+        assert!(invalid(&k, point(48, 1, 1)).contains("multiple of 32"));
+        assert!(invalid(&k, point(2048, 1, 1)).contains("up to 1024"));
+        assert!(invalid(&k, point(128, 0, 1)).contains("groups per thread"));
+        assert!(invalid(&k, point(128, 17, 1)).contains("groups per thread"));
+        assert!(invalid(&k, point(128, 1, 3)).contains("vector width 3"));
+        assert!(invalid(&k, point(128, 1, 4)).contains("does not divide"));
+        assert!(lower(&k, &point(128, 1, 2), SmVersion::Sm80).is_ok());
+    }
+
+    #[test]
+    fn rejects_other_classes() {
+        let softmax = parse_kernel(
+            quote!(shape(R = 2, C = 8)),
+            quote! {
+                fn softmax(x: Tensor<f32, (R, C)>) -> Tensor<f32, (R, C)> {
+                    compute(|r, c| exp(x[r][c]) / sum(C, |j| exp(x[r][j])))
+                }
+            },
+        )
+        .expect("valid kernel");
+        let err = lower(&softmax, &point(128, 1, 1), SmVersion::Sm80).unwrap_err();
+        assert!(matches!(err, LowerError::WrongClass { .. }), "{err}");
+        let rows = Schedule::Rows {
+            threads_per_row: 32,
+            rows_per_block: 4,
+            vector: 1,
+        };
+        let err = lower(&bias_add(2, 8), &rows, SmVersion::Sm80).unwrap_err();
+        assert!(err.to_string().contains("no reduction"), "{err}");
+    }
+
+    #[test]
+    fn vector_accesses_and_launch() {
+        let k = bias_add(5, 1000);
+        let l = lower(&k, &point(128, 3, 4), SmVersion::Sm90).expect("lowers");
+        // 5000 elements in groups of 4, 384 groups per block.
+        assert_eq!(l.launch.grid, [1250u32.div_ceil(384), 1, 1]);
+        assert_eq!(l.launch.block, [128, 1, 1]);
+        let widths = |space: Space, store: bool| -> Vec<usize> {
+            l.ptx
+                .body
+                .iter()
+                .filter_map(|i| match &i.op {
+                    Op::Ld { space: s, dsts, .. } if !store && *s == space => Some(dsts.len()),
+                    Op::St { space: s, srcs, .. } if store && *s == space => Some(srcs.len()),
+                    _ => None,
+                })
+                .collect()
+        };
+        // Per group: x as one vector, b as one vector, t (transposed) per
+        // element; one guarded vector store.
+        let mut loads = widths(Space::Global, false);
+        loads.sort();
+        assert_eq!(loads, [[1; 12].as_slice(), &[4; 6]].concat());
+        assert_eq!(widths(Space::Global, true), [4, 4, 4]);
+        assert!(l.ptx.body.iter().all(|i| !matches!(i.op, Op::Bra { .. })));
     }
 }

@@ -81,7 +81,11 @@ fn check(
     for r in plan.reductions() {
         if let Expr::Reduce { var, .. } = kernel.expr(r) {
             let name = &kernel.dim(kernel.var(*var).dim).name;
-            check_vector(vector, kernel.extent(*var), &format!("the reduced extent `{name}`"))?;
+            check_vector(
+                vector,
+                kernel.extent(*var),
+                &format!("the reduced extent `{name}`"),
+            )?;
         }
     }
     let shared = shared_bytes(threads_per_row, rows_per_block, limits.warp_size);
@@ -122,7 +126,14 @@ pub(super) fn lower(
     vector: u32,
     target: SmVersion,
 ) -> Result<Lowered, String> {
-    let shape = check(kernel, plan, threads_per_row, rows_per_block, vector, target)?;
+    let shape = check(
+        kernel,
+        plan,
+        threads_per_row,
+        rows_per_block,
+        vector,
+        target,
+    )?;
     let extent_of = |vars: &[VarId]| vars.iter().map(|v| kernel.extent(*v)).product::<u32>();
     let rows = extent_of(&plan.row_vars);
     let inner = extent_of(&plan.inner_vars);
@@ -135,7 +146,11 @@ pub(super) fn lower(
     let out = b.param_ptr(kernel.inputs.len());
     let tid = b.special(Special::TidX);
     let ctaid = b.special(Special::CtaidX);
-    let lane = b.u32_op(ArithOp::And, tid, Operand::Int(i64::from(threads_per_row - 1)));
+    let lane = b.u32_op(
+        ArithOp::And,
+        tid,
+        Operand::Int(i64::from(threads_per_row - 1)),
+    );
     let row_in_block = b.u32_op(
         ArithOp::Shr,
         tid,
@@ -170,7 +185,8 @@ pub(super) fn lower(
     for step in &plan.steps {
         match *step {
             RowStep::Reduce(id) => {
-                let value = cooperative_reduce(&mut b, kernel, &mut env, &shape, lane, slots.as_mut(), id);
+                let value =
+                    cooperative_reduce(&mut b, kernel, &mut env, &shape, lane, slots.as_mut(), id);
                 env.reduced.insert(id, value);
             }
             RowStep::Let(l) => {
@@ -184,7 +200,10 @@ pub(super) fn lower(
     // The row's elements: groups of `vector` along the output's innermost
     // variable when it indexes within the row, single elements otherwise.
     let out_vars = kernel.output_vars();
-    let last = out_vars.last().copied().filter(|v| plan.inner_vars.contains(v));
+    let last = out_vars
+        .last()
+        .copied()
+        .filter(|v| plan.inner_vars.contains(v));
     let group = match last {
         Some(v) if kernel.extent(v) % vector == 0 => vector,
         _ => 1,
@@ -194,18 +213,36 @@ pub(super) fn lower(
         let mut element = env.clone();
         let first = match group {
             1 => g,
-            _ => b.u32_op(ArithOp::Shl, g, Operand::Int(i64::from(group.trailing_zeros()))),
+            _ => b.u32_op(
+                ArithOp::Shl,
+                g,
+                Operand::Int(i64::from(group.trailing_zeros())),
+            ),
         };
         bind_vars(b, kernel, &plan.inner_vars, first, &mut element.index);
         let values = emit_consecutive(b, kernel, &mut element, kernel.root, last, group);
         let flat = expr::flat_index(b, &element, &out_vars, &out_strides);
         let addr = b.global_addr(out, flat, kernel.output.dtype.size());
-        store_vec(b, kernel.output.dtype, Addr { base: addr, offset: 0 }, &values, None);
+        store_vec(
+            b,
+            kernel.output.dtype,
+            Addr {
+                base: addr,
+                offset: 0,
+            },
+            &values,
+            None,
+        );
     });
     b.place(done);
 
     Ok(Lowered {
-        ptx: b.finish(entry_name(kernel), kernel.inputs.len() + 1, shape.block(), shared),
+        ptx: b.finish(
+            entry_name(kernel),
+            kernel.inputs.len() + 1,
+            shape.block(),
+            shared,
+        ),
         launch: Launch {
             grid: [rows.div_ceil(rows_per_block), 1, 1],
             block: [shape.block(), 1, 1],
@@ -264,17 +301,27 @@ fn cooperative_reduce(
     let extent = kernel.extent(var);
     let vector = shape.vector;
     let acc = b.f32_imm(expr::reduce_init(op));
-    strided_loop(b, lane, extent / vector, shape.threads_per_row, |b, chunk| {
-        let mut element = env.clone();
-        let first = match vector {
-            1 => chunk,
-            _ => b.u32_op(ArithOp::Shl, chunk, Operand::Int(i64::from(vector.trailing_zeros()))),
-        };
-        element.index.insert(var, first);
-        for x in emit_consecutive(b, kernel, &mut element, body, Some(var), vector) {
-            expr::fold_into(b, op, acc, x);
-        }
-    });
+    strided_loop(
+        b,
+        lane,
+        extent / vector,
+        shape.threads_per_row,
+        |b, chunk| {
+            let mut element = env.clone();
+            let first = match vector {
+                1 => chunk,
+                _ => b.u32_op(
+                    ArithOp::Shl,
+                    chunk,
+                    Operand::Int(i64::from(vector.trailing_zeros())),
+                ),
+            };
+            element.index.insert(var, first);
+            for x in emit_consecutive(b, kernel, &mut element, body, Some(var), vector) {
+                expr::fold_into(b, op, acc, x);
+            }
+        },
+    );
 
     butterfly(b, op, acc, shape.threads_per_row.min(shape.warp));
 
@@ -336,5 +383,102 @@ fn butterfly(b: &mut Builder, op: ReduceOp, acc: Reg, width: u32) {
         });
         expr::fold_into(b, op, acc, other);
         offset /= 2;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use quote::quote;
+
+    use crate::ir::Kernel;
+    use crate::lower::{LowerError, Lowered, lower};
+    use crate::ptx::inst::Op;
+    use crate::schedule::Schedule;
+    use crate::syntax::parse_kernel;
+    use crate::target::SmVersion;
+
+    fn layernorm(r: u32, c: u32) -> Kernel {
+        parse_kernel(
+            quote!(shape(R = #r, C = #c)),
+            quote! {
+                fn layernorm(x: Tensor<f32, (R, C)>) -> Tensor<f32, (R, C)> {
+                    compute(|r, c| {
+                        let mu = mean(C, |j| x[r][j]);
+                        let var = mean(C, |j| (x[r][j] - mu) * (x[r][j] - mu));
+                        (x[r][c] - mu) * rsqrt(var + 0.00001)
+                    })
+                }
+            },
+        )
+        .expect("valid kernel")
+    }
+
+    fn point(threads_per_row: u32, rows_per_block: u32, vector: u32) -> Schedule {
+        Schedule::Rows {
+            threads_per_row,
+            rows_per_block,
+            vector,
+        }
+    }
+
+    fn invalid(k: &Kernel, s: Schedule, target: SmVersion) -> String {
+        match lower(k, &s, target) {
+            Err(LowerError::Invalid { reason, .. }) => reason,
+            other => panic!("{s:?} should be invalid, got {other:?}"),
+        }
+    }
+
+    fn count(l: &Lowered, pred: impl Fn(&Op) -> bool) -> usize {
+        l.ptx.body.iter().filter(|i| pred(&i.op)).count()
+    }
+
+    #[test]
+    fn rejects_invalid_points() {
+        let k = layernorm(10, 1025);
+        let sm80 = SmVersion::Sm80;
+        assert!(invalid(&k, point(0, 1, 1), sm80).contains("power of two"));
+        assert!(invalid(&k, point(48, 1, 1), sm80).contains("power of two"));
+        assert!(invalid(&k, point(2048, 1, 1), sm80).contains("power of two up to 1024"));
+        assert!(invalid(&k, point(32, 0, 1), sm80).contains("0 rows per block"));
+        assert!(invalid(&k, point(256, 8, 1), sm80).contains("2048 threads per block"));
+        assert!(invalid(&k, point(4, 3, 1), sm80).contains("multiple of 32"));
+        assert!(invalid(&k, point(32, 1, 2), sm80).contains("reduced extent `C`"));
+        assert!(invalid(&k, point(32, 1, 8), sm80).contains("expected 1, 2 or 4"));
+        assert!(invalid(&k, point(u32::MAX / 2 + 1, 2, 1), sm80).contains("power of two"));
+        let k = layernorm(10, 1024);
+        assert!(lower(&k, &point(32, 1, 4), sm80).is_ok());
+        assert!(lower(&k, &point(8, 4, 2), sm80).is_ok());
+    }
+
+    #[test]
+    fn launch_and_collectives() {
+        let k = layernorm(10, 1024);
+        // Two reductions across 4 warps: one barrier each, two slot sets.
+        let l = lower(&k, &point(128, 3, 4), SmVersion::Sm90).expect("lowers");
+        assert_eq!(l.launch.grid, [4, 1, 1]);
+        assert_eq!(l.launch.block, [384, 1, 1]);
+        assert_eq!(l.launch.dynamic_shared_bytes, 2 * 3 * 4 * 4);
+        assert_eq!(l.ptx.dynamic_shared_bytes, l.launch.dynamic_shared_bytes);
+        assert_eq!(count(&l, |op| matches!(op, Op::BarSync)), 2);
+        // 5 butterfly steps within a warp and 2 across the 4 warps, per reduction.
+        assert_eq!(count(&l, |op| matches!(op, Op::Shfl { .. })), 2 * (5 + 2));
+        // The only `ret` is the last instruction: no thread leaves before a
+        // collective.
+        assert_eq!(count(&l, |op| matches!(op, Op::Ret)), 1);
+        assert!(matches!(l.ptx.body.last().map(|i| &i.op), Some(Op::Ret)));
+
+        // Sub-warp groups of 8: three butterfly steps, no shared memory.
+        let l = lower(&k, &point(8, 4, 1), SmVersion::Sm80).expect("lowers");
+        assert_eq!(l.launch.grid, [3, 1, 1]);
+        assert_eq!(l.launch.dynamic_shared_bytes, 0);
+        assert_eq!(count(&l, |op| matches!(op, Op::BarSync)), 0);
+        assert_eq!(count(&l, |op| matches!(op, Op::Shfl { .. })), 2 * 3);
+
+        // One thread per row: no collective at all.
+        let l = lower(&k, &point(1, 32, 1), SmVersion::Sm80).expect("lowers");
+        assert_eq!(
+            count(&l, |op| matches!(op, Op::Shfl { .. } | Op::BarSync)),
+            0
+        );
     }
 }

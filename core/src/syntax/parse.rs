@@ -529,7 +529,11 @@ impl Parser<'_> {
                 "items (`fn`, `const`, `struct`, ...) are",
                 "bind values with `let` inside the `compute` closure",
             ),
-            Stmt::Macro(mac) => self.unsupported(Loc::of(mac), "macros are", ""),
+            Stmt::Macro(mac) => self.unsupported(
+                Loc::of(mac),
+                "macros are",
+                "write the value with the kernel language's operators and functions, like `exp(x[i]) * 2.0`",
+            ),
             Stmt::Local(local) => self.unsupported(
                 Loc::of(local),
                 "`let` here is",
@@ -966,15 +970,21 @@ fn unsupported_expr(expr: &SynExpr) -> (&'static str, &'static str) {
         SynExpr::If(_) => ("`if` is", SELECT),
         SynExpr::Match(_) => ("`match` is", SELECT),
         SynExpr::ForLoop(_) | SynExpr::While(_) | SynExpr::Loop(_) => ("loops are", REDUCE),
-        SynExpr::Macro(_) => ("macros are", ""),
+        SynExpr::Macro(_) => (
+            "macros are",
+            "write the value with the kernel language's operators and functions, like `exp(x[i]) * 2.0`",
+        ),
         SynExpr::Assign(_) => ("assignment is", "bind a new name with `let name = ...;`"),
         SynExpr::Range(_) => (
             "ranges are",
             "a reduction covers a whole dimension: `sum(K, |k| ...)`",
         ),
-        SynExpr::Field(_) => ("field access is", ""),
-        SynExpr::Array(_) | SynExpr::Repeat(_) => ("arrays are", ""),
-        SynExpr::Tuple(_) => ("tuples are", ""),
+        SynExpr::Field(_) => ("field access is", "kernel values are plain numbers"),
+        SynExpr::Array(_) | SynExpr::Repeat(_) => (
+            "arrays are",
+            "kernel values are plain numbers; pass data as an input tensor",
+        ),
+        SynExpr::Tuple(_) => ("tuples are", "kernel values are plain numbers; bind each with `let`"),
         SynExpr::Struct(_) => ("struct literals are", ""),
         SynExpr::Reference(_) | SynExpr::RawAddr(_) => ("references are", "use the value directly"),
         SynExpr::Return(_) => (

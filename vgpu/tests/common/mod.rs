@@ -9,6 +9,8 @@ use ktune_core::ir::{
     VarKind,
 };
 use ktune_core::lower::Launch;
+use ktune_core::ptx::Builder;
+use ktune_core::ptx::inst::{Addr, Op, Reg, RegClass, Space, Special, Ty};
 
 fn dims(rows: u32, cols: u32) -> Vec<Dim> {
     vec![
@@ -117,4 +119,69 @@ pub fn values(n: usize, seed: u64) -> Vec<f32> {
             (s >> 40) as f32 / (1u64 << 24) as f32 * 4.0 - 2.0
         })
         .collect()
+}
+
+/// `out[tid] = value` as a 32-bit store.
+pub fn store_at_tid(b: &mut Builder, out: Reg, tid: Reg, value: Reg) {
+    let addr = b.global_addr(out, tid, 4);
+    let ty = if value.class == RegClass::F32 {
+        Ty::F32
+    } else {
+        Ty::B32
+    };
+    b.push(Op::St {
+        space: Space::Global,
+        ty,
+        addr: Addr {
+            base: addr,
+            offset: 0,
+        },
+        srcs: vec![value.into()],
+    });
+}
+
+/// Runs a one-warp kernel in which every thread computes one 32-bit value
+/// from its `%tid.x` and stores it at `out[tid]`; returns the 32 values'
+/// bits.
+pub fn per_lane(build: impl FnOnce(&mut Builder, Reg) -> Reg) -> Vec<u32> {
+    try_per_lane(build).unwrap_or_else(|f| panic!("{f}"))
+}
+
+pub fn try_per_lane(
+    build: impl FnOnce(&mut Builder, Reg) -> Reg,
+) -> Result<Vec<u32>, ktune_vgpu::Fault> {
+    let mut b = Builder::new();
+    let tid = b.special(Special::TidX);
+    let out = b.param_ptr(0);
+    let value = build(&mut b, tid);
+    store_at_tid(&mut b, out, tid, value);
+    let kernel = b.finish("per_lane".into(), 1, 32, 0);
+    let mut params = vec![vec![0u8; 32 * 4]];
+    ktune_vgpu::run(&kernel, &one_block(32, 0), &mut params)?;
+    Ok(params[0]
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect())
+}
+
+/// Runs a kernel that loads `inputs[k][tid]` for every input `k` (f32,
+/// `inputs[k].len()` threads), computes one f32 from them and stores it at
+/// `out[tid]`.
+pub fn map_f32(inputs: &[&[f32]], build: impl FnOnce(&mut Builder, &[Reg]) -> Reg) -> Vec<f32> {
+    let n = inputs[0].len() as u32;
+    let mut b = Builder::new();
+    let tid = b.special(Special::TidX);
+    let mut xs = Vec::new();
+    for k in 0..inputs.len() {
+        let p = b.param_ptr(k);
+        let a = b.global_addr(p, tid, 4);
+        xs.push(b.load(Space::Global, DType::F32, Addr { base: a, offset: 0 }));
+    }
+    let out = b.param_ptr(inputs.len());
+    let value = build(&mut b, &xs);
+    store_at_tid(&mut b, out, tid, value);
+    let kernel = b.finish("map_f32".into(), inputs.len() + 1, n, 0);
+    ktune_vgpu::run_f32(&kernel, &one_block(n, 0), inputs, n as usize)
+        .unwrap_or_else(|f| panic!("{f}"))
+        .0
 }

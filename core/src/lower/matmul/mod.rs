@@ -19,12 +19,15 @@
 //! evaluates the kernel's root for each in-range output element with the
 //! accumulator standing for the reduction.
 //!
-//! The code is split by pass: [`detect`] (the plan), `emit` (the instruction
-//! list), `heuristic` (the default schedule).
+//! The code is split by pass: [`detect`] (the plan), the checks of a
+//! schedule (here, [`Layout`]), `stage` (moving tiles from global to shared
+//! memory), `emit` (the rest of the instruction list), `heuristic` (the
+//! default schedule).
 
 mod detect;
 mod emit;
 mod heuristic;
+mod stage;
 #[cfg(test)]
 mod tests;
 

@@ -79,6 +79,20 @@ fn detects_a_transposed_left_operand_in_either_order() {
 }
 
 #[test]
+fn walks_the_output_contiguous_variable_as_n() {
+    let k = kernel(
+        "#[tuned_kernel(shape(M = 8, N = 16, K = 4))]
+         fn ct(x: Tensor<f32, (M, K)>, w: Tensor<f32, (K, N)>) -> Tensor<f32, (N, M)> {
+             compute(|n, m| sum(K, |k| x[m][k] * w[k][n]))
+         }",
+    );
+    let p = plan(&k);
+    assert_eq!((name(&k, p.m), name(&k, p.n)), ("n", "m"));
+    assert_eq!((tensor(&k, &p.a), tensor(&k, &p.b)), ("w", "x"));
+    assert_eq!((p.b.stride_x, p.b.stride_k), (4, 1));
+}
+
+#[test]
 fn detects_batched_and_broadcast_products() {
     let batched = kernel(
         "#[tuned_kernel(shape(B = 3, M = 5, N = 7, K = 9))]

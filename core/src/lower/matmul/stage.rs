@@ -1,0 +1,406 @@
+//! Moving one operand's tiles from global to shared memory.
+//!
+//! Each thread owns the same positions of every tile: `passes` accesses of
+//! `vector` consecutive elements along the operand's contiguous dimension,
+//! consecutive threads on consecutive vectors. Its global addresses advance
+//! by `block_k` along `k` per tile; its shared addresses never change.
+//!
+//! A tile that overhangs the tensor is handled per dimension:
+//! - along `k`, elements past `K` are loaded as zeros (the load is
+//!   predicated off), so they add nothing to any output;
+//! - along `m` (or `n`), the row is clamped to the last one: the values it
+//!   stages only reach accumulators of outputs past `M` (`N`), which are
+//!   never stored. This keeps the loop free of per-pass predicates, which
+//!   would outnumber the hardware's predicate registers.
+
+use std::collections::HashMap;
+
+use super::{Layout, MatmulOperand, MatmulPlan, Staging};
+use crate::dtype::DType;
+use crate::ir::Kernel;
+use crate::lower::expr::{self, Env};
+use crate::ptx::Builder;
+use crate::ptx::inst::{Addr, ArithOp, Cmp, Op, Operand, Reg, RegClass, Space, Ty};
+
+/// Which operand a [`Stager`] moves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Side {
+    A,
+    B,
+}
+
+/// What a stager needs from the block's set-up.
+#[derive(Debug)]
+pub(super) struct Origin<'e> {
+    pub tid: Reg,
+    /// Address of the dynamic shared-memory window.
+    pub smem: Reg,
+    /// The first `m` and `n` of the block's tile.
+    pub m0: Reg,
+    pub n0: Reg,
+    /// Input pointers and batch variables.
+    pub env: &'e Env,
+}
+
+/// One pass's values, as f32, ready for shared memory.
+pub(super) type Staged = Vec<Reg>;
+
+/// Moves one operand's tiles from global to shared memory.
+#[derive(Debug)]
+pub(super) struct Stager<'a> {
+    staging: &'a Staging,
+    operand: &'a MatmulOperand,
+    threads: u32,
+    block_k: u32,
+    elem: u32,
+    /// Per pass: where the access reads, in the current tile.
+    access: Vec<Addr>,
+    /// The distinct base registers of `access`, advanced once per tile.
+    pointers: Vec<Reg>,
+    /// Shared address of this thread's first element (pass 0).
+    shared: Reg,
+    /// Per pass: the element's `k` within the tile, when `k` can overhang.
+    k_local: Vec<Option<Reg>>,
+    /// `K - k0` (compared as s32), when `k` can overhang.
+    k_end: Option<Reg>,
+    /// Whether the thread takes part, when the tile has fewer vectors than
+    /// the block has threads.
+    active: Option<Reg>,
+}
+
+impl<'a> Stager<'a> {
+    /// Computes the thread's addresses and the predicates that stay fixed
+    /// over the `k` loop.
+    pub fn new(
+        b: &mut Builder,
+        kernel: &Kernel,
+        plan: &'a MatmulPlan,
+        layout: &'a Layout,
+        side: Side,
+        origin: &Origin<'_>,
+    ) -> Stager<'a> {
+        let (operand, staging, x0, x_extent) = match side {
+            Side::A => (&plan.a, &layout.a, origin.m0, layout.m_extent),
+            Side::B => (&plan.b, &layout.b, origin.n0, layout.n_extent),
+        };
+        let threads = layout.threads;
+        let block_k = layout.tiles.block_k;
+        let elem = staging.dtype.size();
+
+        let cols = Operand::Int(i64::from(staging.cols));
+        let r0 = b.u32_op(ArithOp::Div, origin.tid, cols);
+        let c0 = b.u32_op(ArithOp::Rem, origin.tid, cols);
+        let c0 = b.u32_op(ArithOp::Mul, c0, imm(staging.vector));
+        let (x_local, k_local) = if staging.k_major { (r0, c0) } else { (c0, r0) };
+
+        let shared = b.u32_mad(k_local, imm(staging.row), x_local);
+        let shared = b.u32_mad(shared, imm(4u32), origin.smem);
+        let shared = b.u32_op(ArithOp::Add, shared, imm(staging.offset));
+
+        // Element offsets are exact wherever a thread loads; where `k` is
+        // past `K` they may wrap, but those are never dereferenced (and
+        // later passes and tiles only move further along `k`).
+        let x = b.u32_op(ArithOp::Add, x0, x_local);
+        let mut fixed = None;
+        for (v, stride) in plan.batch.iter().zip(&operand.stride_batch) {
+            if *stride != 0 && kernel.extent(*v) > 1 {
+                let index = origin.env.index[v];
+                fixed = Some(match fixed {
+                    None => b.u32_op(ArithOp::Mul, index, imm(*stride)),
+                    Some(acc) => b.u32_mad(index, imm(*stride), acc),
+                });
+            }
+        }
+        let base = origin.env.inputs[operand.tensor.0];
+        let pointer = |b: &mut Builder, x: Reg, k: Reg| {
+            let offset = b.u32_mad(
+                x,
+                imm(operand.stride_x),
+                fixed.map_or(imm(0u32), Operand::Reg),
+            );
+            let offset = b.u32_mad(k, imm(operand.stride_k), offset);
+            b.global_addr(base, offset, elem)
+        };
+        let x_overhangs = !x_extent.is_multiple_of(staging.block_x);
+        // The last row or vector start (vectors along `x` stay aligned).
+        let x_last = x_extent - if staging.k_major { 1 } else { staging.vector };
+        let mut access = Vec::new();
+        let mut pointers = Vec::new();
+        if x_overhangs {
+            for pass in 0..staging.passes {
+                let (dx, dk) = steps(staging, pass, threads);
+                let at = b.u32_op(ArithOp::Add, x, imm(dx));
+                let at = b.u32_op(ArithOp::Min, at, imm(x_last));
+                let k = b.u32_op(ArithOp::Add, k_local, imm(dk));
+                let ptr = pointer(b, at, k);
+                pointers.push(ptr);
+                access.push(Addr {
+                    base: ptr,
+                    offset: 0,
+                });
+            }
+        } else {
+            let first = pointer(b, x, k_local);
+            pointers.push(first);
+            for pass in 0..staging.passes {
+                let (dx, dk) = steps(staging, pass, threads);
+                let bytes = (u64::from(dx) * operand.stride_x + u64::from(dk) * operand.stride_k)
+                    * u64::from(elem);
+                // PTX address offsets are 32-bit.
+                access.push(if bytes <= i32::MAX as u64 {
+                    Addr {
+                        base: first,
+                        offset: bytes as i64,
+                    }
+                } else {
+                    let ptr = b.reg(RegClass::B64);
+                    b.push(Op::Arith {
+                        op: ArithOp::Add,
+                        ty: Ty::U64,
+                        dst: ptr,
+                        a: first.into(),
+                        b: Operand::Int(bytes as i64),
+                    });
+                    pointers.push(ptr);
+                    Addr {
+                        base: ptr,
+                        offset: 0,
+                    }
+                });
+            }
+        }
+
+        let active = staging.partial.then(|| {
+            let units = staging.rows * staging.cols;
+            b.setp(Cmp::Lt, Ty::U32, origin.tid, imm(units))
+        });
+        let k_overhangs = !layout.k_extent.is_multiple_of(block_k);
+        let mut by_step: HashMap<u32, Reg> = HashMap::new();
+        let k_locals = (0..staging.passes)
+            .map(|pass| {
+                let (_, dk) = steps(staging, pass, threads);
+                k_overhangs.then(|| {
+                    *by_step
+                        .entry(dk)
+                        .or_insert_with(|| b.u32_op(ArithOp::Add, k_local, imm(dk)))
+                })
+            })
+            .collect();
+        let k_end = k_overhangs.then(|| b.u32_imm(layout.k_extent));
+        Stager {
+            staging,
+            operand,
+            threads,
+            block_k,
+            elem,
+            access,
+            pointers,
+            shared,
+            k_local: k_locals,
+            k_end,
+            active,
+        }
+    }
+
+    /// Loads this thread's part of the current tile into registers as f32
+    /// (the operand's prologue applied), zeros outside the tensor.
+    pub fn load(&self, b: &mut Builder, kernel: &Kernel) -> Vec<Staged> {
+        let s = self.staging;
+        let mut k_ok_of: HashMap<Reg, Reg> = HashMap::new();
+        (0..s.passes)
+            .map(|pass| {
+                let k_ok = match (self.k_local[pass as usize], self.k_end) {
+                    (Some(k), Some(end)) => Some(
+                        *k_ok_of
+                            .entry(k)
+                            .or_insert_with(|| b.setp(Cmp::Lt, Ty::S32, k, end)),
+                    ),
+                    _ => None,
+                };
+                let guard = and(b, self.active, k_ok);
+                let addr = self.access[pass as usize];
+                load_raw(b, s.dtype, s.vector, addr, guard)
+                    .into_iter()
+                    .map(|x| self.prologue(b, kernel, x, guard))
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// The operand's value for a loaded element; zero outside the tensor,
+    /// whatever the prologue makes of a zero.
+    fn prologue(&self, b: &mut Builder, kernel: &Kernel, loaded: Reg, guard: Option<Reg>) -> Reg {
+        if self.operand.value == self.operand.load {
+            return loaded;
+        }
+        let mut env = Env::default();
+        env.preloaded.insert(self.operand.load, loaded);
+        let value = expr::emit(b, kernel, &mut env, self.operand.value).reg();
+        match guard {
+            Some(g) => b.f32_select(g, value, Operand::F32(0.0)),
+            None => value,
+        }
+    }
+
+    /// Stores loaded values into the shared tile (`[k][row]`, f32).
+    pub fn store(&self, b: &mut Builder, staged: &[Staged]) {
+        let s = self.staging;
+        for (pass, values) in staged.iter().enumerate() {
+            let (dx, dk) = steps(s, pass as u32, self.threads);
+            let at = |x: u32, k: u32| i64::from(((dk + k) * s.row + dx + x) * 4);
+            let push = |b: &mut Builder, offset: i64, srcs: Vec<Operand>| {
+                let op = Op::St {
+                    space: Space::Shared,
+                    ty: Ty::F32,
+                    addr: Addr {
+                        base: self.shared,
+                        offset,
+                    },
+                    srcs,
+                };
+                match self.active {
+                    Some(p) => b.push_guarded(p, false, op),
+                    None => b.push(op),
+                }
+            };
+            if s.k_major {
+                // Consecutive elements are consecutive `k`: one row each.
+                for (e, v) in values.iter().enumerate() {
+                    push(b, at(0, e as u32), vec![(*v).into()]);
+                }
+            } else {
+                for (c, chunk) in values.chunks(4).enumerate() {
+                    let srcs = chunk.iter().map(|v| (*v).into()).collect();
+                    push(b, at(c as u32 * 4, 0), srcs);
+                }
+            }
+        }
+    }
+
+    /// Moves on to the next `k` tile.
+    pub fn advance(&self, b: &mut Builder) {
+        let bytes = u64::from(self.block_k) * self.operand.stride_k * u64::from(self.elem);
+        for ptr in &self.pointers {
+            b.push(Op::Arith {
+                op: ArithOp::Add,
+                ty: Ty::U64,
+                dst: *ptr,
+                a: (*ptr).into(),
+                b: Operand::Int(bytes as i64),
+            });
+        }
+        if let Some(end) = self.k_end {
+            b.push(Op::Arith {
+                op: ArithOp::Sub,
+                ty: Ty::U32,
+                dst: end,
+                a: end.into(),
+                b: imm(self.block_k),
+            });
+        }
+    }
+}
+
+/// `p && q` for optional predicates (an absent one is true).
+pub(super) fn and(b: &mut Builder, p: Option<Reg>, q: Option<Reg>) -> Option<Reg> {
+    match (p, q) {
+        (Some(p), Some(q)) => Some(b.pred_op(ArithOp::And, p, q)),
+        (p, q) => p.or(q),
+    }
+}
+
+/// A pass's offset from pass 0 along `x` and `k`, in elements.
+fn steps(s: &Staging, pass: u32, threads: u32) -> (u32, u32) {
+    let (rows, cols) = s.pass_step(pass, threads);
+    if s.k_major {
+        (rows, cols)
+    } else {
+        (cols, rows)
+    }
+}
+
+fn imm(value: impl Into<u64>) -> Operand {
+    Operand::Int(value.into() as i64)
+}
+
+/// Loads `vector` consecutive elements of `dtype` (zeros when `guard` is
+/// false) and widens them to f32.
+fn load_raw(
+    b: &mut Builder,
+    dtype: DType,
+    vector: u32,
+    addr: Addr,
+    guard: Option<Reg>,
+) -> Vec<Reg> {
+    // Eight 16-bit elements travel as four 32-bit words (`ld.v4.b32`).
+    let (class, ty, count) = match (dtype, vector) {
+        (DType::F32, v) => (RegClass::F32, Ty::F32, v),
+        (_, 8) => (RegClass::B32, Ty::B32, 4),
+        (_, v) => (RegClass::B16, Ty::B16, v),
+    };
+    let dsts: Vec<Reg> = (0..count).map(|_| b.reg(class)).collect();
+    let op = Op::Ld {
+        space: Space::Global,
+        ty,
+        dsts: dsts.clone(),
+        addr,
+    };
+    match guard {
+        Some(g) => {
+            let zero = if class == RegClass::F32 {
+                Operand::F32(0.0)
+            } else {
+                Operand::Int(0)
+            };
+            for d in &dsts {
+                b.push(Op::Mov {
+                    ty,
+                    dst: *d,
+                    src: zero,
+                });
+            }
+            b.push_guarded(g, false, op);
+        }
+        None => b.push(op),
+    }
+    match class {
+        RegClass::F32 => dsts,
+        RegClass::B16 => dsts.into_iter().map(|h| b.widen(dtype, h)).collect(),
+        _ => dsts.into_iter().flat_map(|w| unpack(b, dtype, w)).collect(),
+    }
+}
+
+/// Splits a 32-bit word holding two 16-bit elements (the lower address in
+/// the low half) into two f32 values.
+fn unpack(b: &mut Builder, dtype: DType, word: Reg) -> [Reg; 2] {
+    let as_f32 = |b: &mut Builder, bits: Reg| {
+        let dst = b.reg(RegClass::F32);
+        b.push(Op::Mov {
+            ty: Ty::B32,
+            dst,
+            src: bits.into(),
+        });
+        dst
+    };
+    match dtype {
+        // A bf16 is the top half of an f32.
+        DType::Bf16 => {
+            let lo = b.u32_op(ArithOp::Shl, word, Operand::Int(16));
+            let hi = b.u32_op(ArithOp::And, word, Operand::Int(0xFFFF_0000));
+            [as_f32(b, lo), as_f32(b, hi)]
+        }
+        _ => {
+            let high = b.u32_op(ArithOp::Shr, word, Operand::Int(16));
+            [word, high].map(|w| {
+                let half = b.reg(RegClass::B16);
+                b.push(Op::Cvt {
+                    to: Ty::U16,
+                    from: Ty::U32,
+                    dst: half,
+                    src: w,
+                });
+                b.widen(dtype, half)
+            })
+        }
+    }
+}

@@ -1,0 +1,355 @@
+//! How `cargo build` of a crate with ktune kernels behaves across edits:
+//! nothing reruns for nothing, an edit regenerates exactly what it changes,
+//! and a kernel-language error is a located message, not a panic.
+//!
+//! Each test writes a small scratch crate under the system temp dir (its own
+//! `[workspace]`, depending on this workspace's `ktune` and `ktune-build` by
+//! path, with this workspace's `Cargo.lock` so that `--offline` resolves the
+//! same versions) and runs `cargo` on it. The scratch crates share one
+//! target dir, kept between runs, so dependencies compile once per machine.
+
+use std::collections::BTreeMap;
+use std::hash::{DefaultHasher, Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, SystemTime};
+
+// ---------------------------------------------------------------------------
+// Scratch crates
+// ---------------------------------------------------------------------------
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("the workspace root exists")
+}
+
+/// `<temp>/ktune-e2e-rebuild-<hash of this workspace's path>`: kept between
+/// runs, and distinct for two checkouts on one machine.
+fn scratch_root() -> PathBuf {
+    let mut hasher = DefaultHasher::new();
+    workspace_root().hash(&mut hasher);
+    std::env::temp_dir().join(format!("ktune-e2e-rebuild-{:016x}", hasher.finish()))
+}
+
+/// Writes `bytes` unless the file already holds them.
+fn write(path: &Path, bytes: &str) {
+    if std::fs::read(path).is_ok_and(|old| old == bytes.as_bytes()) {
+        return;
+    }
+    std::fs::create_dir_all(path.parent().expect("a parent")).expect("create dir");
+    std::fs::write(path, bytes).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+}
+
+struct Scratch {
+    name: &'static str,
+    dir: PathBuf,
+    target: PathBuf,
+}
+
+/// What one `cargo build` printed.
+struct Build {
+    success: bool,
+    stderr: String,
+}
+
+impl Scratch {
+    /// A scratch crate `name` with `lib_rs` as its `src/lib.rs`.
+    fn new(name: &'static str, lib_rs: &str) -> Scratch {
+        let root = scratch_root();
+        let workspace = workspace_root();
+        let dir = root.join(name);
+        let manifest = format!(
+            r#"[package]
+name = "{name}"
+version = "0.0.0"
+edition = "2024"
+publish = false
+
+[dependencies]
+ktune = {{ path = '{}' }}
+
+[build-dependencies]
+ktune-build = {{ path = '{}' }}
+
+[package.metadata.ktune]
+targets = ["sm_90"]
+
+[workspace]
+"#,
+            workspace.join("runtime").display(),
+            workspace.join("build-support").display(),
+        );
+        write(&dir.join("Cargo.toml"), &manifest);
+        write(
+            &dir.join("build.rs"),
+            "fn main() {\n    ktune_build::tune_crate();\n}\n",
+        );
+        let lock = std::fs::read_to_string(workspace.join("Cargo.lock"))
+            .expect("the workspace has a Cargo.lock");
+        write(&dir.join("Cargo.lock"), &lock);
+        let scratch = Scratch {
+            name,
+            dir,
+            target: root.join("target"),
+        };
+        scratch.write_lib(lib_rs);
+        scratch
+    }
+
+    fn write_lib(&self, source: &str) {
+        write(&self.dir.join("src/lib.rs"), source);
+    }
+
+    /// `cargo build -v --offline`; the lockfile pins every version to one
+    /// this workspace already uses, so nothing is downloaded.
+    fn build(&self) -> Build {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let Output { status, stderr, .. } = Command::new(cargo)
+            .args(["build", "-v", "--offline", "--color", "never"])
+            .current_dir(&self.dir)
+            .env("CARGO_TARGET_DIR", &self.target)
+            .env_remove("CARGO_BUILD_TARGET_DIR")
+            .env_remove("RUSTC_WORKSPACE_WRAPPER")
+            .output()
+            .expect("cargo runs");
+        Build {
+            success: status.success(),
+            stderr: String::from_utf8_lossy(&stderr).into_owned(),
+        }
+    }
+
+    #[track_caller]
+    fn build_ok(&self) -> Build {
+        let build = self.build();
+        assert!(
+            build.success,
+            "`cargo build` of {} failed:\n{}",
+            self.dir.display(),
+            build.stderr
+        );
+        build
+    }
+
+    /// `target/debug/build/<name>-*/out/ktune` of the latest build-script run.
+    fn out_dir(&self) -> PathBuf {
+        let builds = self.target.join("debug/build");
+        let prefix = format!("{}-", self.name);
+        std::fs::read_dir(&builds)
+            .unwrap_or_else(|e| panic!("{}: {e}", builds.display()))
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+            .filter_map(|e| {
+                let ran = std::fs::metadata(e.path().join("output"))
+                    .ok()?
+                    .modified()
+                    .ok()?;
+                Some((ran, e.path().join("out/ktune")))
+            })
+            .max()
+            .map(|(_, dir)| dir)
+            .unwrap_or_else(|| {
+                panic!(
+                    "no build-script output for {} in {}",
+                    self.name,
+                    builds.display()
+                )
+            })
+    }
+
+    /// Every output file's bytes and modification time.
+    fn outputs(&self) -> BTreeMap<String, (Vec<u8>, SystemTime)> {
+        let dir = self.out_dir();
+        std::fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+            .flatten()
+            .map(|e| {
+                let path = e.path();
+                let bytes = std::fs::read(&path).expect("read output");
+                let mtime = std::fs::metadata(&path)
+                    .and_then(|m| m.modified())
+                    .expect("mtime");
+                (e.file_name().to_string_lossy().into_owned(), (bytes, mtime))
+            })
+            .collect()
+    }
+
+    /// Moves every output's modification time an hour back, so that a
+    /// rewrite shows whatever the file system's timestamp resolution.
+    fn age_outputs(&self) {
+        let old = SystemTime::now() - Duration::from_secs(3600);
+        for entry in std::fs::read_dir(self.out_dir())
+            .expect("out dir")
+            .flatten()
+        {
+            std::fs::File::options()
+                .write(true)
+                .open(entry.path())
+                .and_then(|f| f.set_modified(old))
+                .unwrap_or_else(|e| panic!("{}: {e}", entry.path().display()));
+        }
+    }
+}
+
+fn ran_build_script(build: &Build) -> bool {
+    build
+        .stderr
+        .lines()
+        .any(|l| l.trim_start().starts_with("Running `") && l.contains("build-script-build"))
+}
+
+const TWO_KERNELS: &str = r#"use ktune::prelude::*;
+
+/// Doubles.
+#[tuned_kernel(shape(N = 33))]
+pub fn double(x: Tensor<f32, (N,)>) -> Tensor<f32, (N,)> {
+    compute(|n| x[n] * 2.0)
+}
+
+/// Adds a bias to every row.
+#[tuned_kernel(shape(R = 5, C = 7))]
+pub fn shifted(x: Tensor<f32, (R, C)>, b: Tensor<f32, (C,)>) -> Tensor<f32, (R, C)> {
+    compute(|r, c| x[r][c] + b[c])
+}
+"#;
+
+// ---------------------------------------------------------------------------
+// Tests
+// ---------------------------------------------------------------------------
+
+#[test]
+fn second_build_is_fresh() {
+    let scratch = Scratch::new("ktune-scratch-fresh", TWO_KERNELS);
+    scratch.build_ok();
+    let again = scratch.build_ok();
+    assert!(
+        !ran_build_script(&again),
+        "the build script reran:\n{}",
+        again.stderr
+    );
+    let compiling: Vec<&str> = again
+        .stderr
+        .lines()
+        .filter(|l| l.trim_start().starts_with("Compiling"))
+        .collect();
+    assert!(compiling.is_empty(), "recompiled: {compiling:#?}");
+    assert!(
+        again
+            .stderr
+            .lines()
+            .any(|l| l.trim_start().starts_with("Fresh ktune-scratch-fresh")),
+        "{}",
+        again.stderr
+    );
+}
+
+#[test]
+fn editing_one_kernel_regenerates_only_its_outputs() {
+    let scratch = Scratch::new("ktune-scratch-edit", TWO_KERNELS);
+    scratch.build_ok();
+    scratch.age_outputs();
+    let before = scratch.outputs();
+    let names: Vec<&str> = before.keys().map(String::as_str).collect();
+    assert_eq!(
+        names,
+        [
+            "double.rs",
+            "double.sm_80.default.ptx",
+            "double.sm_90.default.ptx",
+            "shifted.rs",
+            "shifted.sm_80.default.ptx",
+            "shifted.sm_90.default.ptx",
+        ]
+    );
+
+    scratch.write_lib(&TWO_KERNELS.replace("x[n] * 2.0", "x[n] * 3.0"));
+    let build = scratch.build_ok();
+    assert!(ran_build_script(&build), "{}", build.stderr);
+    let after = scratch.outputs();
+    assert_eq!(
+        after.keys().collect::<Vec<_>>(),
+        before.keys().collect::<Vec<_>>()
+    );
+    for (name, (bytes, mtime)) in &after {
+        let (old_bytes, old_mtime) = &before[name];
+        if name.starts_with("shifted.") {
+            assert!(
+                bytes == old_bytes,
+                "{name}: the unchanged kernel's output changed"
+            );
+            assert_eq!(mtime, old_mtime, "{name}: rewritten with the same bytes");
+        } else {
+            assert!(
+                bytes != old_bytes,
+                "{name}: the edited kernel's output did not change"
+            );
+        }
+    }
+}
+
+#[test]
+fn comments_and_whitespace_change_no_output() {
+    let scratch = Scratch::new("ktune-scratch-comment", TWO_KERNELS);
+    scratch.build_ok();
+    scratch.age_outputs();
+    let before = scratch.outputs();
+
+    let reformatted = TWO_KERNELS
+        .replace("/// Doubles.", "/// Doubles its input.\n///\n/// Twice.")
+        .replace(
+            "compute(|n| x[n] * 2.0)",
+            "// One multiply per element.\n    compute(|n| {\n        x[n]   *   2.0 /* doubled */\n    })",
+        )
+        .replace("x[r][c] + b[c]", "x[r][c]\n        + b[c]");
+    assert_ne!(reformatted, TWO_KERNELS);
+    scratch.write_lib(&reformatted);
+    let build = scratch.build_ok();
+    assert!(
+        ran_build_script(&build),
+        "the source changed, so the build script must rerun:\n{}",
+        build.stderr
+    );
+    let after = scratch.outputs();
+    assert_eq!(
+        after.keys().collect::<Vec<_>>(),
+        before.keys().collect::<Vec<_>>()
+    );
+    for (name, (bytes, mtime)) in &after {
+        let (old_bytes, old_mtime) = &before[name];
+        assert!(bytes == old_bytes, "{name}: changed by a comment");
+        assert_eq!(mtime, old_mtime, "{name}: rewritten with the same bytes");
+    }
+}
+
+#[test]
+fn kernel_language_error_is_located_not_a_panic() {
+    let source = TWO_KERNELS.replace("compute(|n| x[n] * 2.0)", "compute(|n| exq(x[n]) * 2.0)");
+    let scratch = Scratch::new("ktune-scratch-error", &source);
+    let build = scratch.build();
+    assert!(!build.success, "the build succeeded:\n{}", build.stderr);
+
+    let (line, text) = source
+        .lines()
+        .enumerate()
+        .find(|(_, l)| l.contains("exq"))
+        .expect("the bad line");
+    let location = format!(
+        "src/lib.rs:{}:{}",
+        line + 1,
+        text.find("exq").expect("exq") + 1
+    );
+    assert!(
+        build.stderr.contains(&location),
+        "no `{location}` in:\n{}",
+        build.stderr
+    );
+    assert!(
+        build.stderr.contains("unknown function `exq`") && build.stderr.contains("`exp`"),
+        "no message naming the function and a suggestion in:\n{}",
+        build.stderr
+    );
+    for bad in ["panicked", "RUST_BACKTRACE"] {
+        assert!(!build.stderr.contains(bad), "`{bad}` in:\n{}", build.stderr);
+    }
+}

@@ -1,0 +1,8 @@
+use ktune::prelude::*;
+
+#[tuned_kernel(shape(R = 64, C = 100))]
+pub fn row_sum(x: Tensor<f32, (R, C)>) -> Tensor<f32, (R,)> {
+    compute(|r| sum(N, |j| x[r][j]))
+}
+
+fn main() {}

@@ -1,0 +1,11 @@
+use ktune::prelude::*;
+
+#[tuned_kernel(shape(N = 1024))]
+pub fn scale(x: Tensor<f32, N>) -> Tensor<f32, N> {
+    compute(|i| {
+        let scale = 0.5;
+        x[i] * scael
+    })
+}
+
+fn main() {}

@@ -1,0 +1,8 @@
+use ktune::prelude::*;
+
+#[tuned_kernel(shape(N = 1024))]
+pub fn scale(x: Tensor<f64, N>) -> Tensor<f32, N> {
+    compute(|i| x[i] * 2.0)
+}
+
+fn main() {}

@@ -1,0 +1,608 @@
+//! The elementwise and rows lowerings on the virtual GPU: every point of a
+//! small grid of knobs (each either rejected as invalid, with a reason, or
+//! run), odd shapes (rows of 1, 7, 1025 elements; row counts no block size
+//! divides), f32/f16/bf16, random inputs and poisoned outputs, against a
+//! direct f32 interpretation of the IR.
+
+use std::collections::HashMap;
+
+use half::{bf16, f16};
+use ktune_core::DType;
+use ktune_core::ir::{BinaryOp, CmpOp, Expr, ExprId, Kernel, LogicOp, ReduceOp, UnaryOp, VarId};
+use ktune_core::lower::{LowerError, lower};
+use ktune_core::schedule::Schedule;
+use ktune_core::syntax::parse_kernel;
+use ktune_core::target::SmVersion;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+fn kernel(shape: &str, item: &str) -> Kernel {
+    parse_kernel(
+        shape.parse().expect("attribute tokens"),
+        item.parse().expect("item tokens"),
+    )
+    .unwrap_or_else(|e| panic!("test kernel rejected: {e}\n{item}"))
+}
+
+// ---------------------------------------------------------------------------
+// The reference: a direct interpretation of the IR, in f32 like the GPU.
+
+#[derive(Debug, Clone, Copy)]
+enum Val {
+    Num(f32),
+    Bool(bool),
+}
+
+impl Val {
+    fn num(self) -> f32 {
+        match self {
+            Val::Num(x) => x,
+            Val::Bool(_) => panic!("a boolean where a number was expected"),
+        }
+    }
+
+    fn bool(self) -> bool {
+        match self {
+            Val::Bool(b) => b,
+            Val::Num(_) => panic!("a number where a boolean was expected"),
+        }
+    }
+}
+
+struct Interp<'k> {
+    k: &'k Kernel,
+    inputs: &'k [Vec<f32>],
+    strides: Vec<Vec<u64>>,
+    /// Free variables of each reduction, for the memo.
+    reduce_free: HashMap<ExprId, Vec<VarId>>,
+    memo: HashMap<(ExprId, Vec<u32>), f32>,
+    lets: HashMap<(usize, Vec<u32>), Val>,
+}
+
+impl<'k> Interp<'k> {
+    fn new(k: &'k Kernel, inputs: &'k [Vec<f32>]) -> Interp<'k> {
+        let reduce_free = (0..k.exprs.len())
+            .map(ExprId)
+            .filter(|id| matches!(k.expr(*id), Expr::Reduce { .. }))
+            .map(|id| (id, k.free_vars(id)))
+            .collect();
+        Interp {
+            k,
+            inputs,
+            strides: k.inputs.iter().map(|t| k.strides_of(t)).collect(),
+            reduce_free,
+            memo: HashMap::new(),
+            lets: HashMap::new(),
+        }
+    }
+
+    /// The output, element by element (row-major).
+    fn output(&mut self) -> Vec<f32> {
+        let vars = self.k.output_vars();
+        let total = self.k.len_of(&self.k.output) as usize;
+        let mut env = vec![0u32; self.k.vars.len()];
+        (0..total)
+            .map(|flat| {
+                let mut rest = flat as u32;
+                for v in vars.iter().rev() {
+                    let e = self.k.extent(*v);
+                    env[v.0] = rest % e;
+                    rest /= e;
+                }
+                self.eval(self.k.root, &mut env).num()
+            })
+            .collect()
+    }
+
+    fn eval(&mut self, id: ExprId, env: &mut Vec<u32>) -> Val {
+        let k = self.k;
+        match k.expr(id) {
+            Expr::Const(c) => Val::Num(*c),
+            Expr::Index(v) => Val::Num(env[v.0] as f32),
+            Expr::Load { tensor, index } => {
+                let flat: u64 = index
+                    .iter()
+                    .zip(&self.strides[tensor.0])
+                    .map(|(v, s)| u64::from(env[v.0]) * s)
+                    .sum();
+                Val::Num(self.inputs[tensor.0][flat as usize])
+            }
+            Expr::Let(l) => {
+                let key = (l.0, k.let_(*l).deps.iter().map(|v| env[v.0]).collect());
+                if let Some(v) = self.lets.get(&key) {
+                    return *v;
+                }
+                let v = self.eval(k.let_(*l).value, env);
+                self.lets.insert(key, v);
+                v
+            }
+            Expr::Unary(op, a) => {
+                let x = self.eval(*a, env).num();
+                Val::Num(unary(*op, x))
+            }
+            Expr::Binary(op, a, b) => {
+                let (x, y) = (self.eval(*a, env).num(), self.eval(*b, env).num());
+                Val::Num(match op {
+                    BinaryOp::Add => x + y,
+                    BinaryOp::Sub => x - y,
+                    BinaryOp::Mul => x * y,
+                    BinaryOp::Div => x / y,
+                    BinaryOp::Min => x.min(y),
+                    BinaryOp::Max => x.max(y),
+                })
+            }
+            Expr::Compare(op, a, b) => {
+                let (x, y) = (self.eval(*a, env).num(), self.eval(*b, env).num());
+                Val::Bool(match op {
+                    CmpOp::Lt => x < y,
+                    CmpOp::Le => x <= y,
+                    CmpOp::Gt => x > y,
+                    CmpOp::Ge => x >= y,
+                    CmpOp::Eq => x == y,
+                    CmpOp::Ne => x != y,
+                })
+            }
+            Expr::Logic(op, a, b) => {
+                let (x, y) = (self.eval(*a, env).bool(), self.eval(*b, env).bool());
+                Val::Bool(match op {
+                    LogicOp::And => x && y,
+                    LogicOp::Or => x || y,
+                })
+            }
+            Expr::Not(a) => Val::Bool(!self.eval(*a, env).bool()),
+            Expr::Select(c, a, b) => {
+                let c = self.eval(*c, env).bool();
+                let (a, b) = (self.eval(*a, env), self.eval(*b, env));
+                if c { a } else { b }
+            }
+            Expr::Cast(dtype, a) => Val::Num(round_to(*dtype, self.eval(*a, env).num())),
+            Expr::Reduce { op, var, body } => {
+                let key = (id, self.reduce_free[&id].iter().map(|v| env[v.0]).collect());
+                if let Some(v) = self.memo.get(&key) {
+                    return Val::Num(*v);
+                }
+                let extent = k.extent(*var);
+                let mut acc = match op {
+                    ReduceOp::Sum | ReduceOp::Mean => 0.0f32,
+                    ReduceOp::Max => f32::NEG_INFINITY,
+                    ReduceOp::Min => f32::INFINITY,
+                };
+                for i in 0..extent {
+                    env[var.0] = i;
+                    let x = self.eval(*body, env).num();
+                    acc = match op {
+                        ReduceOp::Sum | ReduceOp::Mean => acc + x,
+                        ReduceOp::Max => acc.max(x),
+                        ReduceOp::Min => acc.min(x),
+                    };
+                }
+                if *op == ReduceOp::Mean {
+                    acc /= extent as f32;
+                }
+                self.memo.insert(key, acc);
+                Val::Num(acc)
+            }
+        }
+    }
+}
+
+fn round_to(dtype: DType, x: f32) -> f32 {
+    match dtype {
+        DType::F32 => x,
+        DType::F16 => f16::from_f32(x).to_f32(),
+        DType::Bf16 => bf16::from_f32(x).to_f32(),
+    }
+}
+
+/// erf in f64 from its Maclaurin series (converges everywhere; loses a few
+/// digits to cancellation below |x| = 4, beyond which erf is ±1 in f32).
+fn erf(x: f64) -> f64 {
+    if x.abs() >= 4.0 {
+        return x.signum();
+    }
+    let (mut term, mut sum, x2) = (x, x, x * x);
+    for n in 1..200 {
+        term *= -x2 / n as f64;
+        let next = term / (2 * n + 1) as f64;
+        sum += next;
+        if next.abs() < 1e-17 * sum.abs() {
+            break;
+        }
+    }
+    sum * std::f64::consts::FRAC_2_SQRT_PI
+}
+
+fn unary(op: UnaryOp, x: f32) -> f32 {
+    let d = f64::from(x);
+    let sigmoid = 1.0 / (1.0 + (-d).exp());
+    let r = match op {
+        UnaryOp::Neg => -d,
+        UnaryOp::Exp => d.exp(),
+        UnaryOp::Log => d.ln(),
+        UnaryOp::Sqrt => d.sqrt(),
+        UnaryOp::Rsqrt => 1.0 / d.sqrt(),
+        UnaryOp::Tanh => d.tanh(),
+        UnaryOp::Abs => d.abs(),
+        UnaryOp::Relu => d.max(0.0),
+        UnaryOp::Sigmoid => sigmoid,
+        UnaryOp::Silu => d * sigmoid,
+        UnaryOp::GeluTanh => {
+            0.5 * d
+                * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (d + 0.044715 * d * d * d)).tanh())
+        }
+        UnaryOp::GeluErf => 0.5 * d * (1.0 + erf(d / std::f64::consts::SQRT_2)),
+        UnaryOp::Erf => erf(d),
+    };
+    r as f32
+}
+
+// ---------------------------------------------------------------------------
+// Buffers.
+
+fn encode(dtype: DType, values: &[f32]) -> Vec<u8> {
+    match dtype {
+        DType::F32 => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
+        DType::F16 => values
+            .iter()
+            .flat_map(|v| f16::from_f32(*v).to_bits().to_le_bytes())
+            .collect(),
+        DType::Bf16 => values
+            .iter()
+            .flat_map(|v| bf16::from_f32(*v).to_bits().to_le_bytes())
+            .collect(),
+    }
+}
+
+fn decode(dtype: DType, bytes: &[u8]) -> Vec<f32> {
+    match dtype {
+        DType::F32 => bytes
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect(),
+        DType::F16 => bytes
+            .chunks_exact(2)
+            .map(|c| f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32())
+            .collect(),
+        DType::Bf16 => bytes
+            .chunks_exact(2)
+            .map(|c| bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32())
+            .collect(),
+    }
+}
+
+/// Random inputs: each input's values (as stored, after rounding to its
+/// dtype) and its buffer. Values lie in `[lo, hi)`; never all zeros.
+fn random_inputs(k: &Kernel, seed: u64, lo: f32, hi: f32) -> (Vec<Vec<f32>>, Vec<Vec<u8>>) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    k.inputs
+        .iter()
+        .map(|t| {
+            let values: Vec<f32> = (0..k.len_of(t))
+                .map(|_| round_to(t.dtype, rng.random_range(lo..hi)))
+                .collect();
+            let bytes = encode(t.dtype, &values);
+            (values, bytes)
+        })
+        .unzip()
+}
+
+// ---------------------------------------------------------------------------
+// Schedules.
+
+fn rows_grid() -> Vec<Schedule> {
+    let groups = [
+        (1, 32),
+        (1, 64),
+        (2, 16),
+        (8, 4),
+        (8, 12),
+        (16, 2),
+        (32, 1),
+        (32, 3),
+        (64, 1),
+        (64, 2),
+        (128, 3),
+        (256, 1),
+        (1024, 1),
+    ];
+    let mut out = Vec::new();
+    for (threads_per_row, rows_per_block) in groups {
+        for vector in [1, 2, 4] {
+            out.push(Schedule::Rows {
+                threads_per_row,
+                rows_per_block,
+                vector,
+            });
+        }
+    }
+    out
+}
+
+fn elementwise_grid() -> Vec<Schedule> {
+    let mut out = Vec::new();
+    for block in [32, 64, 256] {
+        for per_thread in [1, 2, 3, 16] {
+            for vector in [1, 2, 4] {
+                out.push(Schedule::Elementwise {
+                    block,
+                    per_thread,
+                    vector,
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Runs `k` under every valid point of `grid` (and the heuristic's choice
+/// for each target) on the virtual GPU and compares with the interpreter.
+/// Returns how many points ran.
+fn check(k: &Kernel, grid: &[Schedule], seed: u64, range: (f32, f32)) -> usize {
+    let (values, buffers) = random_inputs(k, seed, range.0, range.1);
+    let want = Interp::new(k, &values).output();
+    let dtype = k.output.dtype;
+    let scale = want
+        .iter()
+        .fold(0.0f32, |m, x| m.max(x.abs()))
+        .max(f32::MIN_POSITIVE);
+    let (rtol, atol) = match dtype {
+        DType::F32 => (1e-5, 1e-6 * scale),
+        DType::F16 | DType::Bf16 => (1e-2, 1e-3 * scale),
+    };
+    let inputs: Vec<&[u8]> = buffers.iter().map(Vec::as_slice).collect();
+
+    let mut points: Vec<(Schedule, SmVersion)> = SmVersion::ALL
+        .iter()
+        .map(|t| (ktune_core::lower::heuristic(k, *t), *t))
+        .collect();
+    points.extend(grid.iter().map(|s| (s.clone(), SmVersion::Sm80)));
+    points.dedup_by(|a, b| a.0 == b.0);
+    let mut ran = 0;
+    for (schedule, target) in points {
+        let lowered = match lower(k, &schedule, target) {
+            Ok(l) => l,
+            Err(LowerError::Invalid { reason, .. }) => {
+                assert!(!reason.is_empty());
+                continue;
+            }
+            Err(e) => panic!("{}: {}: {e}", k.name, schedule.to_json()),
+        };
+        let context = || format!("{} with {} on {target}", k.name, schedule.to_json());
+        let output = ktune_vgpu::poisoned(dtype, want.len());
+        let (bytes, _) = ktune_vgpu::run_bytes(&lowered.ptx, &lowered.launch, &inputs, output)
+            .unwrap_or_else(|fault| panic!("{}: {fault}", context()));
+        if let Some(i) = ktune_vgpu::first_poisoned(dtype, &bytes) {
+            panic!("{}: element {i} never written", context());
+        }
+        let got = decode(dtype, &bytes);
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            let tolerance = rtol * w.abs() + atol;
+            assert!(
+                (g - w).abs() <= tolerance || (g.is_nan() && w.is_nan()),
+                "{}: element {i} is {g}, expected {w} ± {tolerance}",
+                context()
+            );
+        }
+        ran += 1;
+    }
+    ran
+}
+
+// ---------------------------------------------------------------------------
+// Rows.
+
+const ROW_SHAPES: [(u32, u32); 6] = [(1, 1), (3, 7), (5, 1025), (9, 64), (2, 1000), (37, 4)];
+
+fn softmax(dt: &str, r: u32, c: u32) -> Kernel {
+    kernel(
+        &format!("shape(R = {r}, C = {c})"),
+        &format!(
+            "fn softmax(x: Tensor<{dt}, (R, C)>) -> Tensor<{dt}, (R, C)> {{
+                compute(|r, c| {{
+                    let mx = max(C, |j| x[r][j]);
+                    let s = sum(C, |j| exp(x[r][j] - mx));
+                    exp(x[r][c] - mx) / s
+                }})
+            }}"
+        ),
+    )
+}
+
+#[test]
+fn softmax_every_dtype() {
+    let grid = rows_grid();
+    let mut ran = 0;
+    for dt in ["f32", "f16", "bf16"] {
+        for (r, c) in ROW_SHAPES {
+            ran += check(
+                &softmax(dt, r, c),
+                &grid,
+                u64::from(r * 1000 + c),
+                (-3.0, 3.0),
+            );
+        }
+    }
+    assert!(ran > 100, "only {ran} points ran");
+}
+
+#[test]
+fn layernorm_with_affine() {
+    let grid = rows_grid();
+    for dt in ["f32", "bf16"] {
+        for (r, c) in ROW_SHAPES {
+            let k = kernel(
+                &format!("shape(R = {r}, C = {c})"),
+                &format!(
+                    "fn layernorm(x: Tensor<{dt}, (R, C)>, g: Tensor<{dt}, (C,)>, b: Tensor<f32, (C,)>)
+                        -> Tensor<{dt}, (R, C)>
+                    {{
+                        compute(|r, c| {{
+                            let mu = mean(C, |j| x[r][j]);
+                            let var = mean(C, |j| (x[r][j] - mu) * (x[r][j] - mu));
+                            let centered = x[r][c] - mu;
+                            centered * rsqrt(var + 0.00001) * g[c] + b[c]
+                        }})
+                    }}"
+                ),
+            );
+            check(&k, &grid, u64::from(r + c), (-2.0, 2.0));
+        }
+    }
+}
+
+#[test]
+fn row_statistics_and_nested_reductions() {
+    let grid = rows_grid();
+    for (r, c) in ROW_SHAPES {
+        let k = kernel(
+            &format!("shape(R = {r}, C = {c})"),
+            "fn row_stats(x: Tensor<f32, (R, C)>) -> Tensor<f32, (R,)> {
+                compute(|r| sum(C, |j| x[r][j]) + max(C, |j| x[r][j]) * min(C, |j| x[r][j])
+                    - mean(C, |j| x[r][j] - max(C, |k| x[r][k])))
+            }",
+        );
+        check(&k, &grid, u64::from(r * 7 + c), (-2.0, 2.0));
+        // A per-element let holding a reduction, and a reduction in the root.
+        let k = kernel(
+            &format!("shape(R = {r}, C = {c})"),
+            "fn shifted(x: Tensor<f32, (R, C)>, w: Tensor<f32, (C,)>) -> Tensor<f32, (R, C)> {
+                compute(|r, c| {
+                    let y = x[r][c] - max(C, |j| x[r][j]);
+                    exp(y) * w[c] / sum(C, |j| exp(x[r][j] - max(C, |k| x[r][k])) * w[j])
+                })
+            }",
+        );
+        check(&k, &grid, u64::from(r * 13 + c), (0.5, 2.0));
+    }
+}
+
+#[test]
+fn column_sums_global_reductions_and_transposed_rows() {
+    let grid = rows_grid();
+    for (r, c) in [(1u32, 1u32), (7, 3), (1025, 5), (4, 130)] {
+        let k = kernel(
+            &format!("shape(R = {r}, C = {c})"),
+            "fn col_sum(x: Tensor<bf16, (R, C)>) -> Tensor<f32, (C,)> {
+                compute(|c| sum(R, |i| x[i][c]))
+            }",
+        );
+        check(&k, &grid, u64::from(r + c), (-2.0, 2.0));
+    }
+    for n in [1u32, 7, 1000, 1025] {
+        let k = kernel(
+            &format!("shape(N = {n})"),
+            "fn normalize(x: Tensor<f16, N>) -> Tensor<f16, N> {
+                compute(|i| x[i] / sum(N, |j| x[j]))
+            }",
+        );
+        check(&k, &grid, u64::from(n), (0.5, 2.0));
+    }
+    for (b, r, c) in [(3u32, 5u32, 64u32), (2, 1, 7), (1, 3, 1)] {
+        let k = kernel(
+            &format!("shape(B = {b}, R = {r}, C = {c})"),
+            "fn rms_transposed(x: Tensor<f32, (B, R, C)>, w: Tensor<f32, (C,)>) -> Tensor<f32, (C, B, R)> {
+                compute(|c, b, r| {
+                    let ms = mean(C, |j| x[b][r][j] * x[b][r][j]);
+                    x[b][r][c] * rsqrt(ms + 0.000001) * w[c]
+                })
+            }",
+        );
+        check(&k, &grid, u64::from(b * r * c), (-2.0, 2.0));
+    }
+    for (m, kk) in [(33u32, 1025u32), (5, 8)] {
+        let k = kernel(
+            &format!("shape(M = {m}, K = {kk})"),
+            "fn gemv(a: Tensor<f16, (M, K)>, x: Tensor<f16, (K,)>) -> Tensor<f32, (M,)> {
+                compute(|m| sum(K, |k| a[m][k] * x[k]))
+            }",
+        );
+        check(&k, &grid, u64::from(m + kk), (-1.0, 1.0));
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Elementwise.
+
+const ELEMENTWISE_SHAPES: [(u32, u32); 5] = [(1, 1), (7, 7), (3, 1000), (5, 1025), (33, 4)];
+
+#[test]
+fn every_unary_function() {
+    let grid = elementwise_grid();
+    let functions = [
+        ("exp", (-3.0, 3.0)),
+        ("log", (0.01, 4.0)),
+        ("sqrt", (0.01, 4.0)),
+        ("rsqrt", (0.01, 4.0)),
+        ("tanh", (-3.0, 3.0)),
+        ("abs", (-3.0, 3.0)),
+        ("relu", (-3.0, 3.0)),
+        ("sigmoid", (-5.0, 5.0)),
+        ("silu", (-5.0, 5.0)),
+        ("gelu", (-5.0, 5.0)),
+        ("gelu_erf", (-5.0, 5.0)),
+        ("erf", (-3.0, 3.0)),
+    ];
+    for (f, range) in functions {
+        let k = kernel(
+            "shape(R = 5, C = 1000)",
+            &format!(
+                "fn unary_{f}(x: Tensor<f32, (R, C)>) -> Tensor<f32, (R, C)> {{
+                    compute(|r, c| -{f}(x[r][c]))
+                }}"
+            ),
+        );
+        check(&k, &grid[..6], 7, range);
+    }
+}
+
+#[test]
+fn broadcasts_selects_and_casts() {
+    let grid = elementwise_grid();
+    for dt in ["f32", "f16", "bf16"] {
+        for (r, c) in ELEMENTWISE_SHAPES {
+            let k = kernel(
+                &format!("shape(R = {r}, C = {c})"),
+                &format!(
+                    "fn bias_act(x: Tensor<{dt}, (R, C)>, b: Tensor<{dt}, (C,)>, s: Tensor<f32, (R,)>)
+                        -> Tensor<{dt}, (R, C)>
+                    {{
+                        compute(|r, c| {{
+                            let y = x[r][c] + b[c];
+                            let z = select(y > 0.0 && !(y > 1.5), y, gelu_erf(y) * s[r]);
+                            (silu(z) + tanh(y) * exp(-abs(y)) + sqrt(abs(y)) + min(y, 1.0)
+                                - max(y, -1.0) + sigmoid(y) * relu(y)) as {dt}
+                        }})
+                    }}"
+                ),
+            );
+            check(&k, &grid, u64::from(r * 3 + c), (-2.0, 2.0));
+        }
+    }
+}
+
+#[test]
+fn transposed_and_indexed_inputs() {
+    let grid = elementwise_grid();
+    for (r, c) in ELEMENTWISE_SHAPES {
+        let k = kernel(
+            &format!("shape(R = {r}, C = {c})"),
+            "fn transpose_add(x: Tensor<f32, (C, R)>, y: Tensor<f32, (R, C)>, d: Tensor<f32, (C, C)>)
+                -> Tensor<f32, (R, C)>
+            {
+                compute(|r, c| x[c][r] + y[r][c] * (c as f32) - (r as f32) + d[c][c])
+            }",
+        );
+        check(&k, &grid, u64::from(r + c), (-2.0, 2.0));
+    }
+    for (a, b, c) in [(2u32, 3u32, 8u32), (3, 5, 7), (1, 1, 1)] {
+        let k = kernel(
+            &format!("shape(A = {a}, B = {b}, C = {c})"),
+            "fn broadcast3(x: Tensor<f16, (A, B, C)>, y: Tensor<f32, (B, C)>, z: Tensor<f32, (A,)>)
+                -> Tensor<f32, (A, B, C)>
+            {
+                compute(|a, b, c| x[a][b][c] * y[b][c] + z[a])
+            }",
+        );
+        check(&k, &grid, u64::from(a * b * c), (-2.0, 2.0));
+    }
+}
