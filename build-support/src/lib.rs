@@ -41,6 +41,7 @@
 mod error;
 pub mod manifest;
 pub mod out;
+pub mod ptxas;
 pub mod scan;
 pub mod select;
 

@@ -55,7 +55,7 @@ pub fn heuristic(kernel: &Kernel, target: SmVersion) -> Schedule {
 fn widest_vector(extents: impl IntoIterator<Item = u32> + Clone) -> u32 {
     [4, 2, 1]
         .into_iter()
-        .find(|v| extents.clone().into_iter().all(|e| e % v == 0))
+        .find(|v| extents.clone().into_iter().all(|e| e.is_multiple_of(*v)))
         .unwrap_or(1)
 }
 

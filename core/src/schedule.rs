@@ -14,15 +14,25 @@ pub enum Schedule {
     /// for every kernel; the fallback for computations no other class fits.
     Generic { block: u32 },
     /// Elementwise and broadcast kernels: each thread handles `per_thread`
-    /// groups of `vector` consecutive output elements.
+    /// groups of `vector` consecutive output elements, with vector loads of
+    /// the inputs read along the output's innermost dimension and one
+    /// vector store. Valid when `block` is a multiple of the warp size up to
+    /// the target's limit, `1 ≤ per_thread ≤ 16`, `vector` is 1, 2 or 4 and
+    /// divides the output's innermost extent.
     Elementwise {
         block: u32,
         per_thread: u32,
         vector: u32,
     },
     /// Row reductions and normalizations: `threads_per_row` threads
-    /// cooperate on one row (warp shuffles, then shared memory across warps),
-    /// `rows_per_block` rows per block.
+    /// cooperate on one row (butterfly shuffles, then shared memory across
+    /// warps), `rows_per_block` rows per block; reductions read `vector`
+    /// consecutive elements per access, and so do the row's outputs when
+    /// the output's innermost dimension lies within the row and `vector`
+    /// divides it. Valid when `threads_per_row` is a power of two (below the
+    /// warp size, groups share a warp), `threads_per_row · rows_per_block`
+    /// is a multiple of the warp size up to the target's limit, and
+    /// `vector` is 1, 2 or 4 and divides every reduced extent.
     Rows {
         threads_per_row: u32,
         rows_per_block: u32,

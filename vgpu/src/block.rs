@@ -71,11 +71,20 @@ pub(crate) fn run_grid(
         shared: Shared::new(kernel.dynamic_shared_bytes, ntid),
     };
     let grid = launch.grid;
+    let mut serial = 0u32;
     for z in 0..grid[2] {
         for y in 0..grid[1] {
             for x in 0..grid[0] {
+                serial = match serial.checked_add(1) {
+                    Some(s) => s,
+                    None => {
+                        block.regs.fill(Cell::default());
+                        1
+                    }
+                };
                 let env = BlockEnv {
                     program: &program,
+                    serial,
                     step_limit: config.step_limit,
                     ctaid: [x, y, z],
                     nctaid: grid,
@@ -161,7 +170,6 @@ impl Block<'_> {
             t.state = State::Ready;
             t.steps = 0;
         }
-        self.regs.fill(Cell::default());
         self.shared.begin_block();
         let slots = self.program.slots as usize;
         loop {
@@ -262,7 +270,7 @@ impl Block<'_> {
                 let j = shfl_source(mode, lane as u32, b[lane], clamp) as usize;
                 self.regs[i * slots + dst as usize] = Cell {
                     value: u64::from(a[j]),
-                    written: true,
+                    block: env.serial,
                 };
                 let t = &mut self.threads[i];
                 t.pc += 1;

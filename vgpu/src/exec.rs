@@ -25,11 +25,12 @@ pub(crate) enum State {
     Exited,
 }
 
-/// A register: its value, and whether this thread has written it.
+/// A register: its value, and the block (numbered from 1) in which it was
+/// last written, so that registers need no clearing between blocks.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Cell {
     pub value: u64,
-    pub written: bool,
+    pub block: u32,
 }
 
 /// One thread's control state (its registers live in the block's file).
@@ -47,6 +48,8 @@ pub(crate) struct Thread {
 #[derive(Debug)]
 pub(crate) struct BlockEnv<'a> {
     pub program: &'a Program,
+    /// The number of this block for [`Cell::block`].
+    pub serial: u32,
     pub step_limit: u64,
     pub ctaid: [u32; 3],
     pub nctaid: [u32; 3],
@@ -125,10 +128,11 @@ fn step(
     pc: usize,
 ) -> Result<Flow, Trap> {
     let program = env.program;
+    let serial = env.serial;
     macro_rules! get {
         ($slot:expr) => {{
             let cell = regs[$slot as usize];
-            if !cell.written {
+            if cell.block != serial {
                 return Err(uninit(program, $slot));
             }
             cell.value
@@ -146,7 +150,7 @@ fn step(
         ($slot:expr, $v:expr) => {{
             regs[$slot as usize] = Cell {
                 value: $v,
-                written: true,
+                block: serial,
             };
         }};
     }
@@ -301,22 +305,19 @@ fn step(
         } => {
             let addr = get!(base).wrapping_add(offset as u64);
             let (elem, n) = (usize::from(elem), usize::from(n));
-            let mut buf = [0u8; 16];
-            let bytes = &mut buf[..elem * n];
-            match space {
+            let size = (elem * n) as u32;
+            let bytes = match space {
                 Space::Global => {
-                    reach.global.load(addr, bytes)?;
-                    reach.stats.global_load_bytes += bytes.len() as u64;
+                    reach.stats.global_load_bytes += u64::from(size);
+                    reach.global.load(addr, size)?
                 }
                 Space::Shared => {
-                    reach.shared.load(t.id, addr, bytes)?;
-                    reach.stats.shared_load_bytes += bytes.len() as u64;
+                    reach.stats.shared_load_bytes += u64::from(size);
+                    reach.shared.load(t.id, addr, size)?
                 }
-            }
+            };
             for (i, dst) in dsts[..n].iter().enumerate() {
-                let mut le = [0u8; 8];
-                le[..elem].copy_from_slice(&buf[i * elem..(i + 1) * elem]);
-                set!(*dst, u64::from_le_bytes(le));
+                set!(*dst, read_le(&bytes[i * elem..], elem));
             }
         }
         Exec::St {
@@ -329,21 +330,23 @@ fn step(
         } => {
             let addr = get!(base).wrapping_add(offset as u64);
             let (elem, n) = (usize::from(elem), usize::from(n));
-            let mut buf = [0u8; 16];
-            for (i, src) in srcs[..n].iter().enumerate() {
-                let v = val!(*src);
-                buf[i * elem..(i + 1) * elem].copy_from_slice(&v.to_le_bytes()[..elem]);
+            let size = (elem * n) as u32;
+            let mut values = [0u64; 4];
+            for (v, src) in values.iter_mut().zip(&srcs[..n]) {
+                *v = val!(*src);
             }
-            let bytes = &buf[..elem * n];
-            match space {
+            let bytes = match space {
                 Space::Global => {
-                    reach.global.store(addr, bytes)?;
-                    reach.stats.global_store_bytes += bytes.len() as u64;
+                    reach.stats.global_store_bytes += u64::from(size);
+                    reach.global.store(addr, size)?
                 }
                 Space::Shared => {
-                    reach.shared.store(t.id, addr, bytes)?;
-                    reach.stats.shared_store_bytes += bytes.len() as u64;
+                    reach.stats.shared_store_bytes += u64::from(size);
+                    reach.shared.store(t.id, addr, size)?
                 }
+            };
+            for (i, v) in values[..n].iter().enumerate() {
+                write_le(&mut bytes[i * elem..], elem, *v);
             }
         }
         Exec::Shfl { src, lane, .. } => {
@@ -356,6 +359,26 @@ fn step(
         Exec::Ret => return Ok(Flow::Stop(State::Exited)),
     }
     Ok(Flow::Next)
+}
+
+/// The little-endian value of the first `elem` (2, 4 or 8) bytes.
+#[inline(always)]
+fn read_le(b: &[u8], elem: usize) -> u64 {
+    match elem {
+        2 => u64::from(u16::from_le_bytes([b[0], b[1]])),
+        4 => u64::from(u32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+        _ => u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]),
+    }
+}
+
+/// Writes the low `elem` (2, 4 or 8) bytes of `v`, little-endian.
+#[inline(always)]
+fn write_le(b: &mut [u8], elem: usize, v: u64) {
+    match elem {
+        2 => b[..2].copy_from_slice(&(v as u16).to_le_bytes()),
+        4 => b[..4].copy_from_slice(&(v as u32).to_le_bytes()),
+        _ => b[..8].copy_from_slice(&v.to_le_bytes()),
+    }
 }
 
 fn compare<T: PartialOrd>(cmp: Cmp, a: T, b: T) -> bool {

@@ -58,6 +58,10 @@
 //!   the same `bar.sync` (`bar.sync` is `barrier.sync.aligned`); waiting at
 //!   different ones is a [`FaultKind::BarrierDivergence`].
 //!
+//! A `bar.sync` or `shfl.sync` whose guard is false is skipped like any
+//! other instruction: the thread does not arrive. Only a completed
+//! `bar.sync` orders shared memory between threads; a `shfl.sync` does not.
+//!
 //! # What is checked
 //!
 //! - Global memory ([`Memory`]): parameter `i` points to its own buffer at a
@@ -69,10 +73,14 @@
 //!   base [`SHARED_BASE`]; bounds and alignment as above; reading a byte no
 //!   thread of the block wrote ([`FaultKind::UninitializedShared`]); a byte
 //!   written by one thread and read or written by another with no completed
-//!   `bar.sync` in between ([`FaultKind::SharedRace`]).
+//!   `bar.sync` in between ([`FaultKind::SharedRace`]). Races are found
+//!   whatever order the threads happen to run in: a load of a byte nobody
+//!   has written yet waits until the other threads reach their next
+//!   barrier, and is a race if one of them wrote it meanwhile.
 //! - Registers read before written ([`FaultKind::UninitializedRegister`]),
 //!   integer division by zero, and a per-thread instruction limit
-//!   ([`Config::step_limit`]) so that an endless loop is a fault, not a hang.
+//!   ([`Config::step_limit`], checked at branches) so that an endless loop is
+//!   a fault, not a hang.
 //! - The instruction list itself, before anything runs: labels, register
 //!   ranges, operand widths ([`FaultKind::InvalidKernel`]), and the launch
 //!   against the kernel ([`FaultKind::InvalidLaunch`]).

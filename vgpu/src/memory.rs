@@ -66,9 +66,9 @@ impl Memory {
     }
 
     /// The byte range an access covers, after the alignment and bounds
-    /// checks.
+    /// checks. `size` is a power of two.
     fn range(&self, addr: u64, size: u32, access: Access) -> Result<(usize, usize), FaultKind> {
-        if !addr.is_multiple_of(u64::from(size)) {
+        if addr & (u64::from(size) - 1) != 0 {
             return Err(FaultKind::MisalignedAccess {
                 space: Space::Global,
                 access,
@@ -94,16 +94,16 @@ impl Memory {
         })
     }
 
-    pub(crate) fn load(&self, addr: u64, out: &mut [u8]) -> Result<(), FaultKind> {
-        let (param, start) = self.range(addr, out.len() as u32, Access::Load)?;
-        out.copy_from_slice(&self.buffers[param][start..start + out.len()]);
-        Ok(())
+    /// The `size` bytes a load reads.
+    pub(crate) fn load(&self, addr: u64, size: u32) -> Result<&[u8], FaultKind> {
+        let (param, start) = self.range(addr, size, Access::Load)?;
+        Ok(&self.buffers[param][start..start + size as usize])
     }
 
-    pub(crate) fn store(&mut self, addr: u64, bytes: &[u8]) -> Result<(), FaultKind> {
-        let (param, start) = self.range(addr, bytes.len() as u32, Access::Store)?;
-        self.buffers[param][start..start + bytes.len()].copy_from_slice(bytes);
-        Ok(())
+    /// The `size` bytes a store writes.
+    pub(crate) fn store(&mut self, addr: u64, size: u32) -> Result<&mut [u8], FaultKind> {
+        let (param, start) = self.range(addr, size, Access::Store)?;
+        Ok(&mut self.buffers[param][start..start + size as usize])
     }
 }
 

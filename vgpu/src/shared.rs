@@ -103,9 +103,9 @@ impl Shared {
     }
 
     /// The window offset of an access, after the alignment and bounds
-    /// checks.
+    /// checks. `size` is a power of two.
     fn offset(&self, addr: u64, size: u32, access: Access) -> Result<usize, FaultKind> {
-        if !addr.is_multiple_of(u64::from(size)) {
+        if addr & (u64::from(size) - 1) != 0 {
             return Err(FaultKind::MisalignedAccess {
                 space: Space::Shared,
                 access,
@@ -128,9 +128,12 @@ impl Shared {
         Ok(offset as usize)
     }
 
-    pub(crate) fn load(&mut self, thread: u32, addr: u64, out: &mut [u8]) -> Result<(), FaultKind> {
-        let start = self.offset(addr, out.len() as u32, Access::Load)?;
-        for i in start..start + out.len() {
+    /// The `size` bytes a load by `thread` reads, after the initialisation
+    /// and race checks.
+    pub(crate) fn load(&mut self, thread: u32, addr: u64, size: u32) -> Result<&[u8], FaultKind> {
+        let start = self.offset(addr, size, Access::Load)?;
+        let end = start + size as usize;
+        for i in start..end {
             let s = self.state[i];
             let offset = i as u32;
             if s.writer == NOBODY || s.write_epoch < self.block_start {
@@ -151,13 +154,14 @@ impl Shared {
                 s.other_reader = thread;
             }
         }
-        out.copy_from_slice(&self.data[start..start + out.len()]);
-        Ok(())
+        Ok(&self.data[start..end])
     }
 
-    pub(crate) fn store(&mut self, thread: u32, addr: u64, bytes: &[u8]) -> Result<(), FaultKind> {
-        let start = self.offset(addr, bytes.len() as u32, Access::Store)?;
-        for i in start..start + bytes.len() {
+    /// The `size` bytes a store by `thread` writes, after the race check.
+    pub(crate) fn store(&mut self, thread: u32, addr: u64, size: u32) -> Result<&mut [u8], FaultKind> {
+        let start = self.offset(addr, size, Access::Store)?;
+        let end = start + size as usize;
+        for i in start..end {
             let s = self.state[i];
             let offset = i as u32;
             if s.write_epoch == self.epoch && s.writer != thread && s.writer != NOBODY {
@@ -173,8 +177,7 @@ impl Shared {
             s.writer = thread;
             s.write_epoch = self.epoch;
         }
-        self.data[start..start + bytes.len()].copy_from_slice(bytes);
-        Ok(())
+        Ok(&mut self.data[start..end])
     }
 
     /// What a load of a byte that was unwritten when it ran turns out to

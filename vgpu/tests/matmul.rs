@@ -318,28 +318,39 @@ fn run_case(case: Case) {
     let kernel = case.kernel();
     let inputs = case.inputs(u64::from(case.m * 31 + case.n * 7 + case.k));
     let expected = case.reference(&inputs);
-    let buffers: Vec<&[u8]> = inputs.iter().map(|(b, _)| b.as_slice()).collect();
     let target = SmVersion::Sm80;
     for schedule in schedules(&kernel, target) {
-        let Lowered { ptx, launch } =
-            lower(&kernel, &schedule, target).unwrap_or_else(|e| panic!("{case:?}: {e}"));
-        let poisoned = ktune_vgpu::poisoned(case.output, expected.len());
-        let (bytes, _) = ktune_vgpu::run_bytes(&ptx, &launch, &buffers, poisoned)
-            .unwrap_or_else(|fault| panic!("{case:?} with {}: {fault}", schedule.to_json()));
-        if let Some(i) = ktune_vgpu::first_poisoned(case.output, &bytes) {
-            panic!(
-                "{case:?} with {}: element {i} never written",
-                schedule.to_json()
-            );
-        }
-        let got = decode(case.output, &bytes);
-        for (i, (g, (want, tolerance))) in got.iter().zip(&expected).enumerate() {
-            assert!(
-                (g - want).abs() <= *tolerance,
-                "{case:?} with {}: element {i} is {g}, expected {want} ± {tolerance}",
-                schedule.to_json()
-            );
-        }
+        let lowered = lower(&kernel, &schedule, target).unwrap_or_else(|e| panic!("{case:?}: {e}"));
+        check(&case, &schedule, &lowered, &inputs, &expected);
+    }
+}
+
+/// Runs a lowered kernel on the virtual GPU and compares every output
+/// element (all of which must have been written) with the reference.
+fn check(
+    case: &Case,
+    schedule: &Schedule,
+    Lowered { ptx, launch }: &Lowered,
+    inputs: &[(Vec<u8>, Vec<f64>)],
+    expected: &[(f64, f64)],
+) {
+    let buffers: Vec<&[u8]> = inputs.iter().map(|(b, _)| b.as_slice()).collect();
+    let poisoned = ktune_vgpu::poisoned(case.output, expected.len());
+    let (bytes, _) = ktune_vgpu::run_bytes(ptx, launch, &buffers, poisoned)
+        .unwrap_or_else(|fault| panic!("{case:?} with {}: {fault}", schedule.to_json()));
+    if let Some(i) = ktune_vgpu::first_poisoned(case.output, &bytes) {
+        panic!(
+            "{case:?} with {}: element {i} never written",
+            schedule.to_json()
+        );
+    }
+    let got = decode(case.output, &bytes);
+    for (i, (g, (want, tolerance))) in got.iter().zip(expected).enumerate() {
+        assert!(
+            (g - want).abs() <= *tolerance,
+            "{case:?} with {}: element {i} is {g}, expected {want} ± {tolerance}",
+            schedule.to_json()
+        );
     }
 }
 
@@ -457,5 +468,48 @@ fn aligned_shapes_use_wide_loads() {
                 ..Case::new(2, 32, 64, 16)
             });
         }
+    }
+}
+
+#[test]
+fn random_schedule_points_are_rejected_or_correct() {
+    use rand::rngs::StdRng;
+    use rand::{Rng, SeedableRng};
+
+    let mut rng = StdRng::seed_from_u64(7);
+    let target = SmVersion::Sm80;
+    let cases = [
+        Case::new(1, 20, 36, 44),
+        Case {
+            input: DType::Bf16,
+            b_transposed: true,
+            ..Case::new(2, 9, 24, 40)
+        },
+    ];
+    for case in cases {
+        let kernel = case.kernel();
+        let inputs = case.inputs(11);
+        let expected = case.reference(&inputs);
+        let (mut accepted, mut rejected) = (0, 0);
+        while accepted < 24 {
+            let mut pow2 = |max: u32| 1u32 << rng.random_range(0..=max.trailing_zeros());
+            let tiles = matmul::Tiles {
+                block_m: pow2(64),
+                block_n: pow2(64),
+                block_k: pow2(64),
+                thread_m: pow2(8),
+                thread_n: pow2(8),
+                vector_a: pow2(8),
+                vector_b: pow2(8),
+            };
+            let schedule = tiles.to_schedule();
+            let Ok(lowered) = lower(&kernel, &schedule, target) else {
+                rejected += 1;
+                continue;
+            };
+            accepted += 1;
+            check(&case, &schedule, &lowered, &inputs, &expected);
+        }
+        assert!(rejected > 0, "the sample should include invalid points");
     }
 }

@@ -114,7 +114,6 @@ fn per_lane_source_operands() {
 #[test]
 fn a_shuffle_by_half_a_warp_is_caught() {
     let fault = run(32, |b, t| {
-        let done = b.label();
         let v = b.u32_op(ArithOp::Add, t, Operand::Int(0));
         let upper = b.setp(Cmp::Ge, Ty::U32, t, Operand::Int(16));
         b.push_guarded(upper, false, Op::Ret);
@@ -124,7 +123,6 @@ fn a_shuffle_by_half_a_warp_is_caught() {
             dst: v,
             src: got.into(),
         });
-        b.place(done);
         v
     })
     .unwrap_err();

@@ -30,7 +30,7 @@ pub(super) fn check_vector(vector: u32, extent: u32, what: &str) -> Result<(), S
     if !VECTOR_WIDTHS.contains(&vector) {
         return Err(format!("vector width {vector}; expected 1, 2 or 4"));
     }
-    if extent % vector != 0 {
+    if !extent.is_multiple_of(vector) {
         return Err(format!(
             "vector width {vector} does not divide {what} ({extent}), so vector accesses would straddle rows or lose alignment"
         ));

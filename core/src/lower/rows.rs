@@ -205,7 +205,7 @@ pub(super) fn lower(
         .copied()
         .filter(|v| plan.inner_vars.contains(v));
     let group = match last {
-        Some(v) if kernel.extent(v) % vector == 0 => vector,
+        Some(v) if kernel.extent(v).is_multiple_of(vector) => vector,
         _ => 1,
     };
     let out_strides = kernel.strides_of(&kernel.output);

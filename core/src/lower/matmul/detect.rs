@@ -5,7 +5,7 @@
 use std::collections::HashSet;
 
 use super::{MatmulOperand, MatmulPlan};
-use crate::ir::{BinaryOp, Expr, ExprId, Kernel, ReduceOp, VarId};
+use crate::ir::{BinaryOp, Expr, ExprId, Kernel, ReduceOp, TensorId, VarId};
 
 pub(super) fn detect(kernel: &Kernel) -> Option<MatmulPlan> {
     let mut reductions = Vec::new();
@@ -22,11 +22,11 @@ pub(super) fn detect(kernel: &Kernel) -> Option<MatmulPlan> {
     let Expr::Binary(BinaryOp::Mul, x, y) = *kernel.expr(body) else {
         return None;
     };
-    let x = Side::of(kernel, x, k)?;
-    let y = Side::of(kernel, y, k)?;
+    let x = Factor::of(kernel, x, k)?;
+    let y = Factor::of(kernel, y, k)?;
 
     let outputs = kernel.output_vars();
-    let only = |this: &Side, other: &Side| -> Vec<VarId> {
+    let only = |this: &Factor, other: &Factor| -> Vec<VarId> {
         outputs
             .iter()
             .copied()
@@ -34,9 +34,6 @@ pub(super) fn detect(kernel: &Kernel) -> Option<MatmulPlan> {
             .collect()
     };
     let (only_x, only_y) = (only(&x, &y), only(&y, &x));
-    if only_x.is_empty() || only_y.is_empty() {
-        return None;
-    }
     // The output's contiguous variable should be `n`, which threads walk
     // fastest, so that stores coalesce.
     let last = outputs.last().copied();
@@ -45,8 +42,8 @@ pub(super) fn detect(kernel: &Kernel) -> Option<MatmulPlan> {
     } else {
         (x, y, only_x, only_y)
     };
-    let m = pick(kernel, &only_a, last);
-    let n = pick(kernel, &only_b, last);
+    let m = pick(kernel, &only_a, last)?;
+    let n = pick(kernel, &only_b, last)?;
     let batch: Vec<VarId> = outputs
         .iter()
         .copied()
@@ -68,17 +65,9 @@ pub(super) fn detect(kernel: &Kernel) -> Option<MatmulPlan> {
 /// The variable a tile dimension walks: the output's contiguous variable if
 /// it is a candidate, else the one with the largest extent (the last one on
 /// a tie); the other candidates become batch variables.
-fn pick(kernel: &Kernel, candidates: &[VarId], last: Option<VarId>) -> VarId {
-    if let Some(v) = last.filter(|v| candidates.contains(v)) {
-        return v;
-    }
-    let mut best = candidates[0];
-    for v in &candidates[1..] {
-        if kernel.extent(*v) >= kernel.extent(best) {
-            best = *v;
-        }
-    }
-    best
+fn pick(kernel: &Kernel, candidates: &[VarId], last: Option<VarId>) -> Option<VarId> {
+    last.filter(|v| candidates.contains(v))
+        .or_else(|| candidates.iter().copied().max_by_key(|v| kernel.extent(*v)))
 }
 
 /// Collects the distinct reductions reachable from `id`, looking through lets.
@@ -102,16 +91,19 @@ fn reachable_reductions(
 }
 
 /// One factor of the reduction's product.
-struct Side {
+struct Factor {
     value: ExprId,
     load: ExprId,
+    tensor: TensorId,
+    index: Vec<VarId>,
+    /// The distinct variables of `index`, sorted.
     vars: Vec<VarId>,
 }
 
-impl Side {
+impl Factor {
     /// A factor made of exactly one load indexed by `k`, plus elementwise
     /// operations on it and on constants.
-    fn of(kernel: &Kernel, value: ExprId, k: VarId) -> Option<Side> {
+    fn of(kernel: &Kernel, value: ExprId, k: VarId) -> Option<Factor> {
         let mut loads = Vec::new();
         if !prologue_loads(kernel, value, &mut loads) {
             return None;
@@ -119,7 +111,7 @@ impl Side {
         let [load] = loads[..] else {
             return None;
         };
-        let Expr::Load { index, .. } = kernel.expr(load) else {
+        let Expr::Load { tensor, index } = kernel.expr(load) else {
             return None;
         };
         if !index.contains(&k) {
@@ -128,16 +120,20 @@ impl Side {
         let mut vars = index.clone();
         vars.sort();
         vars.dedup();
-        Some(Side { value, load, vars })
+        Some(Factor {
+            value,
+            load,
+            tensor: *tensor,
+            index: index.clone(),
+            vars,
+        })
     }
 
     fn operand(&self, kernel: &Kernel, x: VarId, k: VarId, batch: &[VarId]) -> MatmulOperand {
-        let Expr::Load { tensor, index } = kernel.expr(self.load) else {
-            unreachable!("a side's load is a load");
-        };
-        let strides = kernel.strides_of(kernel.input(*tensor));
+        let strides = kernel.strides_of(kernel.input(self.tensor));
+        // A variable may index several dimensions (`x[i][i]`): strides add.
         let stride = |var: VarId| -> u64 {
-            index
+            self.index
                 .iter()
                 .zip(&strides)
                 .filter(|(v, _)| **v == var)
@@ -145,7 +141,7 @@ impl Side {
                 .sum()
         };
         MatmulOperand {
-            tensor: *tensor,
+            tensor: self.tensor,
             load: self.load,
             value: self.value,
             stride_x: stride(x),

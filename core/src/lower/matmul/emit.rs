@@ -21,8 +21,8 @@
 //! [`Stager::store`]) so that a pipelined variant (prefetch into registers or
 //! `cp.async` into a second buffer) can reorder them.
 
-use super::stage::{Origin, Side, Stager, and};
-use super::{Layout, MatmulPlan};
+use super::stage::{Origin, Stager, and};
+use super::{Layout, MatmulPlan, Side};
 use crate::dtype::DType;
 use crate::ir::Kernel;
 use crate::lower::expr::{self, Env};

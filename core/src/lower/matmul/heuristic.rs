@@ -14,9 +14,11 @@
 //!    about 128 threads per block. When both are at most 16, one tile
 //!    covers the product, grown along `n` to the 32 threads of a warp.
 //! 2. **Depth.** `block_k` is the largest power of two up to 64 for which
-//!    each thread stages at most 8 (8×8 per thread), 16 (up to 16 outputs)
-//!    or 32 elements of A and B per step, and no deeper than `K` rounded up
-//!    to a power of two.
+//!    each thread stages at most 32 elements of A and B per step (up to 4
+//!    outputs per thread), 16 (up to 16 outputs) or 8 (more: registers go
+//!    to accumulators), and no deeper than `K` rounded up to a power of
+//!    two. Deep steps keep more loads in flight for the small tiles of
+//!    narrow problems.
 //! 3. **Vectors.** Each operand's global loads are as wide (up to 16 bytes)
 //!    as its layout and alignment allow.
 //! 4. If a choice fails validation (it should not), smaller tiles are tried,
@@ -93,11 +95,11 @@ fn candidates(s: &Shape) -> Vec<(u32, u32, u32, u32)> {
         let bn = pn.max(32 / pm);
         out.push((pm, bn, 1, 1));
     } else if s.m <= NARROW {
-        out.extend(narrow(s, pm, |wide, narrow_tile, t_wide, t_narrow| {
+        out.push(narrow(s, pm, |wide, narrow_tile, t_wide, t_narrow| {
             (narrow_tile, wide, t_narrow, t_wide)
         }));
     } else if s.n <= NARROW {
-        out.extend(narrow(s, pn, |wide, narrow_tile, t_wide, t_narrow| {
+        out.push(narrow(s, pn, |wide, narrow_tile, t_wide, t_narrow| {
             (wide, narrow_tile, t_wide, t_narrow)
         }));
     } else {
@@ -111,10 +113,8 @@ fn candidates(s: &Shape) -> Vec<(u32, u32, u32, u32)> {
         } else {
             fits
         };
-        match fits.iter().find(|c| s.fills_wave(**c)) {
-            Some(c) => out.push(*c),
-            None => out.push(*fits.last().expect("LARGE is not empty")),
-        }
+        let wave = fits.iter().find(|c| s.fills_wave(**c));
+        out.extend(wave.or(fits.last()).copied());
     }
     out.extend(LARGE.iter().rev());
     out.push((1, 32, 1, 1));
@@ -128,7 +128,7 @@ fn narrow(
     s: &Shape,
     p: u32,
     orient: impl Fn(u32, u32, u32, u32) -> (u32, u32, u32, u32),
-) -> Vec<(u32, u32, u32, u32)> {
+) -> (u32, u32, u32, u32) {
     let t_narrow = (p / 8).max(1);
     let lanes_narrow = p / t_narrow;
     let options: Vec<_> = [128, 64, 32]
@@ -138,12 +138,11 @@ fn narrow(
             orient(wide, p, t_wide, t_narrow)
         })
         .collect();
-    let best = options
+    options
         .iter()
         .copied()
         .find(|c| s.fills_wave(*c))
-        .unwrap_or(options[2]);
-    vec![best]
+        .unwrap_or(options[2])
 }
 
 /// Completes a tile choice with `block_k` and vector widths (rules 2 and 3);

@@ -15,19 +15,12 @@
 
 use std::collections::HashMap;
 
-use super::{Layout, MatmulOperand, MatmulPlan, Staging};
+use super::{Layout, MatmulOperand, MatmulPlan, Side, Staging};
 use crate::dtype::DType;
 use crate::ir::Kernel;
 use crate::lower::expr::{self, Env};
 use crate::ptx::Builder;
 use crate::ptx::inst::{Addr, ArithOp, Cmp, Op, Operand, Reg, RegClass, Space, Ty};
-
-/// Which operand a [`Stager`] moves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Side {
-    A,
-    B,
-}
 
 /// What a stager needs from the block's set-up.
 #[derive(Debug)]
@@ -79,9 +72,10 @@ impl<'a> Stager<'a> {
         side: Side,
         origin: &Origin<'_>,
     ) -> Stager<'a> {
-        let (operand, staging, x0, x_extent) = match side {
-            Side::A => (&plan.a, &layout.a, origin.m0, layout.m_extent),
-            Side::B => (&plan.b, &layout.b, origin.n0, layout.n_extent),
+        let operand = side.operand(plan);
+        let (staging, x0, x_extent) = match side {
+            Side::A => (&layout.a, origin.m0, layout.m_extent),
+            Side::B => (&layout.b, origin.n0, layout.n_extent),
         };
         let threads = layout.threads;
         let block_k = layout.tiles.block_k;

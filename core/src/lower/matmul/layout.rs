@@ -1,0 +1,263 @@
+//! Checking a schedule against a contraction and a target, and deriving
+//! everything the emitter needs from it.
+
+use super::{MatmulPlan, Side, Tiles};
+use crate::dtype::DType;
+use crate::ir::Kernel;
+use crate::lower::check_block;
+use crate::target::SmVersion;
+
+/// Shared-memory padding (in f32 elements) of a tile staged with a
+/// transposing store, against bank conflicts; a multiple of 4 keeps rows
+/// 16-byte aligned.
+const TRANSPOSE_PAD: u32 = 4;
+
+/// The register budget a schedule's estimate must fit.
+const REGISTER_BUDGET: u32 = 200;
+
+/// How one operand's tile travels from global to shared memory.
+///
+/// The tile is `block_x × block_k` (`x` is `m` for A, `n` for B) and lands in
+/// shared memory as `[block_k][row]` f32, `row = block_x + pad`. Threads read
+/// it from global memory in `rows × cols` order, `cols` along the operand's
+/// contiguous dimension, `vector` elements per access, consecutive threads
+/// on consecutive vectors (coalesced).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Staging {
+    pub dtype: DType,
+    /// Whether global `cols` run along `k` (the operand is `k`-contiguous,
+    /// like `x[m][k]` or `w[n][k]`): the store to shared memory transposes.
+    pub k_major: bool,
+    pub vector: u32,
+    pub block_x: u32,
+    /// f32 elements per shared-memory row (one `k`).
+    pub row: u32,
+    /// Byte offset of the tile in the dynamic shared-memory window.
+    pub offset: u32,
+    pub rows: u32,
+    /// Vectors per global row.
+    pub cols: u32,
+    /// Accesses per thread per tile.
+    pub passes: u32,
+    /// Whether only the first `rows · cols` threads take part (when the tile
+    /// has fewer vectors than the block has threads).
+    pub partial: bool,
+}
+
+impl Staging {
+    fn bytes(&self, block_k: u32) -> u32 {
+        (block_k * self.row * 4).next_multiple_of(16)
+    }
+
+    /// Rows and columns (in elements) a pass moves on from pass 0.
+    pub fn pass_step(&self, pass: u32, threads: u32) -> (u32, u32) {
+        let units = pass * threads;
+        (units / self.cols, (units % self.cols) * self.vector)
+    }
+
+    /// Registers live while a tile is in flight.
+    fn staged_registers(&self) -> u32 {
+        let raw = if self.dtype == DType::F32 {
+            0
+        } else {
+            self.vector.div_ceil(2)
+        };
+        self.passes * (self.vector + raw + 2)
+    }
+}
+
+/// Everything the emitter needs, derived from a checked schedule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Layout {
+    pub tiles: Tiles,
+    pub threads: u32,
+    /// Threads along `n` and along `m`.
+    pub threads_n: u32,
+    pub threads_m: u32,
+    /// Elements per shared-memory vector read of A and B fragments.
+    pub frag_m: u32,
+    pub frag_n: u32,
+    pub a: Staging,
+    pub b: Staging,
+    pub shared_bytes: u32,
+    pub m_extent: u32,
+    pub n_extent: u32,
+    pub k_extent: u32,
+}
+
+impl Layout {
+    pub fn new(
+        kernel: &Kernel,
+        plan: &MatmulPlan,
+        tiles: Tiles,
+        target: SmVersion,
+    ) -> Result<Layout, String> {
+        let Tiles {
+            block_m,
+            block_n,
+            block_k,
+            thread_m,
+            thread_n,
+            ..
+        } = tiles;
+        for (name, value, max) in [
+            ("block_m", block_m, 256),
+            ("block_n", block_n, 256),
+            ("block_k", block_k, 64),
+            ("thread_m", thread_m, 16),
+            ("thread_n", thread_n, 16),
+        ] {
+            if !value.is_power_of_two() || value > max {
+                return Err(format!(
+                    "{name} = {value}; expected a power of two up to {max}"
+                ));
+            }
+        }
+        if thread_m > block_m || thread_n > block_n {
+            return Err(format!(
+                "a thread's {thread_m}×{thread_n} outputs do not fit the {block_m}×{block_n} block tile"
+            ));
+        }
+        let threads = tiles.threads();
+        check_block(threads, target)
+            .map_err(|e| format!("(block_m/thread_m)·(block_n/thread_n) gives {e}"))?;
+
+        let a = staging(kernel, plan, Side::A, tiles, threads)?;
+        let b = staging(kernel, plan, Side::B, tiles, threads)?;
+        let b = Staging {
+            offset: a.bytes(block_k),
+            ..b
+        };
+        let shared_bytes = b.offset + b.bytes(block_k);
+        let max_shared = target.limits().max_shared_per_block;
+        if shared_bytes > max_shared {
+            return Err(format!(
+                "the A and B tiles need {shared_bytes} bytes of shared memory; {target} allows {max_shared} per block"
+            ));
+        }
+        // Accumulators live throughout; fragments (two steps' worth, as
+        // ptxas overlaps them) and staged tiles take turns.
+        let registers = thread_m * thread_n
+            + (2 * (thread_m + thread_n)).max(a.staged_registers() + b.staged_registers())
+            + 24;
+        let budget = REGISTER_BUDGET.min(target.limits().registers_per_sm / threads);
+        if registers > budget {
+            return Err(format!(
+                "an estimated {registers} registers per thread ({} accumulators); at most {budget} fit with {threads} threads",
+                thread_m * thread_n
+            ));
+        }
+        Ok(Layout {
+            tiles,
+            threads,
+            threads_n: block_n / thread_n,
+            threads_m: block_m / thread_m,
+            frag_m: thread_m.min(4),
+            frag_n: thread_n.min(4),
+            a,
+            b,
+            shared_bytes,
+            m_extent: kernel.extent(plan.m),
+            n_extent: kernel.extent(plan.n),
+            k_extent: kernel.extent(plan.k),
+        })
+    }
+}
+
+/// Chooses how an operand is staged and checks its vector width.
+fn staging(
+    kernel: &Kernel,
+    plan: &MatmulPlan,
+    side: Side,
+    tiles: Tiles,
+    threads: u32,
+) -> Result<Staging, String> {
+    let operand = side.operand(plan);
+    let (name, block_x, x_extent, vector) = match side {
+        Side::A => ("A", tiles.block_m, kernel.extent(plan.m), tiles.vector_a),
+        Side::B => ("B", tiles.block_n, kernel.extent(plan.n), tiles.vector_b),
+    };
+    let block_k = tiles.block_k;
+    let dtype = kernel.input(operand.tensor).dtype;
+    let k_extent = kernel.extent(plan.k);
+    // A dimension of extent 1 never moves the address: its stride is moot.
+    let live = |stride: u64, extent: u32| if extent > 1 { stride } else { 0 };
+    let (sx, sk) = (
+        live(operand.stride_x, x_extent),
+        live(operand.stride_k, k_extent),
+    );
+    let k_major = match (sk, sx) {
+        (1, _) => true,
+        (_, 1) => false,
+        (0, _) => false,
+        (_, 0) => true,
+        (sk, sx) => sk <= sx,
+    };
+    let (contiguous, extent, tile) = if k_major {
+        (sk, k_extent, block_k)
+    } else {
+        (sx, x_extent, block_x)
+    };
+    let max_vector = 16 / dtype.size();
+    if !vector.is_power_of_two() || vector > max_vector {
+        return Err(format!(
+            "vector_{} = {vector}; expected 1, 2, 4{} for {dtype} elements",
+            name.to_lowercase(),
+            if max_vector == 8 { " or 8" } else { "" }
+        ));
+    }
+    if vector > 1 {
+        let why = if contiguous > 1 {
+            Some(format!(
+                "{name} is not contiguous along {}",
+                if k_major { "k" } else { "its row" }
+            ))
+        } else if !extent.is_multiple_of(vector) {
+            Some(format!(
+                "its contiguous extent {extent} is not a multiple of {vector}"
+            ))
+        } else if !tile.is_multiple_of(vector) {
+            Some(format!(
+                "the tile's contiguous extent {tile} is not a multiple of {vector}"
+            ))
+        } else {
+            let strides = std::iter::once((operand.stride_x, x_extent))
+                .chain(std::iter::once((operand.stride_k, k_extent)))
+                .chain(
+                    operand
+                        .stride_batch
+                        .iter()
+                        .zip(&plan.batch)
+                        .map(|(s, v)| (*s, kernel.extent(*v))),
+                );
+            strides
+                .filter(|(s, e)| *e > 1 && *s != 1)
+                .any(|(s, _)| !s.is_multiple_of(u64::from(vector)))
+                .then(|| format!("a stride of {name} is not a multiple of {vector}"))
+        };
+        if let Some(why) = why {
+            return Err(format!(
+                "vector_{} = {vector} needs aligned {vector}-element runs, but {why}",
+                name.to_lowercase()
+            ));
+        }
+    }
+    let (rows, cols) = if k_major {
+        (block_x, block_k / vector)
+    } else {
+        (block_k, block_x / vector)
+    };
+    let units = rows * cols;
+    Ok(Staging {
+        dtype,
+        k_major,
+        vector,
+        block_x,
+        row: block_x + if k_major { TRANSPOSE_PAD } else { 0 },
+        offset: 0,
+        rows,
+        cols,
+        passes: units.div_ceil(threads),
+        partial: units < threads,
+    })
+}

@@ -1,0 +1,268 @@
+//! ptxas assembles every PTX file a build emits, without register spills:
+//! the demo's kernels and this crate's catalogue, each run through exactly
+//! the build helper's code path (`ktune_build::Config`) into a temp dir.
+//!
+//! Each file is assembled for the target its `.target` directive names;
+//! sm_80 files also for sm_90, where the driver JIT-compiles them.
+//!
+//! Needs ptxas: `cargo xtask test` installs it into the workspace's `.venv`
+//! (or set `KTUNE_PTXAS`). Without it these tests fail; they never pass
+//! silently.
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use ktune_core::SmVersion;
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("the workspace root exists")
+}
+
+// ---------------------------------------------------------------------------
+// ptxas
+//
+// A stand-in for `ktune_build::ptxas` (`find`, `assemble`) until that module
+// is public; it looks in the same places.
+// ---------------------------------------------------------------------------
+
+/// `$KTUNE_PTXAS`, else the one `cargo xtask test` installs in `.venv`.
+fn find_ptxas() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os("KTUNE_PTXAS").filter(|p| !p.is_empty()) {
+        return Some(PathBuf::from(path));
+    }
+    let mut pythons: Vec<PathBuf> = std::fs::read_dir(workspace_root().join(".venv/lib"))
+        .ok()?
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("python3"))
+        .map(|e| e.path())
+        .collect();
+    pythons.sort();
+    pythons
+        .into_iter()
+        .rev()
+        .map(|python| {
+            python
+                .join("site-packages/nvidia/cuda_nvcc/bin")
+                .join(format!("ptxas{}", std::env::consts::EXE_SUFFIX))
+        })
+        .find(|ptxas| ptxas.is_file())
+}
+
+fn ptxas() -> PathBuf {
+    find_ptxas().unwrap_or_else(|| {
+        panic!(
+            "ptxas not found: run `cargo xtask test` (it installs ptxas into .venv/ and runs \
+             every test), or set KTUNE_PTXAS to a ptxas executable"
+        )
+    })
+}
+
+/// What ptxas reported for one (file, architecture).
+#[derive(Debug)]
+struct Assembled {
+    registers: u32,
+    spill_stores: u32,
+    spill_loads: u32,
+    shared_bytes: u32,
+}
+
+/// `ptxas -arch=<arch> -v`; the figures of `ptxas -v`, or the failure.
+fn assemble(ptxas: &Path, ptx: &Path, arch: SmVersion, cubin: &Path) -> Result<Assembled, String> {
+    let output = Command::new(ptxas)
+        .arg(format!("-arch={}", arch.name()))
+        .arg("-v")
+        .arg("-o")
+        .arg(cubin)
+        .arg(ptx)
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", ptxas.display()))?;
+    let log = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    if !output.status.success() {
+        return Err(format!("ptxas failed ({}):\n{log}", output.status));
+    }
+    let mut figures = Assembled {
+        registers: 0,
+        spill_stores: 0,
+        spill_loads: 0,
+        shared_bytes: 0,
+    };
+    let mut saw_registers = false;
+    for line in log.lines() {
+        for figure in line.split([',', ':']) {
+            let words: Vec<&str> = figure.split_whitespace().collect();
+            let number = |i: usize| words.get(i).and_then(|w| w.parse::<u32>().ok());
+            match words.as_slice() {
+                ["Used", _, "registers"] => {
+                    figures.registers = number(1).unwrap_or(0);
+                    saw_registers = true;
+                }
+                [_, "bytes", "spill", "stores"] => figures.spill_stores += number(0).unwrap_or(0),
+                [_, "bytes", "spill", "loads"] => figures.spill_loads += number(0).unwrap_or(0),
+                [_, "bytes", "smem"] => figures.shared_bytes = number(0).unwrap_or(0),
+                _ => {}
+            }
+        }
+    }
+    if !saw_registers {
+        return Err(format!("ptxas printed no register count:\n{log}"));
+    }
+    Ok(figures)
+}
+
+// ---------------------------------------------------------------------------
+// The check
+// ---------------------------------------------------------------------------
+
+/// The target a PTX file's `.target` directive names.
+fn ptx_target(ptx: &str) -> Option<SmVersion> {
+    ptx.lines()
+        .find_map(|l| l.trim().strip_prefix(".target "))
+        .and_then(|t| t.split([',', ' ']).next())
+        .and_then(|t| t.parse().ok())
+}
+
+/// Runs the build helper on the crate at `manifest_dir` (with sm_90 among
+/// its targets) into a temp dir, assembles every PTX file it wrote, prints
+/// a table of registers and spills, and fails on any rejection or spill.
+fn assemble_crate(manifest_dir: &Path, expected_kernels: usize) {
+    let ptxas = ptxas();
+    let out = tempfile::Builder::new()
+        .prefix("ktune-e2e-ptx-")
+        .tempdir()
+        .expect("a temp dir");
+    let report = ktune_build::Config::new()
+        .manifest_dir(manifest_dir)
+        .out_dir(out.path())
+        .cargo_instructions(false)
+        .target(SmVersion::Sm90)
+        .build()
+        .unwrap_or_else(|e| panic!("the build helper failed on {}: {e}", manifest_dir.display()));
+    assert_eq!(report.kernels.len(), expected_kernels, "kernels found");
+
+    let mut files: Vec<PathBuf> = std::fs::read_dir(out.path().join("ktune"))
+        .expect("the build wrote ktune/")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "ptx"))
+        .collect();
+    files.sort();
+    for (kernel, variants) in &report.kernels {
+        for target in [SmVersion::Sm80, SmVersion::Sm90] {
+            assert!(
+                variants.iter().any(|v| v.target == target),
+                "kernel `{kernel}` has no {target} variant"
+            );
+        }
+    }
+    let variants: usize = report.kernels.iter().map(|(_, v)| v.len()).sum();
+    assert_eq!(files.len(), variants, "one PTX file per variant");
+
+    let mut jobs = Vec::new();
+    for file in &files {
+        let ptx = std::fs::read_to_string(file).expect("read PTX");
+        let name = file
+            .file_name()
+            .expect("a name")
+            .to_string_lossy()
+            .into_owned();
+        let target = ptx_target(&ptx).unwrap_or_else(|| panic!("{name}: no .target directive"));
+        assert!(
+            name.contains(&format!(".{}.", target.name())),
+            "{name}: its .target is {target}"
+        );
+        jobs.push((name.clone(), file.clone(), target));
+        if target == SmVersion::Sm80 {
+            jobs.push((name, file.clone(), SmVersion::Sm90));
+        }
+    }
+
+    let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let cubins = out.path().join("cubin");
+    std::fs::create_dir_all(&cubins).expect("cubin dir");
+    let results: Vec<Result<Assembled, String>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..workers)
+            .map(|w| {
+                let (jobs, ptxas, cubins) = (&jobs, &ptxas, &cubins);
+                scope.spawn(move || {
+                    jobs.iter()
+                        .enumerate()
+                        .skip(w)
+                        .step_by(workers)
+                        .map(|(i, (_, file, arch))| {
+                            (
+                                i,
+                                assemble(ptxas, file, *arch, &cubins.join(format!("{i}.cubin"))),
+                            )
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        let mut all: Vec<_> = handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("worker"))
+            .collect();
+        all.sort_by_key(|(i, _)| *i);
+        all.into_iter().map(|(_, r)| r).collect()
+    });
+
+    let mut table = format!(
+        "{:<44} {:<6} {:>4} {:>8} {:>8} {:>6}\n",
+        "file", "arch", "regs", "spill-st", "spill-ld", "smem"
+    );
+    let mut failures = Vec::new();
+    for ((name, _, arch), result) in jobs.iter().zip(&results) {
+        match result {
+            Ok(a) => {
+                let _ = writeln!(
+                    table,
+                    "{name:<44} {:<6} {:>4} {:>8} {:>8} {:>6}",
+                    arch.name(),
+                    a.registers,
+                    a.spill_stores,
+                    a.spill_loads,
+                    a.shared_bytes
+                );
+                if a.spill_stores > 0 || a.spill_loads > 0 {
+                    failures.push(format!(
+                        "{name} for {arch}: spills ({} bytes stored, {} loaded)",
+                        a.spill_stores, a.spill_loads
+                    ));
+                }
+            }
+            Err(e) => {
+                let _ = writeln!(table, "{name:<44} {:<6} FAILED", arch.name());
+                failures.push(format!("{name} for {arch}: {e}"));
+            }
+        }
+    }
+    println!("ptxas {}:\n{table}", ptxas.display());
+    assert!(
+        failures.is_empty(),
+        "{} of {} assemblies failed:\n{}\n\n{table}",
+        failures.len(),
+        jobs.len(),
+        failures.join("\n\n")
+    );
+}
+
+#[test]
+fn demo_ptx_assembles_without_spills() {
+    assemble_crate(&workspace_root().join("examples/demo"), 4);
+}
+
+#[test]
+fn catalogue_ptx_assembles_without_spills() {
+    assemble_crate(
+        Path::new(env!("CARGO_MANIFEST_DIR")),
+        ktune_e2e::CATALOGUE.len(),
+    );
+}
