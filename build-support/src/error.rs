@@ -35,7 +35,7 @@ pub enum Error {
     Lower {
         kernel: String,
         location: Location,
-        error: LowerError,
+        error: Box<LowerError>,
     },
 }
 

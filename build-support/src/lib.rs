@@ -38,6 +38,9 @@
 //! No GPU and no CUDA toolkit are needed: without measurements every variant
 //! uses the heuristic schedule.
 
+// The examples above are complete build scripts: their `fn main` is the point.
+#![allow(clippy::needless_doctest_main)]
+
 mod error;
 pub mod manifest;
 pub mod out;

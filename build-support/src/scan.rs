@@ -132,14 +132,17 @@ fn to_diagnostics(file: &Path, source: &str, error: syn::Error) -> Vec<Diagnosti
         .map(|e| {
             let span = e.span();
             let (start, end) = (span.start(), span.end());
-            let snippet = source.lines().nth(start.line.saturating_sub(1)).map(|line| {
-                let width = if end.line == start.line {
-                    end.column.saturating_sub(start.column)
-                } else {
-                    line.chars().count().saturating_sub(start.column)
-                };
-                (line.to_owned(), width)
-            });
+            let snippet = source
+                .lines()
+                .nth(start.line.saturating_sub(1))
+                .map(|line| {
+                    let width = if end.line == start.line {
+                        end.column.saturating_sub(start.column)
+                    } else {
+                        line.chars().count().saturating_sub(start.column)
+                    };
+                    (line.to_owned(), width)
+                });
             Diagnostic {
                 location: location(file, span),
                 message: e.to_string(),

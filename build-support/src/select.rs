@@ -50,7 +50,13 @@ impl Variant {
             None => "default".to_owned(),
             Some(gpu) => gpu
                 .chars()
-                .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '_' })
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() {
+                        c.to_ascii_lowercase()
+                    } else {
+                        '_'
+                    }
+                })
                 .collect(),
         };
         format!("{}.{who}", self.target)
@@ -92,7 +98,7 @@ pub fn variant(
     let lowered = lower::lower(kernel, &schedule, target).map_err(|error| Error::Lower {
         kernel: kernel.name.clone(),
         location: location.clone(),
-        error,
+        error: Box::new(error),
     })?;
     Ok(Variant {
         target,

@@ -18,7 +18,11 @@ pub fn canonical_form(k: &Kernel) -> String {
         let _ = writeln!(out, "in {}", tensor(k, t));
     }
     let _ = writeln!(out, "out {}", tensor(k, &k.output));
-    let vars: Vec<&str> = k.output_vars().iter().map(|v| k.var(*v).name.as_str()).collect();
+    let vars: Vec<&str> = k
+        .output_vars()
+        .iter()
+        .map(|v| k.var(*v).name.as_str())
+        .collect();
     let _ = writeln!(out, "compute |{}|", vars.join(", "));
     for l in &k.lets {
         let _ = writeln!(out, "let {} = {}", l.name, expr(k, l.value));

@@ -146,7 +146,10 @@ pub enum Expr {
     Index(VarId),
     /// `tensor[index[0]][index[1]]…`; invariant: `index.len()` is the
     /// tensor's rank and `vars[index[i]].dim == tensor.dims[i]`.
-    Load { tensor: TensorId, index: Vec<VarId> },
+    Load {
+        tensor: TensorId,
+        index: Vec<VarId>,
+    },
     Let(LetId),
     Unary(UnaryOp, ExprId),
     Binary(BinaryOp, ExprId, ExprId),
@@ -234,7 +237,8 @@ impl Kernel {
     pub fn strides_of(&self, tensor: &Tensor) -> Vec<u64> {
         let mut strides = vec![1u64; tensor.dims.len()];
         for i in (0..tensor.dims.len().saturating_sub(1)).rev() {
-            strides[i] = strides[i + 1].saturating_mul(u64::from(self.dim(tensor.dims[i + 1]).size));
+            strides[i] =
+                strides[i + 1].saturating_mul(u64::from(self.dim(tensor.dims[i + 1]).size));
         }
         strides
     }
@@ -282,7 +286,10 @@ impl Kernel {
     /// Whether an expression contains a reduction (not looking through lets).
     pub fn contains_reduce(&self, id: ExprId) -> bool {
         matches!(self.expr(id), Expr::Reduce { .. })
-            || self.children(id).into_iter().any(|c| self.contains_reduce(c))
+            || self
+                .children(id)
+                .into_iter()
+                .any(|c| self.contains_reduce(c))
     }
 
     /// Floating-point operations for one evaluation of the whole kernel: a
@@ -300,7 +307,10 @@ impl Kernel {
                 self.expr_flops(l.value).saturating_mul(evaluations)
             })
             .fold(0u64, u64::saturating_add);
-        lets.saturating_add(self.expr_flops(self.root).saturating_mul(self.len_of(&self.output)))
+        lets.saturating_add(
+            self.expr_flops(self.root)
+                .saturating_mul(self.len_of(&self.output)),
+        )
     }
 
     fn expr_flops(&self, id: ExprId) -> u64 {

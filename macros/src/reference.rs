@@ -199,9 +199,7 @@ impl Gen<'_> {
                 let extent = k.extent(*var) as usize;
                 let body = self.expr(*body);
                 let (init, fold) = match op {
-                    ReduceOp::Sum | ReduceOp::Mean => {
-                        (quote!(0.0f32), quote!(__acc + #body))
-                    }
+                    ReduceOp::Sum | ReduceOp::Mean => (quote!(0.0f32), quote!(__acc + #body)),
                     ReduceOp::Max => (quote!(f32::NEG_INFINITY), quote!(f32::max(__acc, #body))),
                     ReduceOp::Min => (quote!(f32::INFINITY), quote!(f32::min(__acc, #body))),
                 };

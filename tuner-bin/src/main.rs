@@ -182,7 +182,13 @@ fn ptx(args: &CrateArgs, name: &str, target: SmVersion, schedule: &str) -> Resul
     } else {
         let schedule = Schedule::from_json(schedule)
             .with_context(|| format!("`{schedule}` is not a schedule"))?;
-        select::variant(&found.kernel, &found.location, target, schedule, Source::Explicit)?
+        select::variant(
+            &found.kernel,
+            &found.location,
+            target,
+            schedule,
+            Source::Explicit,
+        )?
     };
     print!("{}", ktune_core::ptx::print(&variant.lowered.ptx, target));
     Ok(())

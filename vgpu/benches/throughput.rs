@@ -41,9 +41,8 @@ fn main() {
         .expect("the generic schedule lowers a row sum");
     let x = common::values((rows * cols) as usize, 1);
     measure("generic row sum 512x512", || {
-        let (_, stats) =
-            ktune_vgpu::run_f32(&lowered.ptx, &lowered.launch, &[&x], rows as usize)
-                .expect("row sum runs");
+        let (_, stats) = ktune_vgpu::run_f32(&lowered.ptx, &lowered.launch, &[&x], rows as usize)
+            .expect("row sum runs");
         stats
     });
 

@@ -164,7 +164,12 @@ struct Block<'a> {
 }
 
 impl Block<'_> {
-    fn run(&mut self, env: &BlockEnv<'_>, memory: &mut Memory, stats: &mut Stats) -> Result<(), Fault> {
+    fn run(
+        &mut self,
+        env: &BlockEnv<'_>,
+        memory: &mut Memory,
+        stats: &mut Stats,
+    ) -> Result<(), Fault> {
         for t in &mut self.threads {
             t.pc = 0;
             t.state = State::Ready;
@@ -285,11 +290,7 @@ impl Block<'_> {
     /// Completes the `bar.sync` every live thread waits at; false when
     /// every thread has exited.
     fn barrier(&mut self, env: &BlockEnv<'_>, stats: &mut Stats) -> Result<bool, Fault> {
-        let Some(first) = self
-            .threads
-            .iter()
-            .position(|t| t.state == State::Barrier)
-        else {
+        let Some(first) = self.threads.iter().position(|t| t.state == State::Barrier) else {
             return Ok(false);
         };
         let pc = self.threads[first].pc;

@@ -5,18 +5,18 @@
 use std::collections::HashMap;
 
 use ktune_core::ptx::inst::{
-    ArithOp, Cmp, Instr, Kernel, Op, Operand, Reg, RegClass, ShflMode, Space, Special, Ty,
-    UnaryOp,
+    ArithOp, Cmp, Instr, Kernel, Op, Operand, Reg, RegClass, ShflMode, Space, Special, Ty, UnaryOp,
 };
 
-use crate::shared::SHARED_BASE;
 use crate::memory::Memory;
+use crate::shared::SHARED_BASE;
 
 /// Index of a register in a thread's flat register file.
 pub(crate) type Slot = u32;
 
 /// A source operand.
 #[derive(Debug, Clone, Copy)]
+#[repr(u8)]
 pub(crate) enum Src {
     Reg(Slot),
     /// Already truncated to the instruction type's width.
@@ -24,6 +24,7 @@ pub(crate) enum Src {
 }
 
 #[derive(Debug, Clone, Copy)]
+#[repr(u8)]
 pub(crate) enum Guard {
     Always,
     If(Slot),
@@ -113,7 +114,10 @@ pub(crate) enum Num {
     F32,
 }
 
+// Explicit tags: a plain byte to dispatch on, instead of a niche-encoded
+// discriminant the interpreter would have to decode on every instruction.
 #[derive(Debug, Clone, Copy)]
+#[repr(u8)]
 pub(crate) enum Exec {
     Mov {
         dst: Slot,
@@ -436,7 +440,11 @@ impl Decoder<'_> {
             None => Guard::Always,
             Some(g) => {
                 let p = self.reg(g.pred, Width::Pred)?;
-                if g.negate { Guard::IfNot(p) } else { Guard::If(p) }
+                if g.negate {
+                    Guard::IfNot(p)
+                } else {
+                    Guard::If(p)
+                }
             }
         };
         Ok(Inst {
@@ -543,9 +551,7 @@ impl Decoder<'_> {
                 let kind = match ty {
                     Ty::F32 => CmpKind::F32,
                     Ty::S32 => CmpKind::S32,
-                    Ty::U16 | Ty::U32 | Ty::U64 | Ty::B16 | Ty::B32 | Ty::B64 => {
-                        CmpKind::Unsigned
-                    }
+                    Ty::U16 | Ty::U32 | Ty::U64 | Ty::B16 | Ty::B32 | Ty::B64 => CmpKind::Unsigned,
                     t => return Err(unsupported("setp", *t)),
                 };
                 if matches!(cmp, Cmp::Neu) && !matches!(kind, CmpKind::F32) {

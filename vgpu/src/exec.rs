@@ -17,11 +17,16 @@ pub(crate) enum State {
     /// Waiting at the `bar.sync` at its pc.
     Barrier,
     /// Waiting at the `shfl.sync` at its pc, with its operands read.
-    Shuffle { a: u32, b: u32 },
+    Shuffle {
+        a: u32,
+        b: u32,
+    },
     /// Stopped at a load of a shared byte nobody had written yet: a race if
     /// another thread writes it before the next barrier, a read of
     /// uninitialised memory otherwise. Settled once every thread has run.
-    Parked { offset: u32 },
+    Parked {
+        offset: u32,
+    },
     Exited,
 }
 

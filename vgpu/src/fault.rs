@@ -67,7 +67,9 @@ pub enum LaneState {
     Missing,
     Exited,
     /// Waiting at a different `shfl.sync` (its pc in the kernel body).
-    AtShuffle { pc: usize },
+    AtShuffle {
+        pc: usize,
+    },
 }
 
 /// Why a kernel was stopped.
@@ -85,7 +87,7 @@ pub enum FaultKind {
         size: u32,
         /// The parameter whose buffer the address points into or next to
         /// (global only).
-        param: Option<usize>,
+        param: Option<u32>,
         /// Byte offset from the start of that buffer, or of the shared
         /// window (negative when the address is below it).
         offset: i64,
@@ -117,10 +119,16 @@ pub enum FaultKind {
     /// Integer `div` or `rem` by zero (PTX leaves the result unspecified).
     DivisionByZero,
     /// Every live thread waits at a `bar.sync`, but not at the same one.
-    BarrierDivergence { other_thread: [u32; 3], other_pc: usize },
+    BarrierDivergence {
+        other_thread: [u32; 3],
+        other_pc: usize,
+    },
     /// This thread waits at a `shfl.sync` that another lane of its warp can
     /// never reach because it waits at a `bar.sync` for the whole block.
-    BarrierDeadlock { other_thread: [u32; 3], other_pc: usize },
+    BarrierDeadlock {
+        other_thread: [u32; 3],
+        other_pc: usize,
+    },
     /// A `shfl.sync` (full member mask) that not all 32 lanes of the warp
     /// reached.
     ShuffleDivergence {
@@ -249,7 +257,10 @@ impl fmt::Display for FaultKind {
                 other_thread,
                 other,
             } => {
-                write!(f, "shfl.sync divergence: not all 32 lanes arrived; lane {lane} ")?;
+                write!(
+                    f,
+                    "shfl.sync divergence: not all 32 lanes arrived; lane {lane} "
+                )?;
                 match other {
                     LaneState::Missing => write!(f, "does not exist (partial warp)"),
                     LaneState::Exited => write!(f, "(thread {}) has exited", Xyz(*other_thread)),

@@ -99,11 +99,6 @@
 //! the GPU's canonical NaN where PTX defines one, never a particular
 //! payload otherwise.
 
-// A `Fault` is returned at most once per run, on the cold path, and its
-// fields are the public API; boxing it would only make callers' matches
-// clumsier.
-#![allow(clippy::result_large_err)]
-
 mod block;
 mod decode;
 mod exec;

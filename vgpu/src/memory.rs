@@ -88,7 +88,7 @@ impl Memory {
             access,
             addr,
             size,
-            param: located.map(|(p, _)| p),
+            param: located.map(|(p, _)| p as u32),
             offset: located.map_or(0, |(_, o)| o),
             limit: located.map_or(0, |(p, _)| self.buffers[p].len() as u64),
         })

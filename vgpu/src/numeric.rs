@@ -59,7 +59,13 @@ pub(crate) fn lg2_approx(x: f32) -> f32 {
 /// zero-extended to 64.
 pub(crate) fn convert(from: Num, to: Num, bits: u64) -> u64 {
     match (from, to) {
-        (Num::Int { bits: fb, signed: fs }, Num::Int { bits: tb, .. }) => {
+        (
+            Num::Int {
+                bits: fb,
+                signed: fs,
+            },
+            Num::Int { bits: tb, .. },
+        ) => {
             let v = extend(bits, fb, fs);
             truncate(v, tb)
         }
@@ -103,7 +109,11 @@ fn extend(v: u64, bits: u8, signed: bool) -> u64 {
 }
 
 fn truncate(v: u64, bits: u8) -> u64 {
-    if bits >= 64 { v } else { v & ((1u64 << bits) - 1) }
+    if bits >= 64 {
+        v
+    } else {
+        v & ((1u64 << bits) - 1)
+    }
 }
 
 fn to_f32(bits: u64, from: Num) -> f32 {

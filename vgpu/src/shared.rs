@@ -158,7 +158,12 @@ impl Shared {
     }
 
     /// The `size` bytes a store by `thread` writes, after the race check.
-    pub(crate) fn store(&mut self, thread: u32, addr: u64, size: u32) -> Result<&mut [u8], FaultKind> {
+    pub(crate) fn store(
+        &mut self,
+        thread: u32,
+        addr: u64,
+        size: u32,
+    ) -> Result<&mut [u8], FaultKind> {
         let start = self.offset(addr, size, Access::Store)?;
         let end = start + size as usize;
         for i in start..end {
@@ -168,7 +173,11 @@ impl Shared {
                 return Err(self.race(offset, s.writer, true, true));
             }
             if s.read_epoch == self.epoch {
-                let other = if s.reader != thread { s.reader } else { s.other_reader };
+                let other = if s.reader != thread {
+                    s.reader
+                } else {
+                    s.other_reader
+                };
                 if other != NOBODY {
                     return Err(self.race(offset, other, false, true));
                 }
@@ -194,7 +203,13 @@ impl Shared {
         }
     }
 
-    fn race(&self, offset: u32, first: u32, first_was_write: bool, second_is_write: bool) -> FaultKind {
+    fn race(
+        &self,
+        offset: u32,
+        first: u32,
+        first_was_write: bool,
+        second_is_write: bool,
+    ) -> FaultKind {
         FaultKind::SharedRace {
             addr: u64::from(SHARED_BASE) + u64::from(offset),
             offset,

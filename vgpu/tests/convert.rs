@@ -74,7 +74,11 @@ fn inputs() -> Vec<f32> {
         std::f32::consts::PI,
         -1.0 / 3.0,
     ];
-    x.extend(common::values(1024 - x.len(), 11).iter().map(|v| v * 1000.0));
+    x.extend(
+        common::values(1024 - x.len(), 11)
+            .iter()
+            .map(|v| v * 1000.0),
+    );
     x
 }
 
@@ -89,7 +93,11 @@ fn f16_round_trips_match_half() {
             continue;
         }
         assert_eq!(narrow[i], want.to_bits(), "cvt.rn.f16.f32({:e})", x[i]);
-        assert_eq!(wide[i].to_bits(), want.to_f32().to_bits(), "cvt.f32.f16({want})");
+        assert_eq!(
+            wide[i].to_bits(),
+            want.to_f32().to_bits(),
+            "cvt.f32.f16({want})"
+        );
     }
 }
 

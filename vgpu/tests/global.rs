@@ -22,10 +22,25 @@ fn add_one(n: u32, off_by_one: bool) -> ktune_core::ptx::Kernel {
     let x = b.param_ptr(0);
     let out = b.param_ptr(1);
     let src = b.global_addr(x, i, 4);
-    let v = b.load(Space::Global, DType::F32, Addr { base: src, offset: 0 });
+    let v = b.load(
+        Space::Global,
+        DType::F32,
+        Addr {
+            base: src,
+            offset: 0,
+        },
+    );
     let w = b.f32_op(ArithOp::Add, v, Operand::F32(1.0));
     let dst = b.global_addr(out, i, 4);
-    b.store(Space::Global, DType::F32, Addr { base: dst, offset: 0 }, w);
+    b.store(
+        Space::Global,
+        DType::F32,
+        Addr {
+            base: dst,
+            offset: 0,
+        },
+        w,
+    );
     b.place(done);
     b.finish("add_one".into(), 2, 32, 0)
 }
@@ -63,16 +78,29 @@ fn an_off_by_one_bound_is_caught_naming_block_and_thread() {
         }
     );
     let text = fault.to_string();
-    assert!(text.starts_with("kernel `add_one`, block (1, 0, 0), thread (8, 0, 0), pc "), "{text}");
+    assert!(
+        text.starts_with("kernel `add_one`, block (1, 0, 0), thread (8, 0, 0), pc "),
+        "{text}"
+    );
     assert!(text.contains("`st.global.f32 [%rd"), "{text}");
-    assert!(text.contains("(param_1 +160); param_1 holds 160 bytes"), "{text}");
+    assert!(
+        text.contains("(param_1 +160); param_1 holds 160 bytes"),
+        "{text}"
+    );
 }
 
 #[test]
 fn loads_below_a_buffer_name_that_buffer() {
     let mut b = Builder::new();
     let x = b.param_ptr(1);
-    let _ = b.load(Space::Global, DType::F32, Addr { base: x, offset: -8 });
+    let _ = b.load(
+        Space::Global,
+        DType::F32,
+        Addr {
+            base: x,
+            offset: -8,
+        },
+    );
     let kernel = b.finish("below".into(), 2, 32, 0);
     let fault = ktune_vgpu::run(&kernel, &launch(1), &mut [vec![0; 64], vec![0; 64]]).unwrap_err();
     assert!(
@@ -106,7 +134,10 @@ fn an_address_in_no_buffer_is_caught() {
         matches!(fault.kind, FaultKind::OutOfBounds { param: None, .. }),
         "{fault}"
     );
-    assert!(fault.to_string().contains("points into no parameter"), "{fault}");
+    assert!(
+        fault.to_string().contains("points into no parameter"),
+        "{fault}"
+    );
 }
 
 #[test]

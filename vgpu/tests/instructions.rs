@@ -78,9 +78,17 @@ fn integer_arithmetic_wraps() {
     let got = per_lane(|b, t| op(b, ArithOp::Add, Ty::U32, t, Operand::Int(-1)));
     assert_eq!(got, lanes().map(|t| t.wrapping_sub(1)).collect::<Vec<_>>());
     let got = per_lane(|b, t| op(b, ArithOp::Sub, Ty::U32, Operand::Int(0), t));
-    assert_eq!(got, lanes().map(|t| 0u32.wrapping_sub(t)).collect::<Vec<_>>());
+    assert_eq!(
+        got,
+        lanes().map(|t| 0u32.wrapping_sub(t)).collect::<Vec<_>>()
+    );
     let got = per_lane(|b, t| op(b, ArithOp::Mul, Ty::U32, t, Operand::Int(0x9e37_79b9)));
-    assert_eq!(got, lanes().map(|t| t.wrapping_mul(0x9e37_79b9)).collect::<Vec<_>>());
+    assert_eq!(
+        got,
+        lanes()
+            .map(|t| t.wrapping_mul(0x9e37_79b9))
+            .collect::<Vec<_>>()
+    );
     let got = per_lane(|b, t| b.u32_mad(t, Operand::Int(0x7fff_ffff), Operand::Int(7)));
     let want: Vec<u32> = lanes()
         .map(|t| t.wrapping_mul(0x7fff_ffff).wrapping_add(7))
@@ -105,8 +113,7 @@ fn mul_wide_and_truncating_cvt() {
         };
         cvt(b, Ty::U32, Ty::U64, w)
     };
-    let reference =
-        |t: u32| u64::from(t.wrapping_add(0xffff_fff0)) * 0x1_0001;
+    let reference = |t: u32| u64::from(t.wrapping_add(0xffff_fff0)) * 0x1_0001;
     let lo = per_lane(|b, t| wide(b, t, false));
     let hi = per_lane(|b, t| wide(b, t, true));
     for t in lanes() {
@@ -122,7 +129,10 @@ fn division_and_remainder() {
         let r = b.u32_op(ArithOp::Rem, t, Operand::Int(3));
         b.u32_mad(q, Operand::Int(1000), r)
     });
-    assert_eq!(got, lanes().map(|t| t / 3 * 1000 + t % 3).collect::<Vec<_>>());
+    assert_eq!(
+        got,
+        lanes().map(|t| t / 3 * 1000 + t % 3).collect::<Vec<_>>()
+    );
     let got = per_lane(|b, t| {
         let neg = op(b, ArithOp::Sub, Ty::S32, t, Operand::Int(16));
         op(b, ArithOp::Div, Ty::S32, neg, Operand::Int(5))
@@ -147,7 +157,9 @@ fn shifts_clamp_at_the_width() {
         let s = op(b, ArithOp::Add, Ty::U32, t, Operand::Int(16));
         b.u32_op(ArithOp::Shl, Operand::Int(0xffff), s)
     });
-    let want: Vec<u32> = lanes().map(|t| 0xffffu32.checked_shl(t + 16).unwrap_or(0)).collect();
+    let want: Vec<u32> = lanes()
+        .map(|t| 0xffffu32.checked_shl(t + 16).unwrap_or(0))
+        .collect();
     assert_eq!(got, want);
     let got = per_lane(|b, t| {
         let s = op(b, ArithOp::Add, Ty::U32, t, Operand::Int(16));
@@ -175,18 +187,33 @@ fn bitwise_and_min_max() {
         let z = b.u32_op(ArithOp::Or, y, Operand::Int(0x100));
         unary(b, UnaryOp::Not, Ty::B32, z)
     });
-    assert_eq!(got, lanes().map(|t| !(((t ^ 0x5a) & 0x3c) | 0x100)).collect::<Vec<_>>());
+    assert_eq!(
+        got,
+        lanes()
+            .map(|t| !(((t ^ 0x5a) & 0x3c) | 0x100))
+            .collect::<Vec<_>>()
+    );
     let got = per_lane(|b, t| {
         let d = op(b, ArithOp::Sub, Ty::S32, t, Operand::Int(16));
         let lo = op(b, ArithOp::Max, Ty::S32, d, Operand::Int(-4));
         op(b, ArithOp::Min, Ty::S32, lo, Operand::Int(4))
     });
-    assert_eq!(got, lanes().map(|t| (t as i32 - 16).clamp(-4, 4) as u32).collect::<Vec<_>>());
+    assert_eq!(
+        got,
+        lanes()
+            .map(|t| (t as i32 - 16).clamp(-4, 4) as u32)
+            .collect::<Vec<_>>()
+    );
     let got = per_lane(|b, t| {
         let d = op(b, ArithOp::Sub, Ty::U32, t, Operand::Int(16));
         op(b, ArithOp::Min, Ty::U32, d, Operand::Int(100))
     });
-    assert_eq!(got, lanes().map(|t| t.wrapping_sub(16).min(100)).collect::<Vec<_>>());
+    assert_eq!(
+        got,
+        lanes()
+            .map(|t| t.wrapping_sub(16).min(100))
+            .collect::<Vec<_>>()
+    );
 }
 
 #[test]
@@ -238,6 +265,30 @@ fn specials() -> Vec<f32> {
     ]
 }
 
+/// `min.f32` per the PTX ISA: a NaN operand yields the other; -0 < +0.
+fn ptx_min(a: f32, b: f32) -> f32 {
+    if a.is_nan() {
+        return b;
+    }
+    if b.is_nan() || a < b || (a == b && a.is_sign_negative()) {
+        a
+    } else {
+        b
+    }
+}
+
+/// `max.f32` per the PTX ISA: a NaN operand yields the other; +0 > -0.
+fn ptx_max(a: f32, b: f32) -> f32 {
+    if a.is_nan() {
+        return b;
+    }
+    if b.is_nan() || a > b || (a == b && a.is_sign_positive()) {
+        a
+    } else {
+        b
+    }
+}
+
 fn same(a: f32, b: f32) -> bool {
     a.to_bits() == b.to_bits() || a.is_nan() && b.is_nan()
 }
@@ -249,21 +300,44 @@ fn f32_arithmetic_rounds_like_ieee() {
     let s = specials();
     x[..16].copy_from_slice(&s);
     y[16..].copy_from_slice(&s);
-    y[..16].copy_from_slice(&[1.0, 0.0, -0.0, 3.0, f32::NAN, 1e-40, 2.0, 0.5, 2.0, 1.0, -1.0, 1.0, 3.0, 0.1, 1e30, 1.0]);
+    y[..16].copy_from_slice(&[
+        1.0,
+        0.0,
+        -0.0,
+        3.0,
+        f32::NAN,
+        1e-40,
+        2.0,
+        0.5,
+        2.0,
+        1.0,
+        -1.0,
+        1.0,
+        3.0,
+        0.1,
+        1e30,
+        1.0,
+    ]);
     type F = fn(f32, f32) -> f32;
     let cases: [(ArithOp, F); 6] = [
         (ArithOp::Add, |a, b| a + b),
         (ArithOp::Sub, |a, b| a - b),
         (ArithOp::Mul, |a, b| a * b),
         (ArithOp::Div, |a, b| a / b),
-        (ArithOp::Min, |a, b| if a.is_nan() { b } else if b.is_nan() { a } else if a < b || (a == b && a.is_sign_negative()) { a } else { b }),
-        (ArithOp::Max, |a, b| if a.is_nan() { b } else if b.is_nan() { a } else if a > b || (a == b && a.is_sign_positive()) { a } else { b }),
+        (ArithOp::Min, ptx_min),
+        (ArithOp::Max, ptx_max),
     ];
     for (arith, reference) in cases {
         let got = map_f32(&[&x, &y], |b, v| b.f32_op(arith, v[0], v[1]));
         for i in 0..32 {
             let want = reference(x[i], y[i]);
-            assert!(same(got[i], want), "{arith:?}({}, {}) = {} want {want}", x[i], y[i], got[i]);
+            assert!(
+                same(got[i], want),
+                "{arith:?}({}, {}) = {} want {want}",
+                x[i],
+                y[i],
+                got[i]
+            );
         }
     }
 }
@@ -272,7 +346,11 @@ fn f32_arithmetic_rounds_like_ieee() {
 fn fma_is_fused() {
     let a = 1.0 + f32::EPSILON * 2048.0;
     let c = -(1.0 + f32::EPSILON * 4096.0);
-    assert_ne!(a * a + c, a.mul_add(a, c), "the case must tell fused from unfused");
+    assert_ne!(
+        a * a + c,
+        a.mul_add(a, c),
+        "the case must tell fused from unfused"
+    );
     let x = vec![a; 32];
     let z = vec![c; 32];
     let got = map_f32(&[&x, &z], |b, v| b.f32_fma(v[0], v[0], v[1]));
@@ -283,7 +361,9 @@ fn fma_is_fused() {
 fn f32_unary_operations() {
     let mut x = common::values(32, 9);
     x[..16].copy_from_slice(&specials());
-    let exact: [(UnaryOp, fn(f32) -> f32); 4] = [
+    type Exact = fn(f32) -> f32;
+    type Reference = fn(f64) -> f64;
+    let exact: [(UnaryOp, Exact); 4] = [
         (UnaryOp::Neg, |a| -a),
         (UnaryOp::Abs, f32::abs),
         (UnaryOp::Sqrt, f32::sqrt),
@@ -292,10 +372,15 @@ fn f32_unary_operations() {
     for (u, reference) in exact {
         let got = map_f32(&[&x], |b, v| b.f32_unary(u, v[0]));
         for i in 0..32 {
-            assert!(same(got[i], reference(x[i])), "{u:?}({}) = {}", x[i], got[i]);
+            assert!(
+                same(got[i], reference(x[i])),
+                "{u:?}({}) = {}",
+                x[i],
+                got[i]
+            );
         }
     }
-    let approx: [(UnaryOp, fn(f64) -> f64); 3] = [
+    let approx: [(UnaryOp, Reference); 3] = [
         (UnaryOp::Rsqrt, |a| 1.0 / a.sqrt()),
         (UnaryOp::Ex2, f64::exp2),
         (UnaryOp::Lg2, f64::log2),
@@ -304,10 +389,15 @@ fn f32_unary_operations() {
         let got = map_f32(&[&x], |b, v| b.f32_unary(u, v[0]));
         for i in 0..32 {
             let want = reference(f64::from(x[i])) as f32;
-            assert!(same(got[i], want), "{u:?}({}) = {} want {want}", x[i], got[i]);
+            assert!(
+                same(got[i], want),
+                "{u:?}({}) = {} want {want}",
+                x[i],
+                got[i]
+            );
         }
     }
-    let zeros = vec![0.0f32, -0.0].repeat(16);
+    let zeros = [0.0f32, -0.0].repeat(16);
     let got = map_f32(&[&zeros], |b, v| b.f32_unary(UnaryOp::Rsqrt, v[0]));
     assert_eq!((got[0], got[1]), (f32::INFINITY, f32::NEG_INFINITY));
 }
@@ -316,7 +406,15 @@ fn f32_unary_operations() {
 fn float_comparisons_are_ordered_except_neu() {
     let x: Vec<f32> = [1.0, f32::NAN, 2.0, f32::NAN].repeat(8);
     let y: Vec<f32> = [1.0, 1.0, 1.0, f32::NAN].repeat(8);
-    let cmps = [Cmp::Lt, Cmp::Le, Cmp::Gt, Cmp::Ge, Cmp::Eq, Cmp::Ne, Cmp::Neu];
+    let cmps = [
+        Cmp::Lt,
+        Cmp::Le,
+        Cmp::Gt,
+        Cmp::Ge,
+        Cmp::Eq,
+        Cmp::Ne,
+        Cmp::Neu,
+    ];
     for cmp in cmps {
         let got = map_f32(&[&x, &y], |b, v| {
             let p = b.setp(cmp, Ty::F32, v[0], v[1]);
@@ -340,7 +438,16 @@ fn float_comparisons_are_ordered_except_neu() {
 
 #[test]
 fn integer_float_conversions() {
-    let ints: [u32; 8] = [0, 1, 16_777_217, 16_777_219, 0xffff_ffff, 0x8000_0001, 3, 1 << 31];
+    let ints: [u32; 8] = [
+        0,
+        1,
+        16_777_217,
+        16_777_219,
+        0xffff_ffff,
+        0x8000_0001,
+        3,
+        1 << 31,
+    ];
     let got = per_lane(|b, t| {
         // Pick ints[t % 8] through a small table in registers.
         let i = b.u32_op(ArithOp::And, t, Operand::Int(7));
@@ -370,7 +477,17 @@ fn integer_float_conversions() {
     for t in 0..32 {
         assert_eq!(f32::from_bits(got[t]), ints[t % 8] as f32);
     }
-    let x: Vec<f32> = [-3.5, 3.99, f32::NAN, 1e20, 0.5, -0.0, 4_294_967_040.0, f32::INFINITY].repeat(4);
+    let x: Vec<f32> = [
+        -3.5,
+        3.99,
+        f32::NAN,
+        1e20,
+        0.5,
+        -0.0,
+        4_294_967_040.0,
+        f32::INFINITY,
+    ]
+    .repeat(4);
     let got = map_f32(&[&x], |b, v| {
         let u = cvt(b, Ty::U32, Ty::F32, v[0]);
         let f = b.reg(RegClass::F32);
@@ -461,7 +578,10 @@ fn sixteen_bit_loads_and_stores() {
     let d = b.global_addr(dst, tid, 2);
     b.store(Space::Global, DType::F16, Addr { base: d, offset: 0 }, y);
     let kernel = b.finish("half".into(), 2, 32, 0);
-    let x: Vec<half::f16> = common::values(32, 4).into_iter().map(half::f16::from_f32).collect();
+    let x: Vec<half::f16> = common::values(32, 4)
+        .into_iter()
+        .map(half::f16::from_f32)
+        .collect();
     let bytes: Vec<u8> = x.iter().flat_map(|h| h.to_le_bytes()).collect();
     let (out, _) = ktune_vgpu::run_bytes(
         &kernel,
@@ -590,7 +710,11 @@ fn loops_guards_and_early_return() {
     for t in 0..32u32 {
         let c = &params[0][t as usize * 4..][..4];
         let got = u32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-        let want = if t % 2 == 1 { u32::MAX } else { t * (t.max(1) - 1) / 2 + 1000 };
+        let want = if t % 2 == 1 {
+            u32::MAX
+        } else {
+            t * (t.max(1) - 1) / 2 + 1000
+        };
         assert_eq!(got, want, "thread {t}");
     }
 }
@@ -604,9 +728,7 @@ fn reading_an_unwritten_register_faults() {
     .unwrap_err();
     assert_eq!(
         fault.kind,
-        FaultKind::UninitializedRegister {
-            reg: "%r1".into()
-        }
+        FaultKind::UninitializedRegister { reg: "%r1".into() }
     );
 }
 
@@ -635,7 +757,10 @@ fn malformed_kernels_and_launches_are_rejected() {
     b.bra(nowhere);
     let kernel = b.finish("dangling".into(), 0, 32, 0);
     let fault = ktune_vgpu::run(&kernel, &one_block(32, 0), &mut []).unwrap_err();
-    assert!(matches!(fault.kind, FaultKind::InvalidKernel { .. }), "{fault}");
+    assert!(
+        matches!(fault.kind, FaultKind::InvalidKernel { .. }),
+        "{fault}"
+    );
     assert_eq!(fault.pc, 0);
 
     let mut b = Builder::new();
@@ -650,12 +775,18 @@ fn malformed_kernels_and_launches_are_rejected() {
     });
     let kernel = b.finish("mixed_widths".into(), 0, 32, 0);
     let fault = ktune_vgpu::run(&kernel, &one_block(32, 0), &mut []).unwrap_err();
-    assert!(matches!(fault.kind, FaultKind::InvalidKernel { .. }), "{fault}");
+    assert!(
+        matches!(fault.kind, FaultKind::InvalidKernel { .. }),
+        "{fault}"
+    );
     assert_eq!(fault.pc, 1);
 
     let kernel = Builder::new().finish("empty".into(), 1, 32, 0);
     let fault = ktune_vgpu::run(&kernel, &one_block(32, 0), &mut []).unwrap_err();
-    assert!(matches!(fault.kind, FaultKind::InvalidLaunch { .. }), "{fault}");
+    assert!(
+        matches!(fault.kind, FaultKind::InvalidLaunch { .. }),
+        "{fault}"
+    );
     let fault = ktune_vgpu::run(&kernel, &one_block(64, 0), &mut [vec![]]).unwrap_err();
     assert!(fault.to_string().contains(".maxntid"), "{fault}");
 }

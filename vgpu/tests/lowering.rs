@@ -18,8 +18,14 @@ fn generic(kernel: &ktune_core::ir::Kernel) -> Lowered {
 fn encode(dtype: DType, x: &[f32]) -> Vec<u8> {
     match dtype {
         DType::F32 => ktune_vgpu::f32_bytes(x),
-        DType::F16 => x.iter().flat_map(|v| f16::from_f32(*v).to_le_bytes()).collect(),
-        DType::Bf16 => x.iter().flat_map(|v| bf16::from_f32(*v).to_le_bytes()).collect(),
+        DType::F16 => x
+            .iter()
+            .flat_map(|v| f16::from_f32(*v).to_le_bytes())
+            .collect(),
+        DType::Bf16 => x
+            .iter()
+            .flat_map(|v| bf16::from_f32(*v).to_le_bytes())
+            .collect(),
     }
 }
 
@@ -68,12 +74,10 @@ fn bias_add_matches_rust_in_every_dtype_and_odd_shapes() {
             .unwrap_or_else(|f| panic!("{dtype} {rows}x{cols}: {f}"));
             assert_eq!(ktune_vgpu::first_poisoned(dtype, &out), None);
             let got = decode(dtype, &out);
-            for r in 0..rows as usize {
-                for c in 0..cols as usize {
-                    let i = r * cols as usize + c;
-                    let want = round(dtype, x[i] + b[c]);
-                    assert_eq!(got[i], want, "{dtype} {rows}x{cols} [{r}][{c}]");
-                }
+            for (i, (got, x)) in got.iter().zip(&x).enumerate() {
+                let (r, c) = (i / cols as usize, i % cols as usize);
+                let want = round(dtype, x + b[c]);
+                assert_eq!(*got, want, "{dtype} {rows}x{cols} [{r}][{c}]");
             }
             assert_eq!(stats.global_store_bytes, n as u64 * u64::from(dtype.size()));
         }

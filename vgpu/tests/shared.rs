@@ -5,8 +5,8 @@ mod common;
 
 use common::one_block;
 use ktune_core::ptx::Builder;
-use ktune_core::ptx::inst::{Addr, ArithOp, Cmp, Op, Operand, Reg, Space, Special, Ty};
 use ktune_core::ptx::Kernel;
+use ktune_core::ptx::inst::{Addr, ArithOp, Cmp, Op, Operand, Reg, Space, Special, Ty};
 use ktune_vgpu::{Fault, FaultKind, SHARED_BASE};
 
 const THREADS: u32 = 64;
@@ -193,7 +193,10 @@ fn shared_memory_is_fresh_in_every_block() {
         ..one_block(1, 4)
     };
     let fault = ktune_vgpu::run(&kernel, &launch, &mut []).unwrap_err();
-    assert!(matches!(fault.kind, FaultKind::UninitializedShared { .. }), "{fault}");
+    assert!(
+        matches!(fault.kind, FaultKind::UninitializedShared { .. }),
+        "{fault}"
+    );
     assert_eq!(fault.block, [1, 0, 0]);
 }
 
@@ -203,14 +206,7 @@ fn shared_overruns_and_misalignment_fault() {
         let mut b = Builder::new();
         let smem = b.shared_base();
         let v = b.u32_imm(7);
-        st_shared(
-            &mut b,
-            Addr {
-                base: smem,
-                offset,
-            },
-            v,
-        );
+        st_shared(&mut b, Addr { base: smem, offset }, v);
         let kernel = b.finish("overrun".into(), 0, 32, THREADS * 4);
         let fault = ktune_vgpu::run(&kernel, &one_block(1, THREADS * 4), &mut []).unwrap_err();
         match fault.kind {

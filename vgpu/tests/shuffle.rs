@@ -22,7 +22,10 @@ fn shfl(b: &mut Builder, mode: ShflMode, src: Reg, lane: impl Into<Operand>, cla
 
 /// Runs `threads` threads that each compute a value from `%tid.x` and
 /// store it at `out[tid]`.
-fn run(threads: u32, build: impl FnOnce(&mut Builder, Reg) -> Reg) -> Result<Vec<u32>, ktune_vgpu::Fault> {
+fn run(
+    threads: u32,
+    build: impl FnOnce(&mut Builder, Reg) -> Reg,
+) -> Result<Vec<u32>, ktune_vgpu::Fault> {
     let mut b = Builder::new();
     let tid = b.special(Special::TidX);
     let out = b.param_ptr(0);
@@ -57,8 +60,14 @@ fn butterfly_reduction_sums_every_lane() {
         acc
     })
     .unwrap();
-    assert!(got[..32].iter().all(|&s| s == (0..32).sum::<u32>()), "{got:?}");
-    assert!(got[32..].iter().all(|&s| s == (32..64).sum::<u32>()), "{got:?}");
+    assert!(
+        got[..32].iter().all(|&s| s == (0..32).sum::<u32>()),
+        "{got:?}"
+    );
+    assert!(
+        got[32..].iter().all(|&s| s == (32..64).sum::<u32>()),
+        "{got:?}"
+    );
 }
 
 #[test]
@@ -96,7 +105,11 @@ fn idx_broadcasts_within_segments() {
     let got = warp_of(ShflMode::Idx, 33, 31);
     assert!(got.iter().all(|&v| v == 11), "{got:?}");
     let got = warp_of(ShflMode::Bfly, 1, 31);
-    assert!(got.iter().enumerate().all(|(l, v)| *v == (l as u32 ^ 1) * 10 + 1));
+    assert!(
+        got.iter()
+            .enumerate()
+            .all(|(l, v)| *v == (l as u32 ^ 1) * 10 + 1)
+    );
 }
 
 #[test]
@@ -108,7 +121,11 @@ fn per_lane_source_operands() {
         shfl(b, ShflMode::Idx, v, from, 31)
     })
     .unwrap();
-    assert!(got.iter().enumerate().all(|(l, v)| *v == (31 - l as u32) * 3));
+    assert!(
+        got.iter()
+            .enumerate()
+            .all(|(l, v)| *v == (31 - l as u32) * 3)
+    );
 }
 
 #[test]
@@ -136,7 +153,10 @@ fn a_shuffle_by_half_a_warp_is_caught() {
         "{fault}"
     );
     assert_eq!(fault.thread, [0, 0, 0]);
-    assert!(fault.instruction.starts_with("shfl.sync.bfly.b32"), "{fault}");
+    assert!(
+        fault.instruction.starts_with("shfl.sync.bfly.b32"),
+        "{fault}"
+    );
     assert!(fault.to_string().contains("has exited"), "{fault}");
 }
 

@@ -39,7 +39,14 @@ fn test(root: &Path) -> Result<()> {
     run(
         root,
         "cargo",
-        &["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"],
+        &[
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ],
         None,
     )?;
     // GPU tests are `#[ignore]`d so that a machine without a GPU reports them
@@ -93,12 +100,17 @@ fn ensure_ptxas(root: &Path) -> Result<PathBuf> {
         None,
     )
     .with_context(|| format!("cannot install {NVCC_WHEEL}"))?;
-    find_ptxas(&venv).with_context(|| format!("{NVCC_WHEEL} installed, but its ptxas was not found"))
+    find_ptxas(&venv)
+        .with_context(|| format!("{NVCC_WHEEL} installed, but its ptxas was not found"))
 }
 
 fn find_ptxas(venv: &Path) -> Option<PathBuf> {
     let lib = std::fs::read_dir(venv.join("lib")).ok()?;
     lib.flatten()
-        .map(|python| python.path().join("site-packages/nvidia/cuda_nvcc/bin/ptxas"))
+        .map(|python| {
+            python
+                .path()
+                .join("site-packages/nvidia/cuda_nvcc/bin/ptxas")
+        })
         .find(|p| p.is_file())
 }

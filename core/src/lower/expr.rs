@@ -61,7 +61,14 @@ pub fn emit(b: &mut Builder, k: &ir::Kernel, env: &mut Env, id: ExprId) -> Value
             let t = k.input(tensor);
             let flat = flat_index(b, env, &index, &k.strides_of(t));
             let addr = b.global_addr(env.inputs[tensor.0], flat, t.dtype.size());
-            Value::Num(b.load(Space::Global, t.dtype, Addr { base: addr, offset: 0 }))
+            Value::Num(b.load(
+                Space::Global,
+                t.dtype,
+                Addr {
+                    base: addr,
+                    offset: 0,
+                },
+            ))
         }
         Expr::Let(l) => {
             if let Some(v) = env.lets.get(&l) {
@@ -251,7 +258,11 @@ fn tanh(b: &mut Builder, x: Reg) -> Reg {
     let big = b.f32_op(ArithOp::Div, num, den);
     let big = with_sign_of(b, x, big);
     let x2 = b.f32_op(ArithOp::Mul, x, x);
-    let p = poly(b, x2, &[1.0, -1.0 / 3.0, 2.0 / 15.0, -17.0 / 315.0, 62.0 / 2835.0]);
+    let p = poly(
+        b,
+        x2,
+        &[1.0, -1.0 / 3.0, 2.0 / 15.0, -17.0 / 315.0, 62.0 / 2835.0],
+    );
     let small = b.f32_op(ArithOp::Mul, x, p);
     let is_small = b.setp(Cmp::Lt, Ty::F32, a, Operand::F32(0.125));
     b.f32_select(is_small, small, big)
@@ -266,7 +277,14 @@ fn erf(b: &mut Builder, x: Reg) -> Reg {
     let p = poly(
         b,
         t,
-        &[0.0, 0.254_829_6, -0.284_496_72, 1.421_413_8, -1.453_152, 1.061_405_4],
+        &[
+            0.0,
+            0.254_829_6,
+            -0.284_496_72,
+            1.421_413_8,
+            -1.453_152,
+            1.061_405_4,
+        ],
     );
     let a2 = b.f32_op(ArithOp::Mul, a, a);
     let na2 = b.f32_unary(UnaryOp::Neg, a2);

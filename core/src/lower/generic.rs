@@ -33,7 +33,15 @@ pub(super) fn lower(kernel: &Kernel, block: u32, target: SmVersion) -> Result<Lo
     }
     let value = expr::emit(&mut b, kernel, &mut env, kernel.root).reg();
     let addr = b.global_addr(out, flat, kernel.output.dtype.size());
-    b.store(Space::Global, kernel.output.dtype, Addr { base: addr, offset: 0 }, value);
+    b.store(
+        Space::Global,
+        kernel.output.dtype,
+        Addr {
+            base: addr,
+            offset: 0,
+        },
+        value,
+    );
     b.place(done);
 
     Ok(Lowered {

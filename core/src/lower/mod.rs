@@ -9,10 +9,10 @@ pub mod matmul;
 mod rows;
 
 use crate::ir::Kernel;
-use classify::OpClass;
 use crate::ptx;
 use crate::schedule::Schedule;
 use crate::target::SmVersion;
+use classify::OpClass;
 
 /// The grid and block a lowered kernel must be launched with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,7 +61,11 @@ pub fn entry_name(kernel: &Kernel) -> String {
 }
 
 /// Lowers `kernel` with `schedule` for `target`.
-pub fn lower(kernel: &Kernel, schedule: &Schedule, target: SmVersion) -> Result<Lowered, LowerError> {
+pub fn lower(
+    kernel: &Kernel,
+    schedule: &Schedule,
+    target: SmVersion,
+) -> Result<Lowered, LowerError> {
     for t in kernel.inputs.iter().chain(std::iter::once(&kernel.output)) {
         let len = kernel.len_of(t);
         if len > i32::MAX as u64 {
@@ -148,7 +152,10 @@ pub fn heuristic(kernel: &Kernel, target: SmVersion) -> Schedule {
 /// the target's limit.
 pub(crate) fn check_block(threads: u32, target: SmVersion) -> Result<(), String> {
     let limits = target.limits();
-    if threads == 0 || threads % limits.warp_size != 0 || threads > limits.max_threads_per_block {
+    if threads == 0
+        || !threads.is_multiple_of(limits.warp_size)
+        || threads > limits.max_threads_per_block
+    {
         return Err(format!(
             "{threads} threads per block; expected a multiple of {} up to {}",
             limits.warp_size, limits.max_threads_per_block

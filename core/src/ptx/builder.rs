@@ -347,7 +347,11 @@ impl Builder {
     /// Rounds an f32 to a 16-bit dtype (to nearest even), in storage form.
     pub fn narrow(&mut self, dtype: DType, value: Reg) -> Reg {
         let dst = self.reg(RegClass::B16);
-        let to = if dtype == DType::Bf16 { Ty::Bf16 } else { Ty::F16 };
+        let to = if dtype == DType::Bf16 {
+            Ty::Bf16
+        } else {
+            Ty::F16
+        };
         self.push(Op::Cvt {
             to,
             from: Ty::F32,

@@ -984,7 +984,10 @@ fn unsupported_expr(expr: &SynExpr) -> (&'static str, &'static str) {
             "arrays are",
             "kernel values are plain numbers; pass data as an input tensor",
         ),
-        SynExpr::Tuple(_) => ("tuples are", "kernel values are plain numbers; bind each with `let`"),
+        SynExpr::Tuple(_) => (
+            "tuples are",
+            "kernel values are plain numbers; bind each with `let`",
+        ),
         SynExpr::Struct(_) => ("struct literals are", ""),
         SynExpr::Reference(_) | SynExpr::RawAddr(_) => ("references are", "use the value directly"),
         SynExpr::Return(_) => (

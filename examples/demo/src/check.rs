@@ -76,7 +76,10 @@ pub fn relative_error(got: &[f64], want: &[f64]) -> f64 {
     if got.len() != want.len() || got.iter().any(|g| !g.is_finite()) {
         return f64::INFINITY;
     }
-    let scale = want.iter().fold(0.0f64, |m, v| m.max(v.abs())).max(f64::MIN_POSITIVE);
+    let scale = want
+        .iter()
+        .fold(0.0f64, |m, v| m.max(v.abs()))
+        .max(f64::MIN_POSITIVE);
     got.iter()
         .zip(want)
         .map(|(g, w)| (g - w).abs())

@@ -67,7 +67,11 @@ fn time(
 }
 
 fn tolerance(kernel: &KernelInfo) -> f64 {
-    if kernel.output.dtype == "f32" { 1e-5 } else { 1e-2 }
+    if kernel.output.dtype == "f32" {
+        1e-5
+    } else {
+        1e-2
+    }
 }
 
 fn run() -> Result<bool, ktune::Error> {
@@ -84,7 +88,11 @@ fn run() -> Result<bool, ktune::Error> {
             );
         }
     }
-    let repeats = if device.backend() == Backend::Cuda { 50 } else { 3 };
+    let repeats = if device.backend() == Backend::Cuda {
+        50
+    } else {
+        3
+    };
 
     let t = kernels::layernorm::KERNEL.dim("T").unwrap_or(0) as usize;
     let d = kernels::layernorm::KERNEL.dim("D").unwrap_or(0) as usize;
@@ -120,7 +128,13 @@ fn run() -> Result<bool, ktune::Error> {
         &to_f64(&gamma),
         &to_f64(&beta),
     );
-    rows.push(row(&kernels::layernorm::KERNEL, ran, elapsed, &to_f64(&h), &want));
+    rows.push(row(
+        &kernels::layernorm::KERNEL,
+        ran,
+        elapsed,
+        &to_f64(&h),
+        &want,
+    ));
 
     let (ran, elapsed) = time(&device, repeats, || {
         kernels::ffn_up::run(&device, &h_dev, &w1_dev, &b1_dev, &mut g_dev)
@@ -132,7 +146,13 @@ fn run() -> Result<bool, ktune::Error> {
         &to_f64(&b1),
     );
     want.data.iter_mut().for_each(|v| *v = check::gelu(*v));
-    rows.push(row(&kernels::ffn_up::KERNEL, ran, elapsed, &to_f64(&g), &want));
+    rows.push(row(
+        &kernels::ffn_up::KERNEL,
+        ran,
+        elapsed,
+        &to_f64(&g),
+        &want,
+    ));
 
     let (ran, elapsed) = time(&device, repeats, || {
         kernels::ffn_down::run(&device, &g_dev, &w2_dev, &b2_dev, &x_dev, &mut y_dev)
@@ -147,14 +167,26 @@ fn run() -> Result<bool, ktune::Error> {
         .iter_mut()
         .zip(&x)
         .for_each(|(v, r)| *v += f64::from(*r));
-    rows.push(row(&kernels::ffn_down::KERNEL, ran, elapsed, &to_f64(&y), &want));
+    rows.push(row(
+        &kernels::ffn_down::KERNEL,
+        ran,
+        elapsed,
+        &to_f64(&y),
+        &want,
+    ));
 
     let (ran, elapsed) = time(&device, repeats, || {
         kernels::softmax::run(&device, &y_dev, &mut p_dev)
     })?;
     let p = device.download(&p_dev)?;
     let want = check::softmax(&Matrix::new(t, d, to_f64(&y)));
-    rows.push(row(&kernels::softmax::KERNEL, ran, elapsed, &to_f64(&p), &want));
+    rows.push(row(
+        &kernels::softmax::KERNEL,
+        ran,
+        elapsed,
+        &to_f64(&p),
+        &want,
+    ));
 
     Ok(report(&rows))
 }

@@ -11,8 +11,8 @@
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
+use ktune_build::ptxas;
 use ktune_core::SmVersion;
 
 fn workspace_root() -> PathBuf {
@@ -22,99 +22,13 @@ fn workspace_root() -> PathBuf {
         .expect("the workspace root exists")
 }
 
-// ---------------------------------------------------------------------------
-// ptxas
-//
-// A stand-in for `ktune_build::ptxas` (`find`, `assemble`) until that module
-// is public; it looks in the same places.
-// ---------------------------------------------------------------------------
-
-/// `$KTUNE_PTXAS`, else the one `cargo xtask test` installs in `.venv`.
-fn find_ptxas() -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os("KTUNE_PTXAS").filter(|p| !p.is_empty()) {
-        return Some(PathBuf::from(path));
-    }
-    let mut pythons: Vec<PathBuf> = std::fs::read_dir(workspace_root().join(".venv/lib"))
-        .ok()?
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with("python3"))
-        .map(|e| e.path())
-        .collect();
-    pythons.sort();
-    pythons
-        .into_iter()
-        .rev()
-        .map(|python| {
-            python
-                .join("site-packages/nvidia/cuda_nvcc/bin")
-                .join(format!("ptxas{}", std::env::consts::EXE_SUFFIX))
-        })
-        .find(|ptxas| ptxas.is_file())
-}
-
 fn ptxas() -> PathBuf {
-    find_ptxas().unwrap_or_else(|| {
+    ptxas::find().unwrap_or_else(|| {
         panic!(
             "ptxas not found: run `cargo xtask test` (it installs ptxas into .venv/ and runs \
              every test), or set KTUNE_PTXAS to a ptxas executable"
         )
     })
-}
-
-/// What ptxas reported for one (file, architecture).
-#[derive(Debug)]
-struct Assembled {
-    registers: u32,
-    spill_stores: u32,
-    spill_loads: u32,
-    shared_bytes: u32,
-}
-
-/// `ptxas -arch=<arch> -v`; the figures of `ptxas -v`, or the failure.
-fn assemble(ptxas: &Path, ptx: &Path, arch: SmVersion, cubin: &Path) -> Result<Assembled, String> {
-    let output = Command::new(ptxas)
-        .arg(format!("-arch={}", arch.name()))
-        .arg("-v")
-        .arg("-o")
-        .arg(cubin)
-        .arg(ptx)
-        .output()
-        .map_err(|e| format!("cannot run {}: {e}", ptxas.display()))?;
-    let log = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    if !output.status.success() {
-        return Err(format!("ptxas failed ({}):\n{log}", output.status));
-    }
-    let mut figures = Assembled {
-        registers: 0,
-        spill_stores: 0,
-        spill_loads: 0,
-        shared_bytes: 0,
-    };
-    let mut saw_registers = false;
-    for line in log.lines() {
-        for figure in line.split([',', ':']) {
-            let words: Vec<&str> = figure.split_whitespace().collect();
-            let number = |i: usize| words.get(i).and_then(|w| w.parse::<u32>().ok());
-            match words.as_slice() {
-                ["Used", _, "registers"] => {
-                    figures.registers = number(1).unwrap_or(0);
-                    saw_registers = true;
-                }
-                [_, "bytes", "spill", "stores"] => figures.spill_stores += number(0).unwrap_or(0),
-                [_, "bytes", "spill", "loads"] => figures.spill_loads += number(0).unwrap_or(0),
-                [_, "bytes", "smem"] => figures.shared_bytes = number(0).unwrap_or(0),
-                _ => {}
-            }
-        }
-    }
-    if !saw_registers {
-        return Err(format!("ptxas printed no register count:\n{log}"));
-    }
-    Ok(figures)
 }
 
 // ---------------------------------------------------------------------------
@@ -178,30 +92,23 @@ fn assemble_crate(manifest_dir: &Path, expected_kernels: usize) {
             name.contains(&format!(".{}.", target.name())),
             "{name}: its .target is {target}"
         );
-        jobs.push((name.clone(), file.clone(), target));
         if target == SmVersion::Sm80 {
-            jobs.push((name, file.clone(), SmVersion::Sm90));
+            jobs.push((name.clone(), ptx.clone(), SmVersion::Sm90));
         }
+        jobs.push((name, ptx, target));
     }
 
     let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
-    let cubins = out.path().join("cubin");
-    std::fs::create_dir_all(&cubins).expect("cubin dir");
-    let results: Vec<Result<Assembled, String>> = std::thread::scope(|scope| {
+    let results: Vec<Result<ptxas::Report, ptxas::Error>> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..workers)
             .map(|w| {
-                let (jobs, ptxas, cubins) = (&jobs, &ptxas, &cubins);
+                let (jobs, ptxas) = (&jobs, &ptxas);
                 scope.spawn(move || {
                     jobs.iter()
                         .enumerate()
                         .skip(w)
                         .step_by(workers)
-                        .map(|(i, (_, file, arch))| {
-                            (
-                                i,
-                                assemble(ptxas, file, *arch, &cubins.join(format!("{i}.cubin"))),
-                            )
-                        })
+                        .map(|(i, (_, ptx, arch))| (i, ptxas::assemble(ptxas, ptx, *arch)))
                         .collect::<Vec<_>>()
                 })
             })
@@ -231,7 +138,7 @@ fn assemble_crate(manifest_dir: &Path, expected_kernels: usize) {
                     a.spill_loads,
                     a.shared_bytes
                 );
-                if a.spill_stores > 0 || a.spill_loads > 0 {
+                if a.spills() {
                     failures.push(format!(
                         "{name} for {arch}: spills ({} bytes stored, {} loaded)",
                         a.spill_stores, a.spill_loads
