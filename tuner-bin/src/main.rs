@@ -96,16 +96,32 @@ fn load_crate(args: &CrateArgs) -> Result<Crate> {
         cmd.manifest_path(path);
     }
     let meta = cmd.exec().context("cannot read the crate's metadata")?;
+    let packages = meta.workspace_packages();
     let package = match &args.package {
-        Some(name) => meta
-            .workspace_packages()
-            .into_iter()
+        Some(name) => packages
+            .iter()
             .find(|p| p.name.as_str() == name)
             .with_context(|| format!("no package `{name}` in this workspace"))?,
-        None => match meta.root_package() {
-            Some(p) => p,
-            None => bail!("this is a workspace: choose a package with -p"),
-        },
+        None => {
+            let wanted = match &args.manifest_path {
+                Some(path) => path.clone(),
+                None => std::env::current_dir()?.join("Cargo.toml"),
+            };
+            let wanted = wanted.canonicalize().unwrap_or(wanted);
+            match packages
+                .iter()
+                .find(|p| p.manifest_path.as_std_path() == wanted)
+            {
+                Some(p) => p,
+                None => {
+                    let names: Vec<&str> = packages.iter().map(|p| p.name.as_str()).collect();
+                    bail!(
+                        "this is a workspace: choose a package with -p ({})",
+                        names.join(", ")
+                    )
+                }
+            }
+        }
     };
     let manifest_path = package.manifest_path.clone().into_std_path_buf();
     let root = manifest_path
