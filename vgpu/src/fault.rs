@@ -132,7 +132,9 @@ pub enum FaultKind {
     /// A `shfl.sync` (full member mask) that not all 32 lanes of the warp
     /// reached.
     ShuffleDivergence {
+        /// The first lane that is not at this `shfl.sync`.
         lane: u32,
+        /// That lane's `%tid` (zero when the lane does not exist).
         other_thread: [u32; 3],
         other: LaneState,
     },

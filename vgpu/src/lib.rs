@@ -85,6 +85,9 @@
 //!   ranges, operand widths ([`FaultKind::InvalidKernel`]), and the launch
 //!   against the kernel ([`FaultKind::InvalidLaunch`]).
 //!
+//! Not checked (yet): races on global memory between threads or blocks,
+//! and anything ptxas checks (register limits, PTX syntax).
+//!
 //! # Arithmetic
 //!
 //! Each instruction computes what its printed PTX computes. Integers wrap;
@@ -95,9 +98,10 @@
 //! f16/bf16) and truncates with saturation into integers (NaN → 0).
 //! `rsqrt.approx`, `ex2.approx` and `lg2.approx` are computed in f64 and
 //! rounded once, so they are correctly rounded here but differ from a GPU
-//! by up to 2 ulp: compare their results with a tolerance. NaN results carry
-//! the GPU's canonical NaN where PTX defines one, never a particular
-//! payload otherwise.
+//! by up to 2 ulp: compare their results with a tolerance. NaN payloads are
+//! not modelled (a GPU returns the canonical NaN `0x7fffffff`, which this
+//! does only for `min`/`max` of two NaNs and for f16/bf16 conversions):
+//! compare NaNs with `is_nan`.
 
 mod block;
 mod decode;
@@ -155,6 +159,7 @@ impl Default for Config {
 }
 
 impl Config {
+    /// Sets the per-thread instruction limit.
     pub fn step_limit(mut self, limit: u64) -> Config {
         self.step_limit = limit;
         self
