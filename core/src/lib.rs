@@ -8,6 +8,7 @@
 pub mod canon;
 pub mod dtype;
 pub mod heuristic;
+pub mod interp;
 pub mod ir;
 pub mod target;
 
@@ -16,4 +17,5 @@ pub use target::SmVersion;
 pub mod lower;
 pub mod ptx;
 pub mod schedule;
+pub mod space;
 pub mod syntax;

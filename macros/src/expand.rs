@@ -1,5 +1,6 @@
 //! Expands a checked kernel into its module: metadata, the CPU reference,
-//! the CUDA launcher and the backend-dispatching `run`.
+//! the CUDA launcher and the backend-dispatching `run` (CPU reference, CUDA
+//! launch, or the virtual GPU).
 
 use ktune_core::ir::{Kernel, Tensor};
 use ktune_core::{canon, syntax};
@@ -174,6 +175,9 @@ fn module(k: &Kernel, f: &syn::ItemFn) -> TokenStream {
                             __k::cuda_slice_mut(&KERNEL, #n_in, #out)?,
                         )?;
                         ::core::result::Result::Ok(::ktune::Ran::cuda(variant))
+                    }
+                    ::ktune::Backend::Vgpu => {
+                        __k::run_vgpu(&KERNEL, __build::VARIANTS, &[#(#inputs as &dyn __k::HostArg),*], #out)
                     }
                 }
             }

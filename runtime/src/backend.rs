@@ -7,9 +7,9 @@ use crate::Error;
 
 /// Where kernels run.
 ///
-/// A virtual-GPU backend that executes the generated PTX on the CPU is
-/// planned; adding it will add a variant here (generated code matches on
-/// this enum and is regenerated with it).
+/// Every variant exists whatever the crate's features; selecting
+/// [`Backend::Vgpu`] without the `vgpu` feature is an
+/// [`Error::VgpuDisabled`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Backend {
     /// An NVIDIA GPU through the CUDA driver, running the tuned PTX.
@@ -17,6 +17,12 @@ pub enum Backend {
     /// The CPU, running each kernel's reference implementation (parallel
     /// over the output's outermost dimension). Exact, but slow.
     Cpu,
+    /// ktune's virtual GPU, on the CPU: parses the PTX embedded in the binary
+    /// (the variant an sm_80 GPU would run) and executes it thread by thread
+    /// with bounds, race and barrier checks. Very slow; for debugging the
+    /// exact code that ships on a machine without a GPU. Needs the `vgpu`
+    /// feature of ktune.
+    Vgpu,
 }
 
 impl Backend {
@@ -24,13 +30,14 @@ impl Backend {
     pub const ENV_VAR: &'static str = "KTUNE_BACKEND";
 
     /// Every backend, in the order their names are listed in messages.
-    pub const ALL: &'static [Backend] = &[Backend::Cpu, Backend::Cuda];
+    pub const ALL: &'static [Backend] = &[Backend::Cpu, Backend::Cuda, Backend::Vgpu];
 
     /// The backend's name as accepted in `KTUNE_BACKEND` and printed by `Display`.
     pub fn name(self) -> &'static str {
         match self {
             Backend::Cuda => "cuda",
             Backend::Cpu => "cpu",
+            Backend::Vgpu => "vgpu",
         }
     }
 
@@ -69,7 +76,7 @@ impl fmt::Display for Backend {
 impl FromStr for Backend {
     type Err = Error;
 
-    /// Parses a backend name (`cpu`, `cuda`), ignoring ASCII case and
+    /// Parses a backend name (`cpu`, `cuda`, `vgpu`), ignoring ASCII case and
     /// surrounding whitespace.
     fn from_str(s: &str) -> Result<Backend, Error> {
         let name = s.trim();
@@ -83,7 +90,7 @@ impl FromStr for Backend {
     }
 }
 
-/// "cpu, cuda", for messages.
+/// "cpu, cuda, vgpu", for messages.
 pub(crate) fn accepted_list() -> String {
     Backend::ALL
         .iter()

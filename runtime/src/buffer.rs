@@ -7,7 +7,8 @@ use cudarc::driver::CudaSlice;
 use crate::{Backend, Element};
 
 /// A tensor's elements, in the memory of the device that runs kernels on it:
-/// a CUDA allocation for [`Backend::Cuda`], a `Vec` for [`Backend::Cpu`].
+/// a CUDA allocation for [`Backend::Cuda`], a `Vec` for [`Backend::Cpu`] and
+/// [`Backend::Vgpu`].
 ///
 /// Create buffers with [`Device::upload`](crate::Device::upload) or
 /// [`Device::alloc`](crate::Device::alloc), read them back with
@@ -62,7 +63,9 @@ impl<T: Element> Buffer<T> {
         self.len() == 0
     }
 
-    /// The backend whose memory holds the elements.
+    /// The backend whose memory holds the elements: [`Backend::Cuda`] for
+    /// GPU memory, [`Backend::Cpu`] for host memory (which the virtual GPU
+    /// backend uses too).
     pub fn backend(&self) -> Backend {
         match &self.repr {
             Repr::Cuda(_) => Backend::Cuda,

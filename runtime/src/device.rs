@@ -1,4 +1,4 @@
-//! Devices: a CUDA context and stream, or the CPU.
+//! Devices: a CUDA context and stream, the CPU, or the virtual GPU.
 
 use std::fmt;
 use std::sync::Arc;
@@ -11,7 +11,7 @@ use crate::buffer::Repr;
 use crate::{Backend, Buffer, Element, Error, probe};
 
 /// Where kernels run and buffers live: one CUDA GPU (a context and a stream
-/// on it), or the CPU.
+/// on it), the CPU, or ktune's virtual GPU (host memory, like the CPU).
 ///
 /// Cloning is cheap and shares the context and stream.
 ///
@@ -32,6 +32,8 @@ pub struct Device {
 enum Inner {
     Cuda(Arc<Gpu>),
     Cpu(Arc<Cpu>),
+    #[cfg(feature = "vgpu")]
+    Vgpu,
 }
 
 struct Gpu {
@@ -118,6 +120,20 @@ impl Device {
         Device::cpu_because(None)
     }
 
+    /// ktune's virtual GPU: kernels run the PTX embedded in the binary — the
+    /// variant an sm_80 GPU would get, the baseline every build ships —
+    /// parsed once per variant and executed on the CPU thread by thread,
+    /// with out-of-bounds accesses, shared-memory races, divergent barriers
+    /// and unwritten output elements reported as [`Error::Vgpu`]. Buffers
+    /// live in host memory. Thousands of times slower than a GPU: for
+    /// checking and debugging the code that ships, not for production.
+    ///
+    /// Needs the `vgpu` feature of ktune.
+    #[cfg(feature = "vgpu")]
+    pub fn vgpu() -> Device {
+        Device { inner: Inner::Vgpu }
+    }
+
     fn cpu_because(fallback_reason: Option<Error>) -> Device {
         let name = format!("CPU (reference, {} threads)", rayon::current_num_threads());
         Device {
@@ -128,8 +144,9 @@ impl Device {
         }
     }
 
-    /// The device `KTUNE_BACKEND` asks for: `cpu` gives the CPU; `cuda`, or
-    /// the variable unset, gives the first GPU.
+    /// The device `KTUNE_BACKEND` asks for: `cpu` gives the CPU; `vgpu` the
+    /// virtual GPU ([`Device::vgpu`]); `cuda`, or the variable unset, gives
+    /// the first GPU.
     ///
     /// With no GPU this is an error, not a silent switch to the much slower
     /// CPU; applications that accept the CPU as a fallback use
@@ -137,15 +154,27 @@ impl Device {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidBackend`] for a value that names no backend, and the
-    /// errors of [`Device::cuda`].
+    /// [`Error::InvalidBackend`] for a value that names no backend,
+    /// [`Error::VgpuDisabled`] for `vgpu` without the `vgpu` feature, and
+    /// the errors of [`Device::cuda`].
     pub fn from_env() -> Result<Device, Error> {
         let value = std::env::var_os(Backend::ENV_VAR);
         let value = value.as_ref().map(|v| v.to_string_lossy());
         match Backend::from_env_value(value.as_deref())? {
             Backend::Cpu => Ok(Device::cpu()),
             Backend::Cuda => Device::cuda(0),
+            Backend::Vgpu => Device::vgpu_if_enabled(),
         }
+    }
+
+    #[cfg(feature = "vgpu")]
+    fn vgpu_if_enabled() -> Result<Device, Error> {
+        Ok(Device::vgpu())
+    }
+
+    #[cfg(not(feature = "vgpu"))]
+    fn vgpu_if_enabled() -> Result<Device, Error> {
+        Err(Error::VgpuDisabled)
     }
 
     /// What [`Device::from_env`] gives, or the CPU where that is an error (no
@@ -173,6 +202,8 @@ impl Device {
         match &self.inner {
             Inner::Cuda(_) => Backend::Cuda,
             Inner::Cpu(_) => Backend::Cpu,
+            #[cfg(feature = "vgpu")]
+            Inner::Vgpu => Backend::Vgpu,
         }
     }
 
@@ -182,6 +213,8 @@ impl Device {
         match &self.inner {
             Inner::Cuda(gpu) => &gpu.name,
             Inner::Cpu(cpu) => &cpu.name,
+            #[cfg(feature = "vgpu")]
+            Inner::Vgpu => crate::vgpu::VGPU_NAME,
         }
     }
 
@@ -212,11 +245,14 @@ impl Device {
         match &self.inner {
             Inner::Cpu(cpu) => cpu.fallback_reason.as_ref(),
             Inner::Cuda(_) => None,
+            #[cfg(feature = "vgpu")]
+            #[cfg(feature = "vgpu")]
+            Inner::Vgpu => None,
         }
     }
 
     /// Waits until all work queued on the device's stream is done (a no-op on
-    /// the CPU, where kernels finish before they return).
+    /// the CPU and the virtual GPU, where kernels finish before they return).
     ///
     /// # Errors
     ///
@@ -295,6 +331,9 @@ impl Device {
         match &self.inner {
             Inner::Cuda(gpu) => Some(gpu),
             Inner::Cpu(_) => None,
+            #[cfg(feature = "vgpu")]
+            #[cfg(feature = "vgpu")]
+            Inner::Vgpu => None,
         }
     }
 
@@ -318,6 +357,8 @@ impl fmt::Display for Device {
                 )
             }
             Inner::Cpu(cpu) => f.write_str(&cpu.name),
+            #[cfg(feature = "vgpu")]
+            Inner::Vgpu => f.write_str(crate::vgpu::VGPU_NAME),
         }
     }
 }
@@ -338,6 +379,11 @@ impl fmt::Debug for Device {
                 .field("backend", &Backend::Cpu)
                 .field("name", &cpu.name)
                 .field("fallback_reason", &cpu.fallback_reason)
+                .finish(),
+            #[cfg(feature = "vgpu")]
+            Inner::Vgpu => f
+                .debug_struct("Device")
+                .field("backend", &Backend::Vgpu)
                 .finish(),
         }
     }

@@ -60,6 +60,27 @@ pub enum Error {
         value: String,
     },
 
+    /// The virtual GPU backend was asked for, but this build of ktune does
+    /// not have it.
+    #[error(
+        "KTUNE_BACKEND=vgpu needs the `vgpu` feature of the ktune crate: depend on \
+         ktune with `features = [\"vgpu\"]` in Cargo.toml, or choose another backend"
+    )]
+    VgpuDisabled,
+
+    /// The virtual GPU stopped a kernel: an out-of-bounds access, a
+    /// shared-memory race, a divergent barrier, an output element never
+    /// written, or embedded PTX it cannot read.
+    #[error("kernel `{kernel}` ({variant}) on the virtual GPU: {fault}")]
+    Vgpu {
+        /// The kernel's name.
+        kernel: &'static str,
+        /// The variant that ran, e.g. `sm_80 default`.
+        variant: String,
+        /// What went wrong, naming the block, thread and instruction.
+        fault: String,
+    },
+
     /// A buffer does not have the number of elements the kernel was compiled for.
     #[error(
         "kernel `{kernel}`: tensor `{tensor}` has {actual} elements, but the kernel was \

@@ -120,13 +120,15 @@ pub fn variant_label(variant: &Variant) -> String {
 
 /// What a kernel's `run` did: the backend, and on a GPU the variant it launched.
 ///
-/// Displays as `cuda sm_90 NVIDIA H200`, `cuda sm_80 default` or `cpu reference`.
+/// Displays as `cuda sm_90 NVIDIA H200`, `cuda sm_80 default`,
+/// `vgpu sm_80 default` or `cpu reference`.
 #[derive(Debug, Clone, Copy)]
 #[non_exhaustive]
 pub struct Ran {
     /// Where the kernel ran.
     pub backend: Backend,
-    /// The compiled variant launched; `None` when the CPU reference ran.
+    /// The compiled variant launched (on a GPU or the virtual GPU); `None`
+    /// when the CPU reference ran.
     pub variant: Option<&'static Variant>,
 }
 
@@ -135,6 +137,14 @@ impl Ran {
     pub fn cuda(variant: &'static Variant) -> Ran {
         Ran {
             backend: Backend::Cuda,
+            variant: Some(variant),
+        }
+    }
+
+    /// A run of `variant`'s PTX on the virtual GPU.
+    pub fn vgpu(variant: &'static Variant) -> Ran {
+        Ran {
+            backend: Backend::Vgpu,
             variant: Some(variant),
         }
     }

@@ -102,7 +102,8 @@
 //! |---|---|
 //! | [`Device::cuda(n)`](Device::cuda) | GPU `n`, or an error (never a panic) without one |
 //! | [`Device::cpu()`](Device::cpu) | the CPU reference backend |
-//! | [`Device::from_env()`](Device::from_env) | `KTUNE_BACKEND`: `cpu`, or `cuda`/unset for GPU 0 (an error without a GPU) |
+//! | `Device::vgpu()` | the virtual GPU: the embedded sm_80 PTX, run on the CPU with race and bounds checks (feature `vgpu`) |
+//! | [`Device::from_env()`](Device::from_env) | `KTUNE_BACKEND`: `cpu`, `vgpu`, or `cuda`/unset for GPU 0 (an error without a GPU) |
 //! | [`Device::gpu_or_cpu()`](Device::gpu_or_cpu) | like `from_env`, falling back to the CPU instead of an error |
 //!
 //! ```
@@ -118,6 +119,15 @@
 //! assert_eq!(device.download(&x)?[1].to_f32(), 2.0);
 //! # Ok(()) }
 //! ```
+//!
+//! # Features
+//!
+//! - `vgpu` (off by default; brings in ktune's compiler and virtual GPU):
+//!   `Device::vgpu()` and `KTUNE_BACKEND=vgpu`, which run each kernel's
+//!   embedded PTX text — the variant an sm_80 GPU would get — on the CPU,
+//!   thread by thread, and report out-of-bounds accesses, shared-memory
+//!   races, divergent barriers and unwritten outputs as [`Error::Vgpu`].
+//!   Without the feature, `KTUNE_BACKEND=vgpu` is [`Error::VgpuDisabled`].
 //!
 //! # Which variant runs
 //!
@@ -146,6 +156,7 @@ mod kernel;
 mod launch;
 mod probe;
 mod select;
+mod vgpu;
 
 #[doc(hidden)]
 #[path = "private/mod.rs"]

@@ -22,7 +22,7 @@ fn names_are_accepted_ignoring_case_and_whitespace() {
 
 #[test]
 fn unknown_values_are_errors_naming_value_and_choices() {
-    for value in ["gpu", "vgpu", "cuda:0", "0", "cpu,cuda"] {
+    for value in ["gpu", "vgpu2", "cuda:0", "0", "cpu,cuda"] {
         let err = Backend::from_env_value(Some(value)).unwrap_err();
         assert_eq!(
             err,
@@ -35,7 +35,7 @@ fn unknown_values_are_errors_naming_value_and_choices() {
             message.contains(&format!("KTUNE_BACKEND=`{value}`")),
             "{message}"
         );
-        assert!(message.contains("cpu, cuda"), "{message}");
+        assert!(message.contains("cpu, cuda, vgpu"), "{message}");
     }
 }
 

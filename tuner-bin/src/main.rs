@@ -4,6 +4,11 @@
 //!   schedule each target's variant would use (and where it came from).
 //! - `cargo ktune ptx <kernel> [--target sm_90] [--schedule default|JSON]`:
 //!   the PTX a kernel ships, to read what runs.
+//! - `cargo ktune verify [--sample N] [--seed S] [--json]`: every variant
+//!   the build would ship, plus N sampled schedule points per kernel, run on
+//!   the virtual GPU and compared with the CPU evaluation of the kernel.
+
+mod verify;
 
 use std::path::PathBuf;
 
@@ -29,7 +34,7 @@ struct Cli {
 }
 
 #[derive(Args)]
-struct CrateArgs {
+pub(crate) struct CrateArgs {
     /// Path to the crate's Cargo.toml (default: the one in the current folder).
     #[arg(long)]
     manifest_path: Option<PathBuf>,
@@ -59,6 +64,25 @@ enum Command {
         #[command(flatten)]
         krate: CrateArgs,
     },
+    /// Run every variant the build would ship, plus sampled schedule
+    /// points, on the virtual GPU against the CPU evaluation of each kernel.
+    Verify {
+        /// Further points of each kernel's schedule space to verify, drawn
+        /// with the seed.
+        #[arg(long, default_value_t = 0)]
+        sample: usize,
+        /// Seed of the random inputs and of the sample.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Print the results as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Where to run the kernels.
+        #[arg(long, value_enum, default_value = "vgpu")]
+        device: verify::Device,
+        #[command(flatten)]
+        krate: CrateArgs,
+    },
 }
 
 fn main() {
@@ -78,18 +102,33 @@ fn run(cli: Cli) -> Result<()> {
             schedule,
             krate,
         } => ptx(&krate, &kernel, target, &schedule),
+        Command::Verify {
+            sample,
+            seed,
+            json,
+            device,
+            krate,
+        } => verify::verify(
+            &krate,
+            &verify::Options {
+                sample,
+                seed,
+                json,
+                device,
+            },
+        ),
     }
 }
 
 /// The crate to work on: its root folder and its manifest's ktune settings.
-struct Crate {
+pub(crate) struct Crate {
     name: String,
     root: PathBuf,
     metadata: manifest::Metadata,
     kernels: Vec<Found>,
 }
 
-fn load_crate(args: &CrateArgs) -> Result<Crate> {
+pub(crate) fn load_crate(args: &CrateArgs) -> Result<Crate> {
     let mut cmd = cargo_metadata::MetadataCommand::new();
     cmd.no_deps();
     if let Some(path) = &args.manifest_path {

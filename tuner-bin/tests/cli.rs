@@ -116,3 +116,87 @@ fn errors_name_what_is_wrong() {
         stderr(&target)
     );
 }
+
+fn e2e_manifest() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/e2e/Cargo.toml")
+}
+
+#[test]
+fn verify_runs_every_shipped_variant_and_samples_on_the_virtual_gpu() {
+    let manifest = e2e_manifest();
+    let out = cargo_ktune(&[
+        "verify",
+        "--sample",
+        "2",
+        "--manifest-path",
+        manifest.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}{}", stdout(&out), stderr(&out));
+    let text = stdout(&out);
+    // 43 kernels, each with sm_80 and sm_90 shipped plus 2 sampled points
+    // (fewer where the space is smaller).
+    let summary = text.lines().last().unwrap_or_default();
+    assert!(
+        summary.starts_with("verified 43 kernels, ")
+            && summary.ends_with(" 43 shapes: 0 mismatches"),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("softmax ") && l.contains("(2 shipped)")),
+        "{text}"
+    );
+}
+
+#[test]
+fn verify_prints_json() {
+    let manifest = e2e_manifest();
+    let out = cargo_ktune(&[
+        "verify",
+        "--json",
+        "--seed",
+        "7",
+        "--manifest-path",
+        manifest.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let value: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(value["crate"], "ktune-e2e");
+    assert_eq!(value["device"], "vgpu");
+    assert_eq!(value["seed"], 7);
+    assert_eq!(value["summary"]["kernels"], 43);
+    assert_eq!(value["summary"]["shapes"], 43);
+    assert_eq!(value["summary"]["mismatches"], 0);
+    assert_eq!(value["summary"]["schedule_points"], 86);
+    let softmax = value["kernels"]
+        .as_array()
+        .expect("kernels")
+        .iter()
+        .find(|k| k["name"] == "softmax")
+        .expect("softmax");
+    assert_eq!(softmax["points"], 2);
+    assert_eq!(softmax["mismatches"], 0);
+    let point = &softmax["schedule_points"][1];
+    assert_eq!(point["target"], "sm_90");
+    assert_eq!(point["shipped"], true);
+    assert_eq!(point["ok"], true);
+    assert_eq!(point["schedule"]["class"], "rows");
+}
+
+#[test]
+fn verify_on_a_gpu_is_not_available_yet() {
+    let manifest = e2e_manifest();
+    let out = cargo_ktune(&[
+        "verify",
+        "--device",
+        "gpu",
+        "--manifest-path",
+        manifest.to_str().unwrap(),
+    ]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains("--device gpu is not available yet: ktune has no GPU measurement layer"),
+        "{err}"
+    );
+}

@@ -111,6 +111,7 @@ mod memory;
 mod numeric;
 mod poison;
 mod shared;
+pub mod verify;
 
 pub use fault::{Access, Fault, FaultKind, LaneState};
 pub use memory::Memory;

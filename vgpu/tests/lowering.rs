@@ -3,52 +3,16 @@
 
 mod common;
 
-use half::{bf16, f16};
 use ktune_core::DType;
 use ktune_core::SmVersion;
+use ktune_core::interp::round;
 use ktune_core::lower::{Lowered, lower};
 use ktune_core::schedule::Schedule;
+use ktune_vgpu::verify::{decode, encode};
 
 fn generic(kernel: &ktune_core::ir::Kernel) -> Lowered {
     lower(kernel, &Schedule::Generic { block: 128 }, SmVersion::Sm80)
         .unwrap_or_else(|e| panic!("{e}"))
-}
-
-/// Stores f32 values as `dtype` (rounded to nearest even).
-fn encode(dtype: DType, x: &[f32]) -> Vec<u8> {
-    match dtype {
-        DType::F32 => ktune_vgpu::f32_bytes(x),
-        DType::F16 => x
-            .iter()
-            .flat_map(|v| f16::from_f32(*v).to_le_bytes())
-            .collect(),
-        DType::Bf16 => x
-            .iter()
-            .flat_map(|v| bf16::from_f32(*v).to_le_bytes())
-            .collect(),
-    }
-}
-
-fn decode(dtype: DType, bytes: &[u8]) -> Vec<f32> {
-    match dtype {
-        DType::F32 => bytes
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect(),
-        DType::F16 => bytes
-            .chunks_exact(2)
-            .map(|c| f16::from_le_bytes([c[0], c[1]]).to_f32())
-            .collect(),
-        DType::Bf16 => bytes
-            .chunks_exact(2)
-            .map(|c| bf16::from_le_bytes([c[0], c[1]]).to_f32())
-            .collect(),
-    }
-}
-
-/// Rounds an f32 to `dtype`'s precision.
-fn round(dtype: DType, x: f32) -> f32 {
-    decode(dtype, &encode(dtype, &[x]))[0]
 }
 
 #[test]

@@ -4,13 +4,13 @@
 
 mod common;
 
-use half::{bf16, f16};
 use ktune_core::DType;
 use ktune_core::ir::Kernel;
 use ktune_core::lower::{Lowered, lower, matmul};
 use ktune_core::schedule::Schedule;
 use ktune_core::syntax::parse_kernel;
 use ktune_core::target::SmVersion;
+use ktune_vgpu::verify::encode;
 
 /// What follows the reduction.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -221,44 +221,18 @@ fn gelu(x: f64) -> f64 {
     0.5 * x * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (x + 0.044715 * x * x * x)).tanh())
 }
 
+/// A tensor's buffer and the exact values it holds.
 fn buffer(dtype: DType, values: &[f32]) -> (Vec<u8>, Vec<f64>) {
-    match dtype {
-        DType::F32 => (
-            values.iter().flat_map(|v| v.to_le_bytes()).collect(),
-            values.iter().map(|v| f64::from(*v)).collect(),
-        ),
-        DType::F16 => {
-            let h: Vec<f16> = values.iter().map(|v| f16::from_f32(*v)).collect();
-            (
-                h.iter().flat_map(|v| v.to_bits().to_le_bytes()).collect(),
-                h.iter().map(|v| v.to_f64()).collect(),
-            )
-        }
-        DType::Bf16 => {
-            let h: Vec<bf16> = values.iter().map(|v| bf16::from_f32(*v)).collect();
-            (
-                h.iter().flat_map(|v| v.to_bits().to_le_bytes()).collect(),
-                h.iter().map(|v| v.to_f64()).collect(),
-            )
-        }
-    }
+    let bytes = encode(dtype, values);
+    let exact = decode(dtype, &bytes);
+    (bytes, exact)
 }
 
 fn decode(dtype: DType, bytes: &[u8]) -> Vec<f64> {
-    match dtype {
-        DType::F32 => bytes
-            .chunks_exact(4)
-            .map(|c| f64::from(f32::from_le_bytes([c[0], c[1], c[2], c[3]])))
-            .collect(),
-        DType::F16 => bytes
-            .chunks_exact(2)
-            .map(|c| f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f64())
-            .collect(),
-        DType::Bf16 => bytes
-            .chunks_exact(2)
-            .map(|c| bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f64())
-            .collect(),
-    }
+    ktune_vgpu::verify::decode(dtype, bytes)
+        .into_iter()
+        .map(f64::from)
+        .collect()
 }
 
 /// Block tiles every case runs with, `(block_m, block_n, block_k, thread_m,

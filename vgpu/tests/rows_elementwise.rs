@@ -2,17 +2,17 @@
 //! small grid of knobs (each either rejected as invalid, with a reason, or
 //! run), odd shapes (rows of 1, 7, 1025 elements; row counts no block size
 //! divides), f32/f16/bf16, random inputs and poisoned outputs, against a
-//! direct f32 interpretation of the IR.
+//! direct f32 interpretation of the IR
+//! ([`ktune_core::interp::evaluate`]).
 
-use std::collections::HashMap;
-
-use half::{bf16, f16};
 use ktune_core::DType;
-use ktune_core::ir::{BinaryOp, CmpOp, Expr, ExprId, Kernel, LogicOp, ReduceOp, UnaryOp, VarId};
+use ktune_core::interp::{evaluate, round};
+use ktune_core::ir::Kernel;
 use ktune_core::lower::{LowerError, lower};
 use ktune_core::schedule::Schedule;
 use ktune_core::syntax::parse_kernel;
 use ktune_core::target::SmVersion;
+use ktune_vgpu::verify::{decode, encode};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -25,250 +25,7 @@ fn kernel(shape: &str, item: &str) -> Kernel {
 }
 
 // ---------------------------------------------------------------------------
-// The reference: a direct interpretation of the IR, in f32 like the GPU.
-
-#[derive(Debug, Clone, Copy)]
-enum Val {
-    Num(f32),
-    Bool(bool),
-}
-
-impl Val {
-    fn num(self) -> f32 {
-        match self {
-            Val::Num(x) => x,
-            Val::Bool(_) => panic!("a boolean where a number was expected"),
-        }
-    }
-
-    fn bool(self) -> bool {
-        match self {
-            Val::Bool(b) => b,
-            Val::Num(_) => panic!("a number where a boolean was expected"),
-        }
-    }
-}
-
-struct Interp<'k> {
-    k: &'k Kernel,
-    inputs: &'k [Vec<f32>],
-    strides: Vec<Vec<u64>>,
-    /// Free variables of each reduction, for the memo.
-    reduce_free: HashMap<ExprId, Vec<VarId>>,
-    memo: HashMap<(ExprId, Vec<u32>), f32>,
-    lets: HashMap<(usize, Vec<u32>), Val>,
-}
-
-impl<'k> Interp<'k> {
-    fn new(k: &'k Kernel, inputs: &'k [Vec<f32>]) -> Interp<'k> {
-        let reduce_free = (0..k.exprs.len())
-            .map(ExprId)
-            .filter(|id| matches!(k.expr(*id), Expr::Reduce { .. }))
-            .map(|id| (id, k.free_vars(id)))
-            .collect();
-        Interp {
-            k,
-            inputs,
-            strides: k.inputs.iter().map(|t| k.strides_of(t)).collect(),
-            reduce_free,
-            memo: HashMap::new(),
-            lets: HashMap::new(),
-        }
-    }
-
-    /// The output, element by element (row-major).
-    fn output(&mut self) -> Vec<f32> {
-        let vars = self.k.output_vars();
-        let total = self.k.len_of(&self.k.output) as usize;
-        let mut env = vec![0u32; self.k.vars.len()];
-        (0..total)
-            .map(|flat| {
-                let mut rest = flat as u32;
-                for v in vars.iter().rev() {
-                    let e = self.k.extent(*v);
-                    env[v.0] = rest % e;
-                    rest /= e;
-                }
-                self.eval(self.k.root, &mut env).num()
-            })
-            .collect()
-    }
-
-    fn eval(&mut self, id: ExprId, env: &mut Vec<u32>) -> Val {
-        let k = self.k;
-        match k.expr(id) {
-            Expr::Const(c) => Val::Num(*c),
-            Expr::Index(v) => Val::Num(env[v.0] as f32),
-            Expr::Load { tensor, index } => {
-                let flat: u64 = index
-                    .iter()
-                    .zip(&self.strides[tensor.0])
-                    .map(|(v, s)| u64::from(env[v.0]) * s)
-                    .sum();
-                Val::Num(self.inputs[tensor.0][flat as usize])
-            }
-            Expr::Let(l) => {
-                let key = (l.0, k.let_(*l).deps.iter().map(|v| env[v.0]).collect());
-                if let Some(v) = self.lets.get(&key) {
-                    return *v;
-                }
-                let v = self.eval(k.let_(*l).value, env);
-                self.lets.insert(key, v);
-                v
-            }
-            Expr::Unary(op, a) => {
-                let x = self.eval(*a, env).num();
-                Val::Num(unary(*op, x))
-            }
-            Expr::Binary(op, a, b) => {
-                let (x, y) = (self.eval(*a, env).num(), self.eval(*b, env).num());
-                Val::Num(match op {
-                    BinaryOp::Add => x + y,
-                    BinaryOp::Sub => x - y,
-                    BinaryOp::Mul => x * y,
-                    BinaryOp::Div => x / y,
-                    BinaryOp::Min => x.min(y),
-                    BinaryOp::Max => x.max(y),
-                })
-            }
-            Expr::Compare(op, a, b) => {
-                let (x, y) = (self.eval(*a, env).num(), self.eval(*b, env).num());
-                Val::Bool(match op {
-                    CmpOp::Lt => x < y,
-                    CmpOp::Le => x <= y,
-                    CmpOp::Gt => x > y,
-                    CmpOp::Ge => x >= y,
-                    CmpOp::Eq => x == y,
-                    CmpOp::Ne => x != y,
-                })
-            }
-            Expr::Logic(op, a, b) => {
-                let (x, y) = (self.eval(*a, env).bool(), self.eval(*b, env).bool());
-                Val::Bool(match op {
-                    LogicOp::And => x && y,
-                    LogicOp::Or => x || y,
-                })
-            }
-            Expr::Not(a) => Val::Bool(!self.eval(*a, env).bool()),
-            Expr::Select(c, a, b) => {
-                let c = self.eval(*c, env).bool();
-                let (a, b) = (self.eval(*a, env), self.eval(*b, env));
-                if c { a } else { b }
-            }
-            Expr::Cast(dtype, a) => Val::Num(round_to(*dtype, self.eval(*a, env).num())),
-            Expr::Reduce { op, var, body } => {
-                let key = (id, self.reduce_free[&id].iter().map(|v| env[v.0]).collect());
-                if let Some(v) = self.memo.get(&key) {
-                    return Val::Num(*v);
-                }
-                let extent = k.extent(*var);
-                let mut acc = match op {
-                    ReduceOp::Sum | ReduceOp::Mean => 0.0f32,
-                    ReduceOp::Max => f32::NEG_INFINITY,
-                    ReduceOp::Min => f32::INFINITY,
-                };
-                for i in 0..extent {
-                    env[var.0] = i;
-                    let x = self.eval(*body, env).num();
-                    acc = match op {
-                        ReduceOp::Sum | ReduceOp::Mean => acc + x,
-                        ReduceOp::Max => acc.max(x),
-                        ReduceOp::Min => acc.min(x),
-                    };
-                }
-                if *op == ReduceOp::Mean {
-                    acc /= extent as f32;
-                }
-                self.memo.insert(key, acc);
-                Val::Num(acc)
-            }
-        }
-    }
-}
-
-fn round_to(dtype: DType, x: f32) -> f32 {
-    match dtype {
-        DType::F32 => x,
-        DType::F16 => f16::from_f32(x).to_f32(),
-        DType::Bf16 => bf16::from_f32(x).to_f32(),
-    }
-}
-
-/// erf in f64 from its Maclaurin series (converges everywhere; loses a few
-/// digits to cancellation below |x| = 4, beyond which erf is ±1 in f32).
-fn erf(x: f64) -> f64 {
-    if x.abs() >= 4.0 {
-        return x.signum();
-    }
-    let (mut term, mut sum, x2) = (x, x, x * x);
-    for n in 1..200 {
-        term *= -x2 / n as f64;
-        let next = term / (2 * n + 1) as f64;
-        sum += next;
-        if next.abs() < 1e-17 * sum.abs() {
-            break;
-        }
-    }
-    sum * std::f64::consts::FRAC_2_SQRT_PI
-}
-
-fn unary(op: UnaryOp, x: f32) -> f32 {
-    let d = f64::from(x);
-    let sigmoid = 1.0 / (1.0 + (-d).exp());
-    let r = match op {
-        UnaryOp::Neg => -d,
-        UnaryOp::Exp => d.exp(),
-        UnaryOp::Log => d.ln(),
-        UnaryOp::Sqrt => d.sqrt(),
-        UnaryOp::Rsqrt => 1.0 / d.sqrt(),
-        UnaryOp::Tanh => d.tanh(),
-        UnaryOp::Abs => d.abs(),
-        UnaryOp::Relu => d.max(0.0),
-        UnaryOp::Sigmoid => sigmoid,
-        UnaryOp::Silu => d * sigmoid,
-        UnaryOp::GeluTanh => {
-            0.5 * d
-                * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (d + 0.044715 * d * d * d)).tanh())
-        }
-        UnaryOp::GeluErf => 0.5 * d * (1.0 + erf(d / std::f64::consts::SQRT_2)),
-        UnaryOp::Erf => erf(d),
-    };
-    r as f32
-}
-
-// ---------------------------------------------------------------------------
 // Buffers.
-
-fn encode(dtype: DType, values: &[f32]) -> Vec<u8> {
-    match dtype {
-        DType::F32 => values.iter().flat_map(|v| v.to_le_bytes()).collect(),
-        DType::F16 => values
-            .iter()
-            .flat_map(|v| f16::from_f32(*v).to_bits().to_le_bytes())
-            .collect(),
-        DType::Bf16 => values
-            .iter()
-            .flat_map(|v| bf16::from_f32(*v).to_bits().to_le_bytes())
-            .collect(),
-    }
-}
-
-fn decode(dtype: DType, bytes: &[u8]) -> Vec<f32> {
-    match dtype {
-        DType::F32 => bytes
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect(),
-        DType::F16 => bytes
-            .chunks_exact(2)
-            .map(|c| f16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32())
-            .collect(),
-        DType::Bf16 => bytes
-            .chunks_exact(2)
-            .map(|c| bf16::from_bits(u16::from_le_bytes([c[0], c[1]])).to_f32())
-            .collect(),
-    }
-}
 
 /// Random inputs: each input's values (as stored, after rounding to its
 /// dtype) and its buffer. Values lie in `[lo, hi)`; never all zeros.
@@ -278,7 +35,7 @@ fn random_inputs(k: &Kernel, seed: u64, lo: f32, hi: f32) -> (Vec<Vec<f32>>, Vec
         .iter()
         .map(|t| {
             let values: Vec<f32> = (0..k.len_of(t))
-                .map(|_| round_to(t.dtype, rng.random_range(lo..hi)))
+                .map(|_| round(t.dtype, rng.random_range(lo..hi)))
                 .collect();
             let bytes = encode(t.dtype, &values);
             (values, bytes)
@@ -339,7 +96,7 @@ fn elementwise_grid() -> Vec<Schedule> {
 /// Returns how many points ran.
 fn check(k: &Kernel, grid: &[Schedule], seed: u64, range: (f32, f32)) -> usize {
     let (values, buffers) = random_inputs(k, seed, range.0, range.1);
-    let want = Interp::new(k, &values).output();
+    let want = evaluate(k, &values);
     let dtype = k.output.dtype;
     let scale = want
         .iter()

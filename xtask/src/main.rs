@@ -2,7 +2,8 @@
 //!
 //! - `test`: installs what the tests need (ptxas, from the
 //!   `nvidia-cuda-nvcc-cu12` Python wheel, into `.venv/`), checks formatting
-//!   and lints, and runs every test of the workspace.
+//!   and lints, runs every test of the workspace, and shows the virtual-GPU
+//!   verification suite's summary.
 //! - `setup`: only the installation step.
 
 use std::path::{Path, PathBuf};
@@ -58,7 +59,24 @@ fn test(root: &Path) -> Result<()> {
     } else {
         eprintln!("xtask: no NVIDIA GPU: GPU tests are reported as ignored");
     }
-    run(root, "cargo", &args, Some(&ptxas))
+    run(root, "cargo", &args, Some(&ptxas))?;
+    // Once more with its output shown: the suite's summary line belongs in
+    // the log.
+    run(
+        root,
+        "cargo",
+        &[
+            "test",
+            "--quiet",
+            "-p",
+            "ktune-vgpu",
+            "--test",
+            "verification",
+            "--",
+            "--nocapture",
+        ],
+        None,
+    )
 }
 
 /// Whether this machine has an NVIDIA GPU with its driver loaded.

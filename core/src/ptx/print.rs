@@ -6,7 +6,7 @@ use super::inst::*;
 use crate::target::SmVersion;
 
 /// The name of the dynamic shared-memory window in printed PTX.
-const SHARED: &str = "ktune_smem";
+pub(super) const SHARED: &str = "ktune_smem";
 
 /// Prints a complete PTX module holding one kernel, for one target.
 pub fn print(kernel: &Kernel, target: SmVersion) -> String {
@@ -25,6 +25,9 @@ fn write_module(out: &mut String, kernel: &Kernel, target: SmVersion) -> std::fm
     writeln!(out, ".target {}", target.name())?;
     writeln!(out, ".address_size 64\n")?;
     if kernel.dynamic_shared_bytes > 0 {
+        // PTX cannot state the window's size (the launch does); the comment
+        // keeps it with the text so that `parse` gives back the same kernel.
+        writeln!(out, "{}", shared_size_comment(kernel.dynamic_shared_bytes))?;
         writeln!(out, ".extern .shared .align 16 .b8 {SHARED}[];\n")?;
     }
     writeln!(out, ".visible .entry {}(", kernel.entry)?;
@@ -48,7 +51,12 @@ fn write_module(out: &mut String, kernel: &Kernel, target: SmVersion) -> std::fm
     writeln!(out, "}}")
 }
 
-fn class_names(class: RegClass) -> (&'static str, &'static str) {
+/// The comment line stating the size of the dynamic shared-memory window.
+pub(super) fn shared_size_comment(bytes: u32) -> String {
+    format!("// {SHARED}: {bytes} bytes of dynamic shared memory per block")
+}
+
+pub(super) fn class_names(class: RegClass) -> (&'static str, &'static str) {
     match class {
         RegClass::Pred => (".pred", "%p"),
         RegClass::B16 => (".b16", "%h"),
@@ -222,7 +230,8 @@ pub fn label_name(l: Label) -> String {
     format!("$L__BB{}", l.0)
 }
 
-fn write_instr(out: &mut String, instr: &Instr) -> std::fmt::Result {
+/// Writes one instruction's line (a label, or a tab, the instruction, `;`).
+pub(super) fn write_instr(out: &mut String, instr: &Instr) -> std::fmt::Result {
     if let Op::Label(l) = instr.op {
         return writeln!(out, "{}:", label_name(l));
     }

@@ -1,7 +1,8 @@
 //! ktune's demo: one transformer-style block (layernorm → matmul + bias +
 //! gelu → matmul + bias + residual → softmax) run through ktune kernels on
-//! the GPU when there is one, else on the CPU backend, each result checked
-//! against an independent f64 implementation.
+//! the GPU when there is one, else on the CPU backend (or, with
+//! `KTUNE_BACKEND=vgpu`, the embedded PTX on ktune's virtual GPU), each
+//! result checked against an independent f64 implementation.
 
 mod check;
 mod kernels;
@@ -78,6 +79,9 @@ fn run() -> Result<bool, ktune::Error> {
     let device = Device::gpu_or_cpu();
     match device.backend() {
         Backend::Cuda => println!("demo: running on the GPU: {}", device.name()),
+        Backend::Vgpu => println!(
+            "demo: running the embedded PTX on ktune's virtual GPU (CPU; slow: each kernel runs twice)"
+        ),
         Backend::Cpu => {
             let why = device
                 .fallback_reason()
@@ -88,10 +92,10 @@ fn run() -> Result<bool, ktune::Error> {
             );
         }
     }
-    let repeats = if device.backend() == Backend::Cuda {
-        50
-    } else {
-        3
+    let repeats = match device.backend() {
+        Backend::Cuda => 50,
+        Backend::Cpu => 3,
+        Backend::Vgpu => 1,
     };
 
     let t = kernels::layernorm::KERNEL.dim("T").unwrap_or(0) as usize;

@@ -163,6 +163,9 @@ pub mod softmax {
                 )?;
                 ::core::result::Result::Ok(::ktune::Ran::cuda(variant))
             }
+            ::ktune::Backend::Vgpu => {
+                __k::run_vgpu(&KERNEL, __build::VARIANTS, &[x as &dyn __k::HostArg], out)
+            }
         }
     }
 }
@@ -284,6 +287,12 @@ pub mod scale_add {
                 )?;
                 ::core::result::Result::Ok(::ktune::Ran::cuda(variant))
             }
+            ::ktune::Backend::Vgpu => __k::run_vgpu(
+                &KERNEL,
+                __build::VARIANTS,
+                &[x as &dyn __k::HostArg, w as &dyn __k::HostArg],
+                out,
+            ),
         }
     }
 }

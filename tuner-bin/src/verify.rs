@@ -1,0 +1,274 @@
+//! `cargo ktune verify`: every variant a crate's build would ship, plus
+//! sampled points of each kernel's schedule space, run on the virtual GPU
+//! on seeded random inputs and compared with the CPU evaluation of the
+//! kernel's IR.
+//!
+//! Shipped variants are checked through their printed PTX text (printed,
+//! parsed back, run), so the code checked is the code embedded. Kernels run
+//! at the shapes the crate declares: what is verified is what ships, which
+//! for large kernels takes a while on the virtual GPU.
+
+use anyhow::{Context, Result, bail};
+use clap::ValueEnum;
+use ktune_build::select;
+use ktune_core::SmVersion;
+use ktune_core::lower::Lowered;
+use ktune_core::schedule::Schedule;
+use ktune_core::{ptx, space};
+use ktune_vgpu::verify::{Reference, Verified, VerifyError};
+use serde_json::{Value, json};
+
+use crate::{Crate, CrateArgs, load_crate};
+
+/// Where `verify` runs the kernels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Device {
+    /// ktune's virtual GPU, on the CPU.
+    Vgpu,
+    /// The real GPU (not available yet).
+    Gpu,
+}
+
+/// The options of `cargo ktune verify`.
+pub struct Options {
+    pub sample: usize,
+    pub seed: u64,
+    pub json: bool,
+    pub device: Device,
+}
+
+/// One schedule point and how it fared.
+struct Point {
+    target: SmVersion,
+    schedule: Schedule,
+    shipped: bool,
+    result: Result<Verified, VerifyError>,
+}
+
+/// One kernel's points.
+struct KernelReport {
+    name: String,
+    shape: Vec<(String, u32)>,
+    points: Vec<Point>,
+}
+
+impl KernelReport {
+    fn mismatches(&self) -> usize {
+        self.points.iter().filter(|p| p.result.is_err()).count()
+    }
+
+    /// The verified point whose error is the largest fraction of its
+    /// tolerance: (error, tolerance).
+    fn worst(&self) -> Option<(f32, f32)> {
+        self.points
+            .iter()
+            .filter_map(|p| p.result.as_ref().ok())
+            .map(|v| (v.max_error, v.tolerance))
+            .max_by(|a, b| ratio(*a).total_cmp(&ratio(*b)))
+    }
+}
+
+fn ratio((error, tolerance): (f32, f32)) -> f32 {
+    if error == 0.0 {
+        0.0
+    } else {
+        error / tolerance.max(f32::MIN_POSITIVE)
+    }
+}
+
+pub fn verify(args: &CrateArgs, options: &Options) -> Result<()> {
+    if options.device == Device::Gpu {
+        bail!(
+            "--device gpu is not available yet: ktune has no GPU measurement layer; \
+             verify on the virtual GPU with --device vgpu (the default)"
+        );
+    }
+    let krate = load_crate(args)?;
+    let reports = krate
+        .kernels
+        .iter()
+        .map(|found| verify_kernel(&krate, found, options))
+        .collect::<Result<Vec<_>>>()?;
+    let points: usize = reports.iter().map(|r| r.points.len()).sum();
+    let mismatches: usize = reports.iter().map(KernelReport::mismatches).sum();
+    let summary = format!(
+        "verified {} kernels, {points} schedule points, {} shapes: {mismatches} mismatches",
+        reports.len(),
+        reports.len()
+    );
+    if options.json {
+        let value = to_json(&krate, &reports, options, points, mismatches);
+        println!("{}", serde_json::to_string_pretty(&value)?);
+    } else {
+        let width = reports.iter().map(|r| r.name.len()).max().unwrap_or(0);
+        for report in &reports {
+            print_kernel(report, width);
+        }
+        println!("{summary}");
+    }
+    if mismatches > 0 {
+        bail!("{summary}");
+    }
+    Ok(())
+}
+
+fn verify_kernel(
+    krate: &Crate,
+    found: &ktune_build::scan::Found,
+    options: &Options,
+) -> Result<KernelReport> {
+    let kernel = &found.kernel;
+    let targets = select::targets(&krate.metadata.targets);
+    let shipped = select::variants(kernel, &found.location, &targets)?;
+    let mut work: Vec<(SmVersion, Schedule, Option<Lowered>)> = Vec::new();
+    for v in shipped {
+        // What ships is the printed text: check exactly that.
+        let text = ptx::print(&v.lowered.ptx, v.target);
+        let (code, _) = ptx::parse(&text)
+            .with_context(|| format!("kernel `{}`: reading its {} PTX", kernel.name, v.target))?;
+        let lowered = Lowered {
+            ptx: code,
+            launch: v.lowered.launch,
+        };
+        work.push((v.target, v.schedule, Some(lowered)));
+    }
+    let baseline = SmVersion::BASELINE;
+    let others: Vec<Schedule> = space::candidates(kernel, baseline)
+        .into_iter()
+        .filter(|s| !work.iter().any(|(t, w, _)| *t == baseline && w == s))
+        .collect();
+    for schedule in space::sample(&others, options.sample, options.seed) {
+        work.push((baseline, schedule, None));
+    }
+    let reference = Reference::new(kernel, options.seed);
+    let points = parallel_map(work, |(target, schedule, lowered)| {
+        let result = match &lowered {
+            Some(lowered) => reference.check_lowered(&schedule, target, lowered),
+            None => reference.check(&schedule, target),
+        };
+        Point {
+            target,
+            schedule,
+            shipped: lowered.is_some(),
+            result,
+        }
+    });
+    Ok(KernelReport {
+        name: kernel.name.clone(),
+        shape: kernel
+            .dims
+            .iter()
+            .map(|d| (d.name.clone(), d.size))
+            .collect(),
+        points,
+    })
+}
+
+/// `f` over `items` on every core, in order.
+fn parallel_map<T: Send, U: Send>(items: Vec<T>, f: impl Fn(T) -> U + Sync) -> Vec<U> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let chunk = items.len().div_ceil(threads).max(1);
+    let mut chunks: Vec<Vec<T>> = Vec::new();
+    let mut items = items.into_iter().peekable();
+    while items.peek().is_some() {
+        chunks.push(items.by_ref().take(chunk).collect());
+    }
+    let f = &f;
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = chunks
+            .into_iter()
+            .map(|chunk| scope.spawn(move || chunk.into_iter().map(f).collect::<Vec<U>>()))
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect()
+    })
+}
+
+fn shape_text(shape: &[(String, u32)]) -> String {
+    shape
+        .iter()
+        .map(|(n, s)| format!("{n}={s}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn print_kernel(report: &KernelReport, width: usize) {
+    let shipped = report.points.iter().filter(|p| p.shipped).count();
+    let worst = match report.worst() {
+        Some((0.0, _)) => "max error 0 (exact)".to_owned(),
+        Some((error, tolerance)) => format!("max error {error:.2e} (tolerance {tolerance:.2e})"),
+        None => "max error -".to_owned(),
+    };
+    println!(
+        "{:<width$}  {:<22} {:>3} points ({shipped} shipped)  {worst}  {} mismatches",
+        report.name,
+        shape_text(&report.shape),
+        report.points.len(),
+        report.mismatches()
+    );
+    for point in &report.points {
+        if let Err(e) = &point.result {
+            println!("  MISMATCH {e}");
+        }
+    }
+}
+
+fn to_json(
+    krate: &Crate,
+    reports: &[KernelReport],
+    options: &Options,
+    points: usize,
+    mismatches: usize,
+) -> Value {
+    let kernels: Vec<Value> = reports
+        .iter()
+        .map(|r| {
+            let (max_error, tolerance) = r.worst().unwrap_or((0.0, 0.0));
+            let points: Vec<Value> = r
+                .points
+                .iter()
+                .map(|p| {
+                    let mut point = json!({
+                        "target": p.target.name(),
+                        "schedule": serde_json::to_value(&p.schedule).unwrap_or(Value::Null),
+                        "shipped": p.shipped,
+                        "ok": p.result.is_ok(),
+                    });
+                    match &p.result {
+                        Ok(v) => {
+                            point["max_error"] = json!(v.max_error);
+                            point["tolerance"] = json!(v.tolerance);
+                            point["instructions"] = json!(v.stats.instructions);
+                        }
+                        Err(e) => point["error"] = json!(e.to_string()),
+                    }
+                    point
+                })
+                .collect();
+            json!({
+                "name": r.name,
+                "shape": r.shape.iter().map(|(n, s)| (n.clone(), json!(s))).collect::<serde_json::Map<_, _>>(),
+                "points": points.len(),
+                "max_error": max_error,
+                "tolerance": tolerance,
+                "mismatches": r.mismatches(),
+                "schedule_points": points,
+            })
+        })
+        .collect();
+    json!({
+        "crate": krate.name,
+        "device": "vgpu",
+        "seed": options.seed,
+        "sample": options.sample,
+        "kernels": kernels,
+        "summary": {
+            "kernels": reports.len(),
+            "schedule_points": points,
+            "shapes": reports.len(),
+            "mismatches": mismatches,
+        },
+    })
+}

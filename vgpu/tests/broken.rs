@@ -1,0 +1,326 @@
+//! Deliberately broken kernels the virtual GPU must catch: each takes a
+//! correctly lowered kernel, breaks one instruction of its list the way a
+//! code-generator bug would, and checks that the run stops with the right
+//! fault (naming the kernel, block, thread and instruction) or, where the
+//! bug only changes numbers, that verification reports the mismatch.
+
+use ktune_core::ir::Kernel;
+use ktune_core::lower::{Lowered, lower};
+use ktune_core::ptx::inst::{Cmp, Guard, Instr, Label, Op, Operand, ShflMode, Space};
+use ktune_core::schedule::Schedule;
+use ktune_core::syntax::parse_kernel;
+use ktune_core::target::SmVersion;
+use ktune_vgpu::verify::{Failure, Reference};
+use ktune_vgpu::{Access, Fault, FaultKind};
+use quote::quote;
+
+const TARGET: SmVersion = SmVersion::Sm80;
+
+fn softmax(r: u32, c: u32) -> Kernel {
+    parse_kernel(
+        quote!(shape(R = #r, C = #c)),
+        quote! {
+            fn softmax(x: Tensor<f32, (R, C)>) -> Tensor<f32, (R, C)> {
+                compute(|r, c| {
+                    let mx = max(C, |j| x[r][j]);
+                    exp(x[r][c] - mx) / sum(C, |j| exp(x[r][j] - mx))
+                })
+            }
+        },
+    )
+    .expect("valid kernel")
+}
+
+fn lowered(kernel: &Kernel, schedule: &Schedule) -> Lowered {
+    lower(kernel, schedule, TARGET).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Runs a (broken) lowered kernel on the reference's inputs and returns the
+/// fault it must raise.
+fn fault_of(kernel: &Kernel, schedule: &Schedule, broken: &Lowered) -> Fault {
+    let reference = Reference::new(kernel, 1);
+    match reference.check_lowered(schedule, TARGET, broken) {
+        Err(e) => match e.kind {
+            Failure::Fault(fault) => *fault,
+            other => panic!("expected a fault, got {other:?}"),
+        },
+        Ok(v) => panic!("the broken kernel passed: {v:?}"),
+    }
+}
+
+/// The message names the kernel, block, thread and the instruction.
+fn assert_names_everything(fault: &Fault, kernel: &Kernel) {
+    let message = fault.to_string();
+    println!("{message}");
+    assert!(
+        message.contains(&format!("kernel `ktune_{}`", kernel.name)),
+        "{message}"
+    );
+    assert!(message.contains("block ("), "{message}");
+    assert!(message.contains("thread ("), "{message}");
+    assert!(!fault.instruction.is_empty(), "{message}");
+    assert!(message.contains(&fault.instruction), "{message}");
+}
+
+fn rows(threads_per_row: u32) -> Schedule {
+    Schedule::Rows {
+        threads_per_row,
+        rows_per_block: 1,
+        vector: 1,
+    }
+}
+
+#[test]
+fn a_removed_barrier_is_a_shared_memory_race() {
+    let kernel = softmax(3, 200);
+    let schedule = rows(64);
+    let mut broken = lowered(&kernel, &schedule);
+    let before = broken.ptx.body.len();
+    broken.ptx.body.retain(|i| i.op != Op::BarSync);
+    assert!(broken.ptx.body.len() < before, "no bar.sync to remove");
+    let fault = fault_of(&kernel, &schedule, &broken);
+    assert_names_everything(&fault, &kernel);
+    // Without the barrier, the lane that reads the other warp's slot back
+    // waits for that slot to be written (the interpreter defers a load of
+    // an unwritten shared byte until the other threads reach their next
+    // barrier); the other warp's leader then writes it with no barrier in
+    // between: a write-then-read race across threads, not an uninitialised
+    // read.
+    match fault.kind {
+        FaultKind::SharedRace {
+            first_was_write,
+            second_is_write,
+            first_thread,
+            ..
+        } => {
+            assert!(first_was_write && !second_is_write, "{fault}");
+            assert_ne!(first_thread, fault.thread);
+        }
+        _ => panic!("expected a shared-memory race: {fault}"),
+    }
+    assert!(fault.instruction.starts_with("ld.shared"), "{fault}");
+}
+
+#[test]
+fn an_off_by_one_bound_stores_out_of_bounds() {
+    let kernel = parse_kernel(
+        quote!(shape(R = 3, C = 5)),
+        quote! {
+            fn bias_rows(b: Tensor<f32, (C,)>) -> Tensor<f32, (R, C)> {
+                compute(|r, c| b[c] * 2.0)
+            }
+        },
+    )
+    .expect("valid kernel");
+    let schedule = Schedule::Generic { block: 32 };
+    let mut broken = lowered(&kernel, &schedule);
+    let total = 15;
+    let bound = broken
+        .ptx
+        .body
+        .iter_mut()
+        .find_map(|i| match &mut i.op {
+            Op::Setp {
+                cmp: Cmp::Ge,
+                b: b @ Operand::Int(15),
+                ..
+            } => Some(b),
+            _ => None,
+        })
+        .expect("the bounds check against the element count");
+    *bound = Operand::Int(total + 1);
+    let fault = fault_of(&kernel, &schedule, &broken);
+    assert_names_everything(&fault, &kernel);
+    match fault.kind {
+        FaultKind::OutOfBounds {
+            space: Space::Global,
+            access: Access::Store,
+            param: Some(1),
+            offset,
+            limit,
+            ..
+        } => {
+            assert_eq!(offset, 60, "{fault}");
+            assert_eq!(limit, 60, "{fault}");
+        }
+        _ => panic!("expected an out-of-bounds store to the output: {fault}"),
+    }
+    assert_eq!(fault.thread, [15, 0, 0]);
+    assert!(fault.instruction.starts_with("st.global"), "{fault}");
+    assert!(fault.to_string().contains("param_1"), "{fault}");
+}
+
+#[test]
+fn a_wrong_shuffle_lane_gives_a_wrong_sum() {
+    let kernel = parse_kernel(
+        quote!(shape(R = 5, C = 96)),
+        quote! {
+            fn row_sum(x: Tensor<f32, (R, C)>) -> Tensor<f32, (R,)> {
+                compute(|r| sum(C, |j| x[r][j]))
+            }
+        },
+    )
+    .expect("valid kernel");
+    let schedule = rows(32);
+    let reference = Reference::new(&kernel, 3);
+    let good = lowered(&kernel, &schedule);
+    reference
+        .check_lowered(&schedule, TARGET, &good)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut broken = good;
+    let lane = broken
+        .ptx
+        .body
+        .iter_mut()
+        .find_map(|i| match &mut i.op {
+            Op::Shfl {
+                mode: ShflMode::Bfly,
+                lane: lane @ Operand::Int(1),
+                ..
+            } => Some(lane),
+            _ => None,
+        })
+        .expect("the last butterfly step");
+    // Lane mask 0: every lane adds its own value instead of its neighbour's.
+    *lane = Operand::Int(0);
+    let error = reference
+        .check_lowered(&schedule, TARGET, &broken)
+        .expect_err("a wrong lane must not verify");
+    println!("{error}");
+    match error.kind {
+        Failure::Mismatch {
+            got,
+            want,
+            tolerance,
+            ..
+        } => assert!((got - want).abs() > tolerance),
+        other => panic!("expected a mismatch, got {other:?}"),
+    }
+    let message = error.to_string();
+    assert!(
+        message.contains("kernel `row_sum` (R = 5, C = 96)"),
+        "{message}"
+    );
+    assert!(message.contains(&schedule.to_json()), "{message}");
+    assert!(message.contains("sm_80"), "{message}");
+}
+
+#[test]
+fn a_barrier_inside_a_branch_is_a_divergent_barrier() {
+    let kernel = softmax(2, 128);
+    let schedule = rows(64);
+    let mut broken = lowered(&kernel, &schedule);
+    let body = &mut broken.ptx.body;
+    let bars: Vec<usize> = body
+        .iter()
+        .enumerate()
+        .filter(|(_, i)| i.op == Op::BarSync)
+        .map(|(pc, _)| pc)
+        .collect();
+    assert_eq!(bars.len(), 2, "one barrier per reduction");
+    // The warp leaders' guarded store of their slot comes right before the
+    // first barrier. Branch the other threads from there to the second
+    // barrier, so that the first one sits inside a branch only the leaders
+    // take: `if (lane == 0) { slot = acc; __syncthreads(); … }`.
+    let leader = body[..bars[0]]
+        .iter()
+        .rev()
+        .find_map(|i| match (&i.op, i.guard) {
+            (
+                Op::St {
+                    space: Space::Shared,
+                    ..
+                },
+                Some(g),
+            ) => Some(g.pred),
+            _ => None,
+        })
+        .expect("the warp leader's store");
+    let skip = Label(
+        body.iter()
+            .filter_map(|i| match i.op {
+                Op::Label(Label(l)) => Some(l),
+                _ => None,
+            })
+            .max()
+            .map_or(0, |l| l + 1),
+    );
+    body.insert(
+        bars[1],
+        Instr {
+            guard: None,
+            op: Op::Label(skip),
+        },
+    );
+    body.insert(
+        bars[0],
+        Instr {
+            guard: Some(Guard {
+                pred: leader,
+                negate: true,
+            }),
+            op: Op::Bra { target: skip },
+        },
+    );
+    let fault = fault_of(&kernel, &schedule, &broken);
+    assert_names_everything(&fault, &kernel);
+    match fault.kind {
+        FaultKind::BarrierDivergence { other_pc, .. } => {
+            assert_eq!(broken.ptx.body[fault.pc].op, Op::BarSync, "{fault}");
+            assert_eq!(broken.ptx.body[other_pc].op, Op::BarSync, "{fault}");
+            assert_ne!(fault.pc, other_pc, "{fault}");
+        }
+        _ => panic!("expected divergent barriers: {fault}"),
+    }
+    assert!(fault.instruction.starts_with("bar.sync"), "{fault}");
+}
+
+#[test]
+fn a_matmul_tile_load_without_its_k_guard_reads_out_of_bounds() {
+    let kernel = parse_kernel(
+        quote!(shape(M = 32, N = 32, K = 13)),
+        quote! {
+            fn mm(x: Tensor<f32, (M, K)>, w: Tensor<f32, (K, N)>) -> Tensor<f32, (M, N)> {
+                compute(|m, n| sum(K, |k| x[m][k] * w[k][n]))
+            }
+        },
+    )
+    .expect("valid kernel");
+    let schedule = Schedule::Matmul {
+        block_m: 32,
+        block_n: 32,
+        block_k: 8,
+        thread_m: 2,
+        thread_n: 2,
+        vector_a: 1,
+        vector_b: 1,
+    };
+    let mut broken = lowered(&kernel, &schedule);
+    let mut removed = 0;
+    for i in &mut broken.ptx.body {
+        if matches!(
+            i.op,
+            Op::Ld {
+                space: Space::Global,
+                ..
+            }
+        ) && i.guard.is_some()
+        {
+            i.guard = None;
+            removed += 1;
+        }
+    }
+    assert!(removed > 0, "no guarded tile load");
+    let fault = fault_of(&kernel, &schedule, &broken);
+    assert_names_everything(&fault, &kernel);
+    match fault.kind {
+        FaultKind::OutOfBounds {
+            space: Space::Global,
+            access: Access::Load,
+            param: Some(p),
+            ..
+        } => assert!(p < 2, "{fault}"),
+        _ => panic!("expected an out-of-bounds tile load: {fault}"),
+    }
+    assert!(fault.instruction.starts_with("ld.global"), "{fault}");
+}

@@ -1,0 +1,473 @@
+//! The verification suite: a catalogue of kernels covering every op class
+//! and dtype, each at shapes chosen to hit edges (1, primes, one less and
+//! one more than tile multiples, non-square, tall-skinny), each shape run
+//! on the virtual GPU under every point of its schedule space when the
+//! space has at most [`EVERY_POINT`] points and a seeded sample of
+//! [`SAMPLE`] points otherwise, plus the heuristic's choice on every target
+//! and a generic point, against the CPU evaluation of the IR
+//! ([`ktune_vgpu::verify`]).
+//!
+//! It ends with one line,
+//! `verified <K> kernels, <P> schedule points, <S> shapes: <M> mismatches`,
+//! where K counts the catalogue's kernels (a kernel in another dtype is
+//! another kernel), S the distinct (kernel, shape) pairs, P every run: one
+//! (kernel, shape, schedule, target) combination each, and M the runs that
+//! faulted, left an element unwritten or computed a wrong one (each printed
+//! in full before the summary).
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Instant;
+
+use ktune_core::ir::Kernel;
+use ktune_core::lower::heuristic;
+use ktune_core::schedule::Schedule;
+use ktune_core::space::{candidates, sample};
+use ktune_core::syntax::parse_kernel;
+use ktune_core::target::SmVersion;
+use ktune_vgpu::verify::{Reference, with_shape};
+use proc_macro2::TokenStream;
+use quote::{format_ident, quote};
+
+/// Spaces up to this size run every point.
+const EVERY_POINT: usize = 24;
+/// Points sampled from larger spaces.
+const SAMPLE: usize = 24;
+
+const DTYPES: [&str; 3] = ["f32", "f16", "bf16"];
+
+struct Entry {
+    kernel: Kernel,
+    shapes: Vec<Vec<(&'static str, u32)>>,
+}
+
+fn parse(shape: TokenStream, item: TokenStream) -> Kernel {
+    parse_kernel(shape, item.clone())
+        .unwrap_or_else(|e| panic!("test kernel rejected: {e}\n{item}"))
+}
+
+fn shapes2(
+    a: &'static str,
+    b: &'static str,
+    sizes: &[(u32, u32)],
+) -> Vec<Vec<(&'static str, u32)>> {
+    sizes.iter().map(|&(x, y)| vec![(a, x), (b, y)]).collect()
+}
+
+const ELEMENTWISE_SHAPES: [(u32, u32); 6] = [(1, 1), (7, 13), (3, 63), (2, 65), (31, 4), (5, 129)];
+const ROW_SHAPES: [(u32, u32); 7] = [
+    (1, 1),
+    (3, 7),
+    (13, 31),
+    (4, 63),
+    (2, 65),
+    (5, 129),
+    (2, 1025),
+];
+
+fn elementwise() -> Vec<Entry> {
+    let mut out = Vec::new();
+    for dt in DTYPES {
+        let t = format_ident!("{dt}");
+        let name = format_ident!("bias_act_{dt}");
+        out.push(Entry {
+            kernel: parse(
+                quote!(shape(R = 4, C = 8)),
+                quote! {
+                    fn #name(x: Tensor<#t, (R, C)>, b: Tensor<#t, (C,)>, s: Tensor<f32, (R,)>)
+                        -> Tensor<#t, (R, C)>
+                    {
+                        compute(|r, c| {
+                            let y = x[r][c] + b[c];
+                            let z = select(y > 0.0 && !(y > 1.5), y, gelu_erf(y) * s[r]);
+                            (silu(z) + tanh(y) * exp(-abs(y)) + min(y, 1.0)
+                                - max(y, -1.0) + sigmoid(y) * relu(y)) as #t
+                        })
+                    }
+                },
+            ),
+            shapes: shapes2("R", "C", &ELEMENTWISE_SHAPES),
+        });
+        let name = format_ident!("broadcast3_{dt}");
+        out.push(Entry {
+            kernel: parse(
+                quote!(shape(A = 2, B = 3, C = 4)),
+                quote! {
+                    fn #name(x: Tensor<#t, (A, B, C)>, y: Tensor<f32, (B, C)>, z: Tensor<#t, (A,)>)
+                        -> Tensor<f32, (A, B, C)>
+                    {
+                        compute(|a, b, c| x[a][b][c] * y[b][c] + z[a])
+                    }
+                },
+            ),
+            shapes: [(1, 1, 1), (2, 3, 8), (3, 5, 7), (1, 2, 65)]
+                .iter()
+                .map(|&(a, b, c)| vec![("A", a), ("B", b), ("C", c)])
+                .collect(),
+        });
+    }
+    out.push(Entry {
+        kernel: parse(
+            quote!(shape(R = 4, C = 8)),
+            quote! {
+                fn transpose_add(x: Tensor<f32, (C, R)>, y: Tensor<f32, (R, C)>, d: Tensor<f32, (C, C)>)
+                    -> Tensor<f32, (R, C)>
+                {
+                    compute(|r, c| x[c][r] + y[r][c] * (c as f32) - (r as f32) + d[c][c])
+                }
+            },
+        ),
+        shapes: shapes2("R", "C", &[(1, 1), (7, 13), (3, 63), (17, 4)]),
+    });
+    out.push(Entry {
+        kernel: parse(
+            quote!(shape(N = 8)),
+            quote! {
+                fn casts(x: Tensor<f32, N>, y: Tensor<bf16, N>) -> Tensor<f16, N> {
+                    compute(|i| ((x[i] as bf16) * 3.0 + (y[i] as f16) - (x[i] * y[i]) as f16) as f16)
+                }
+            },
+        ),
+        shapes: [1, 7, 63, 65, 257].iter().map(|&n| vec![("N", n)]).collect(),
+    });
+    let functions = [
+        "exp", "log", "sqrt", "rsqrt", "tanh", "abs", "relu", "sigmoid", "silu", "gelu",
+        "gelu_erf", "erf",
+    ];
+    for f in functions {
+        let name = format_ident!("unary_{f}");
+        let call = format_ident!("{f}");
+        out.push(Entry {
+            kernel: parse(
+                quote!(shape(R = 3, C = 65)),
+                quote! {
+                    fn #name(x: Tensor<f32, (R, C)>) -> Tensor<f32, (R, C)> {
+                        compute(|r, c| -#call(x[r][c]))
+                    }
+                },
+            ),
+            shapes: shapes2("R", "C", &[(3, 65), (1, 7)]),
+        });
+    }
+    out
+}
+
+fn rows() -> Vec<Entry> {
+    let mut out = Vec::new();
+    for dt in DTYPES {
+        let t = format_ident!("{dt}");
+        let name = format_ident!("softmax_{dt}");
+        out.push(Entry {
+            kernel: parse(
+                quote!(shape(R = 4, C = 8)),
+                quote! {
+                    fn #name(x: Tensor<#t, (R, C)>) -> Tensor<#t, (R, C)> {
+                        compute(|r, c| {
+                            let mx = max(C, |j| x[r][j]);
+                            let s = sum(C, |j| exp(x[r][j] - mx));
+                            exp(x[r][c] - mx) / s
+                        })
+                    }
+                },
+            ),
+            shapes: shapes2("R", "C", &ROW_SHAPES),
+        });
+        let name = format_ident!("layernorm_{dt}");
+        out.push(Entry {
+            kernel: parse(
+                quote!(shape(R = 4, C = 8)),
+                quote! {
+                    fn #name(x: Tensor<#t, (R, C)>, g: Tensor<#t, (C,)>, b: Tensor<f32, (C,)>)
+                        -> Tensor<#t, (R, C)>
+                    {
+                        compute(|r, c| {
+                            let mu = mean(C, |j| x[r][j]);
+                            let var = mean(C, |j| (x[r][j] - mu) * (x[r][j] - mu));
+                            (x[r][c] - mu) * rsqrt(var + 0.00001) * g[c] + b[c]
+                        })
+                    }
+                },
+            ),
+            shapes: shapes2("R", "C", &ROW_SHAPES[..6]),
+        });
+        let name = format_ident!("rmsnorm_{dt}");
+        out.push(Entry {
+            kernel: parse(
+                quote!(shape(R = 4, C = 8)),
+                quote! {
+                    fn #name(x: Tensor<#t, (R, C)>, w: Tensor<#t, (C,)>) -> Tensor<#t, (R, C)> {
+                        compute(|r, c| {
+                            let ms = mean(C, |j| x[r][j] * x[r][j]);
+                            x[r][c] * rsqrt(ms + 0.000001) * w[c]
+                        })
+                    }
+                },
+            ),
+            shapes: shapes2("R", "C", &ROW_SHAPES[..6]),
+        });
+        let name = format_ident!("col_sum_{dt}");
+        out.push(Entry {
+            kernel: parse(
+                quote!(shape(R = 4, C = 8)),
+                quote! {
+                    fn #name(x: Tensor<#t, (R, C)>) -> Tensor<f32, (C,)> {
+                        compute(|c| sum(R, |i| x[i][c]))
+                    }
+                },
+            ),
+            shapes: shapes2("R", "C", &[(1, 1), (7, 3), (129, 5), (4, 130)]),
+        });
+    }
+    out.push(Entry {
+        kernel: parse(
+            quote!(shape(R = 4, C = 8)),
+            quote! {
+                fn row_stats(x: Tensor<f32, (R, C)>) -> Tensor<f32, (R,)> {
+                    compute(|r| sum(C, |j| x[r][j]) + max(C, |j| x[r][j]) * min(C, |j| x[r][j])
+                        - mean(C, |j| x[r][j] - max(C, |k| x[r][k])))
+                }
+            },
+        ),
+        shapes: shapes2("R", "C", &ROW_SHAPES),
+    });
+    out.push(Entry {
+        kernel: parse(
+            quote!(shape(R = 4, C = 8)),
+            quote! {
+                fn row_mean_f16(x: Tensor<f16, (R, C)>) -> Tensor<f32, (R,)> {
+                    compute(|r| mean(C, |j| x[r][j]))
+                }
+            },
+        ),
+        shapes: shapes2("R", "C", &[(1, 1), (13, 31), (3, 65)]),
+    });
+    out.push(Entry {
+        kernel: parse(
+            quote!(shape(N = 8)),
+            quote! {
+                fn normalize(x: Tensor<f16, N>) -> Tensor<f16, N> {
+                    compute(|i| x[i] / sum(N, |j| x[j]))
+                }
+            },
+        ),
+        shapes: [1, 7, 129, 1025].iter().map(|&n| vec![("N", n)]).collect(),
+    });
+    out.push(Entry {
+        kernel: parse(
+            quote!(shape(M = 4, K = 8)),
+            quote! {
+                fn gemv(a: Tensor<f16, (M, K)>, x: Tensor<f16, (K,)>) -> Tensor<f32, (M,)> {
+                    compute(|m| sum(K, |k| a[m][k] * x[k]))
+                }
+            },
+        ),
+        shapes: shapes2("M", "K", &[(1, 1), (33, 129), (5, 8)]),
+    });
+    out
+}
+
+const MATMUL_SHAPES: [(u32, u32, u32); 6] = [
+    (1, 1, 1),
+    (7, 13, 5),
+    (33, 17, 9),
+    (63, 65, 31),
+    (129, 3, 7),
+    (2, 129, 16),
+];
+
+fn shapes_mnk(sizes: &[(u32, u32, u32)]) -> Vec<Vec<(&'static str, u32)>> {
+    sizes
+        .iter()
+        .map(|&(m, n, k)| vec![("M", m), ("N", n), ("K", k)])
+        .collect()
+}
+
+fn matmul() -> Vec<Entry> {
+    let mut out = Vec::new();
+    for (ti, to) in [("f32", "f32"), ("bf16", "bf16"), ("f16", "f32")] {
+        let (a, c) = (format_ident!("{ti}"), format_ident!("{to}"));
+        let name = format_ident!("mm_{ti}_{to}");
+        out.push(Entry {
+            kernel: parse(
+                quote!(shape(M = 4, N = 4, K = 4)),
+                quote! {
+                    fn #name(x: Tensor<#a, (M, K)>, w: Tensor<#a, (K, N)>) -> Tensor<#c, (M, N)> {
+                        compute(|m, n| sum(K, |k| x[m][k] * w[k][n]))
+                    }
+                },
+            ),
+            shapes: shapes_mnk(&MATMUL_SHAPES),
+        });
+        let name = format_ident!("mm_bt_{ti}_{to}");
+        out.push(Entry {
+            kernel: parse(
+                quote!(shape(M = 4, N = 4, K = 4)),
+                quote! {
+                    fn #name(x: Tensor<#a, (M, K)>, w: Tensor<#a, (N, K)>) -> Tensor<#c, (M, N)> {
+                        compute(|m, n| sum(K, |k| x[m][k] * w[n][k]))
+                    }
+                },
+            ),
+            shapes: shapes_mnk(&MATMUL_SHAPES[..5]),
+        });
+    }
+    for dt in ["f32", "bf16"] {
+        let t = format_ident!("{dt}");
+        let name = format_ident!("bmm_{dt}");
+        out.push(Entry {
+            kernel: parse(
+                quote!(shape(B = 2, M = 4, N = 4, K = 4)),
+                quote! {
+                    fn #name(x: Tensor<#t, (B, M, K)>, w: Tensor<#t, (B, K, N)>) -> Tensor<#t, (B, M, N)> {
+                        compute(|b, m, n| sum(K, |k| x[b][m][k] * w[b][k][n]))
+                    }
+                },
+            ),
+            shapes: [(1, 1, 1, 1), (3, 5, 7, 9), (2, 33, 17, 16)]
+                .iter()
+                .map(|&(b, m, n, k)| vec![("B", b), ("M", m), ("N", n), ("K", k)])
+                .collect(),
+        });
+        let name = format_ident!("mm_bias_gelu_{dt}");
+        out.push(Entry {
+            kernel: parse(
+                quote!(shape(M = 4, N = 4, K = 4)),
+                quote! {
+                    fn #name(x: Tensor<#t, (M, K)>, w: Tensor<#t, (K, N)>, bias: Tensor<f32, (N,)>)
+                        -> Tensor<#t, (M, N)>
+                    {
+                        compute(|m, n| gelu(sum(K, |k| x[m][k] * w[k][n]) + bias[n]))
+                    }
+                },
+            ),
+            shapes: shapes_mnk(&[(1, 1, 1), (13, 17, 19), (65, 33, 8)]),
+        });
+    }
+    out.push(Entry {
+        kernel: parse(
+            quote!(shape(M = 4, N = 4, K = 4)),
+            quote! {
+                fn mm_bias_residual(
+                    x: Tensor<f32, (M, K)>,
+                    w: Tensor<f32, (K, N)>,
+                    bias: Tensor<f32, (N,)>,
+                    r: Tensor<f32, (M, N)>,
+                ) -> Tensor<f32, (M, N)> {
+                    compute(|m, n| {
+                        let y = sum(K, |k| x[m][k] * w[k][n]) + bias[n];
+                        y + r[m][n]
+                    })
+                }
+            },
+        ),
+        shapes: shapes_mnk(&[(1, 1, 1), (13, 17, 19), (31, 65, 8)]),
+    });
+    out
+}
+
+fn generic() -> Vec<Entry> {
+    let mut out = Vec::new();
+    for dt in DTYPES {
+        let t = format_ident!("{dt}");
+        let name = format_ident!("pairwise_distance_{dt}");
+        out.push(Entry {
+            kernel: parse(
+                quote!(shape(N = 4, M = 4, D = 4)),
+                quote! {
+                    fn #name(x: Tensor<#t, (N, D)>, y: Tensor<#t, (M, D)>) -> Tensor<#t, (N, M)> {
+                        compute(|i, j| sqrt(sum(D, |d| (x[i][d] - y[j][d]) * (x[i][d] - y[j][d]))))
+                    }
+                },
+            ),
+            shapes: [(1, 1, 1), (7, 13, 3), (31, 5, 17)]
+                .iter()
+                .map(|&(n, m, d)| vec![("N", n), ("M", m), ("D", d)])
+                .collect(),
+        });
+    }
+    out
+}
+
+/// The points one (kernel, shape) runs: its space (all of it or a sample),
+/// the heuristic's choice on every target, and a generic point, each once.
+fn points(kernel: &Kernel, seed: u64) -> Vec<(Schedule, SmVersion)> {
+    let target = SmVersion::BASELINE;
+    let space = candidates(kernel, target);
+    let chosen = if space.len() <= EVERY_POINT {
+        space
+    } else {
+        sample(&space, SAMPLE, seed)
+    };
+    let mut out: Vec<(Schedule, SmVersion)> = chosen.into_iter().map(|s| (s, target)).collect();
+    for t in SmVersion::ALL {
+        let h = heuristic(kernel, t);
+        if !out.iter().any(|(s, _)| *s == h) {
+            out.push((h, t));
+        }
+    }
+    let generic = Schedule::Generic { block: 64 };
+    if !out.iter().any(|(s, _)| *s == generic) {
+        out.push((generic, target));
+    }
+    out
+}
+
+#[test]
+fn every_kernel_class_and_dtype_over_many_points_and_shapes() {
+    let started = Instant::now();
+    let catalogue: Vec<Entry> = [elementwise(), rows(), matmul(), generic()]
+        .into_iter()
+        .flatten()
+        .collect();
+    let jobs: Vec<(usize, Kernel)> = catalogue
+        .iter()
+        .enumerate()
+        .flat_map(|(i, e)| {
+            e.shapes.iter().map(move |shape| {
+                let k = with_shape(&e.kernel, shape).unwrap_or_else(|err| panic!("{err}"));
+                (i, k)
+            })
+        })
+        .collect();
+
+    let next = AtomicUsize::new(0);
+    let runs = AtomicUsize::new(0);
+    let failures = Mutex::new(Vec::new());
+    let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| {
+                loop {
+                    let j = next.fetch_add(1, Ordering::Relaxed);
+                    let Some((_, kernel)) = jobs.get(j) else {
+                        break;
+                    };
+                    let seed = j as u64 + 1;
+                    let reference = Reference::new(kernel, seed);
+                    for (schedule, target) in points(kernel, seed) {
+                        runs.fetch_add(1, Ordering::Relaxed);
+                        if let Err(e) = reference.check(&schedule, target) {
+                            failures.lock().unwrap_or_else(|e| e.into_inner()).push(e);
+                        }
+                    }
+                }
+            });
+        }
+    });
+
+    let failures = failures.into_inner().unwrap_or_else(|e| e.into_inner());
+    for f in &failures {
+        println!("{f}");
+    }
+    let points = runs.into_inner();
+    println!("verification suite ran in {:.1?}", started.elapsed());
+    println!(
+        "verified {} kernels, {} schedule points, {} shapes: {} mismatches",
+        catalogue.len(),
+        points,
+        jobs.len(),
+        failures.len()
+    );
+    assert_eq!(failures.len(), 0, "{}", failures[0]);
+    assert!(points >= 500, "only {points} schedule points ran");
+}
