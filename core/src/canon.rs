@@ -9,7 +9,7 @@ use std::fmt::Write;
 
 use sha2::{Digest, Sha256};
 
-use crate::ir::{BinaryOp, CmpOp, Expr, ExprId, Kernel, LogicOp, ReduceOp, Tensor, UnaryOp};
+use crate::ir::{BinaryOp, CmpOp, Expr, ExprId, Kernel, LogicOp, ReduceOp, Tensor};
 
 /// The canonical text of a kernel's computation.
 pub fn canonical_form(k: &Kernel) -> String {
@@ -54,7 +54,7 @@ fn expr(k: &Kernel, id: ExprId) -> String {
             s
         }
         Expr::Let(l) => k.let_(*l).name.clone(),
-        Expr::Unary(op, a) => format!("{}({})", unary(*op), expr(k, *a)),
+        Expr::Unary(op, a) => format!("{}({})", op.name(), expr(k, *a)),
         Expr::Binary(op, a, b) => format!("{}({}, {})", binary(*op), expr(k, *a), expr(k, *b)),
         Expr::Compare(op, a, b) => format!("{}({}, {})", compare(*op), expr(k, *a), expr(k, *b)),
         Expr::Logic(op, a, b) => {
@@ -79,24 +79,6 @@ fn expr(k: &Kernel, id: ExprId) -> String {
                 expr(k, *body)
             )
         }
-    }
-}
-
-fn unary(op: UnaryOp) -> &'static str {
-    match op {
-        UnaryOp::Neg => "neg",
-        UnaryOp::Exp => "exp",
-        UnaryOp::Log => "log",
-        UnaryOp::Sqrt => "sqrt",
-        UnaryOp::Rsqrt => "rsqrt",
-        UnaryOp::Tanh => "tanh",
-        UnaryOp::Abs => "abs",
-        UnaryOp::Relu => "relu",
-        UnaryOp::Sigmoid => "sigmoid",
-        UnaryOp::Silu => "silu",
-        UnaryOp::GeluTanh => "gelu",
-        UnaryOp::GeluErf => "gelu_erf",
-        UnaryOp::Erf => "erf",
     }
 }
 

@@ -92,6 +92,45 @@ pub enum UnaryOp {
     Erf,
 }
 
+impl UnaryOp {
+    /// The functions of the kernel language, in the order error messages
+    /// list them (every unary op but `Neg`, which is written `-x`).
+    pub const FUNCTIONS: [UnaryOp; 12] = [
+        UnaryOp::Exp,
+        UnaryOp::Log,
+        UnaryOp::Sqrt,
+        UnaryOp::Rsqrt,
+        UnaryOp::Tanh,
+        UnaryOp::Abs,
+        UnaryOp::Relu,
+        UnaryOp::Sigmoid,
+        UnaryOp::Silu,
+        UnaryOp::GeluTanh,
+        UnaryOp::GeluErf,
+        UnaryOp::Erf,
+    ];
+
+    /// The op's name: the function's name in the kernel language, in the
+    /// canonical form and in the reference's math module.
+    pub fn name(self) -> &'static str {
+        match self {
+            UnaryOp::Neg => "neg",
+            UnaryOp::Exp => "exp",
+            UnaryOp::Log => "log",
+            UnaryOp::Sqrt => "sqrt",
+            UnaryOp::Rsqrt => "rsqrt",
+            UnaryOp::Tanh => "tanh",
+            UnaryOp::Abs => "abs",
+            UnaryOp::Relu => "relu",
+            UnaryOp::Sigmoid => "sigmoid",
+            UnaryOp::Silu => "silu",
+            UnaryOp::GeluTanh => "gelu",
+            UnaryOp::GeluErf => "gelu_erf",
+            UnaryOp::Erf => "erf",
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum BinaryOp {
     Add,

@@ -3,9 +3,7 @@
 //! computed in f32, parallel over the outermost output dimension.
 
 use ktune_core::DType;
-use ktune_core::ir::{
-    BinaryOp, CmpOp, Expr, ExprId, Kernel, LetId, LogicOp, ReduceOp, UnaryOp, VarId,
-};
+use ktune_core::ir::{BinaryOp, CmpOp, Expr, ExprId, Kernel, LetId, LogicOp, ReduceOp, VarId};
 use proc_macro2::{Ident, Span, TokenStream};
 use quote::{format_ident, quote};
 
@@ -139,7 +137,7 @@ impl Gen<'_> {
             }
             Expr::Unary(op, a) => {
                 let a = self.expr(*a);
-                let f = Ident::new(unary_fn(*op), Span::call_site());
+                let f = Ident::new(op.name(), Span::call_site());
                 quote!(__k::math::#f(#a))
             }
             Expr::Binary(op, a, b) => {
@@ -219,25 +217,5 @@ impl Gen<'_> {
                 })
             }
         }
-    }
-}
-
-/// The name of the reference math function for a unary op, in
-/// `ktune::__private::math`.
-fn unary_fn(op: UnaryOp) -> &'static str {
-    match op {
-        UnaryOp::Neg => "neg",
-        UnaryOp::Exp => "exp",
-        UnaryOp::Log => "log",
-        UnaryOp::Sqrt => "sqrt",
-        UnaryOp::Rsqrt => "rsqrt",
-        UnaryOp::Tanh => "tanh",
-        UnaryOp::Abs => "abs",
-        UnaryOp::Relu => "relu",
-        UnaryOp::Sigmoid => "sigmoid",
-        UnaryOp::Silu => "silu",
-        UnaryOp::GeluTanh => "gelu",
-        UnaryOp::GeluErf => "gelu_erf",
-        UnaryOp::Erf => "erf",
     }
 }

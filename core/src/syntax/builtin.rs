@@ -19,21 +19,6 @@ impl Function {
     }
 }
 
-const UNARY: [(&str, UnaryOp); 12] = [
-    ("exp", UnaryOp::Exp),
-    ("log", UnaryOp::Log),
-    ("sqrt", UnaryOp::Sqrt),
-    ("rsqrt", UnaryOp::Rsqrt),
-    ("tanh", UnaryOp::Tanh),
-    ("abs", UnaryOp::Abs),
-    ("relu", UnaryOp::Relu),
-    ("sigmoid", UnaryOp::Sigmoid),
-    ("silu", UnaryOp::Silu),
-    ("gelu", UnaryOp::GeluTanh),
-    ("gelu_erf", UnaryOp::GeluErf),
-    ("erf", UnaryOp::Erf),
-];
-
 const REDUCTIONS: [(&str, ReduceOp); 4] = [
     ("sum", ReduceOp::Sum),
     ("max", ReduceOp::Max),
@@ -47,10 +32,10 @@ pub(crate) fn function(name: &str) -> Option<Function> {
         "min" => Some(Function::Binary(BinaryOp::Min)),
         "max" => Some(Function::Binary(BinaryOp::Max)),
         "select" => Some(Function::Select),
-        _ => UNARY
-            .iter()
-            .find(|(n, _)| *n == name)
-            .map(|&(_, op)| Function::Unary(op)),
+        _ => UnaryOp::FUNCTIONS
+            .into_iter()
+            .find(|op| op.name() == name)
+            .map(Function::Unary),
     }
 }
 
@@ -64,15 +49,15 @@ pub(crate) fn reduction(name: &str) -> Option<ReduceOp> {
 
 /// Every callable name, for suggestions.
 pub(crate) fn names() -> impl Iterator<Item = &'static str> {
-    UNARY
-        .iter()
-        .map(|(n, _)| *n)
+    UnaryOp::FUNCTIONS
+        .into_iter()
+        .map(UnaryOp::name)
         .chain(["min", "max", "select", "sum", "mean"])
 }
 
 /// The list of what can be called, for messages.
 pub(crate) fn catalogue() -> String {
-    let unary: Vec<&str> = UNARY.iter().map(|(n, _)| *n).collect();
+    let unary: Vec<&str> = UnaryOp::FUNCTIONS.into_iter().map(UnaryOp::name).collect();
     format!(
         "{}, min(a, b), max(a, b), select(cond, a, b); reductions: {}",
         unary.join(", "),
