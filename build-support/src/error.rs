@@ -19,6 +19,16 @@ pub enum Error {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("{}:{error}", .path.display())]
+    Database {
+        path: PathBuf,
+        error: ktune_core::db::ParseError,
+    },
+    #[error("cannot lock `{path}`: {source}")]
+    Lock {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{}", render_diagnostics(.0))]
     Kernel(Vec<Diagnostic>),
     #[error("`{path}`: [package.metadata.ktune] {message}")]

@@ -41,6 +41,7 @@
 // The examples above are complete build scripts: their `fn main` is the point.
 #![allow(clippy::needless_doctest_main)]
 
+pub mod db;
 mod error;
 pub mod manifest;
 pub mod out;

@@ -6,11 +6,17 @@
 //! GPU; the macro, the build helper and the CLI all call into it.
 
 pub mod canon;
+pub mod db;
 pub mod dtype;
 pub mod heuristic;
 pub mod interp;
 pub mod ir;
 pub mod target;
+
+/// The version of the code generator. Bump it whenever the PTX emitted for
+/// some schedule changes in a way that can change its speed: tuning records
+/// measured with another version are stale.
+pub const GENERATOR_VERSION: u32 = 1;
 
 pub use dtype::DType;
 pub use target::SmVersion;

@@ -7,7 +7,10 @@
 //! - `cargo ktune verify [--sample N] [--seed S] [--json]`: every variant
 //!   the build would ship, plus N sampled schedule points per kernel, run on
 //!   the virtual GPU and compared with the CPU evaluation of the kernel.
+//! - `cargo ktune db show|verify [--file F]`: the tuning database as a
+//!   table; its records checked against the crate's kernels and GPUs.
 
+mod db;
 mod verify;
 
 use std::path::PathBuf;
@@ -83,6 +86,11 @@ enum Command {
         #[command(flatten)]
         krate: CrateArgs,
     },
+    /// Inspect and check the tuning database.
+    Db {
+        #[command(subcommand)]
+        command: db::Command,
+    },
 }
 
 fn main() {
@@ -117,6 +125,7 @@ fn run(cli: Cli) -> Result<()> {
                 device,
             },
         ),
+        Command::Db { command } => db::run(command),
     }
 }
 

@@ -1,0 +1,114 @@
+//! The tuning database's file: reading it, and inserting records safely.
+//!
+//! [`insert`] takes an exclusive lock on a sibling `<file>.lock` (across
+//! processes), re-reads the file under it, merges, and replaces the file
+//! atomically (a temporary file in the same folder, renamed over it), so
+//! that parallel build scripts and tuners lose nothing. A file that does
+//! not parse is never written over: its records could not be kept.
+//!
+//! The format and the merge are [`ktune_core::db`]'s.
+
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use fs4::fs_std::FileExt;
+use ktune_core::db::{Database, Record};
+
+use crate::error::Error;
+
+/// Where a crate's database lives, relative to its root.
+pub const DEFAULT_PATH: &str = "tuning/ktune.json";
+
+/// Reads a database; a missing file is an empty database.
+pub fn open(path: &Path) -> Result<Database, Error> {
+    match read(path)? {
+        Some(text) => parse(path, &text),
+        None => Ok(Database::new()),
+    }
+}
+
+/// Adds records to the database at `path` (created if missing), keeping
+/// every other record.
+pub fn insert(path: &Path, records: impl IntoIterator<Item = Record>) -> Result<(), Error> {
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    std::fs::create_dir_all(dir).map_err(|source| Error::Write {
+        path: dir.to_owned(),
+        source,
+    })?;
+    let lock = lock_path(path);
+    let lock_file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock)
+        .map_err(|source| Error::Lock {
+            path: lock.clone(),
+            source,
+        })?;
+    FileExt::lock_exclusive(&lock_file).map_err(|source| Error::Lock {
+        path: lock.clone(),
+        source,
+    })?;
+    let result = insert_locked(path, dir, records);
+    // Closing the file releases the lock too; unlocking first says when.
+    let _ = FileExt::unlock(&lock_file);
+    result
+}
+
+fn insert_locked(
+    path: &Path,
+    dir: &Path,
+    records: impl IntoIterator<Item = Record>,
+) -> Result<(), Error> {
+    let old = read(path)?;
+    let mut db = match &old {
+        Some(text) => parse(path, text)?,
+        None => Database::new(),
+    };
+    db.insert(records);
+    let text = db.to_text();
+    if old.as_deref() == Some(text.as_str()) {
+        return Ok(());
+    }
+    let write_error = |source| Error::Write {
+        path: path.to_owned(),
+        source,
+    };
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".ktune-db-")
+        .tempfile_in(dir)
+        .map_err(write_error)?;
+    tmp.write_all(text.as_bytes()).map_err(write_error)?;
+    tmp.as_file().sync_all().map_err(write_error)?;
+    tmp.persist(path).map_err(|e| write_error(e.error))?;
+    Ok(())
+}
+
+/// The lock file beside a database: `ktune.json.lock` for `ktune.json`.
+pub fn lock_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_owned();
+    name.push(".lock");
+    path.with_file_name(name)
+}
+
+fn read(path: &Path) -> Result<Option<String>, Error> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => Ok(Some(text)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(Error::Read {
+            path: path.to_owned(),
+            source,
+        }),
+    }
+}
+
+fn parse(path: &Path, text: &str) -> Result<Database, Error> {
+    Database::parse(text).map_err(|error| Error::Database {
+        path: path.to_owned(),
+        error,
+    })
+}

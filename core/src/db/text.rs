@@ -1,0 +1,181 @@
+//! The text form: deterministic pretty JSON, and parsing with errors that
+//! say where and what to do.
+//!
+//! ```text
+//! {
+//!   "version": 1,
+//!   "records": [
+//!     {
+//!       "kernel": "softmax",
+//!       ...
+//!     }
+//!     ,
+//!     {
+//!       ...
+//!     }
+//!   ]
+//! }
+//! ```
+//!
+//! Records are separated by a line holding only a comma, so inserting one
+//! anywhere (first and last included) adds lines and changes none.
+
+use serde::Deserialize;
+use serde::ser::Serialize;
+use serde_json::value::RawValue;
+
+use super::{Database, FORMAT_VERSION, Record};
+
+/// Why a database's text cannot be read, with the place (1-based line and
+/// column) and what to do about it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{line}:{column}: {message}")]
+pub struct ParseError {
+    pub line: usize,
+    pub column: usize,
+    pub message: String,
+}
+
+#[derive(Deserialize)]
+struct Header {
+    version: u32,
+}
+
+#[derive(Deserialize)]
+struct Raw<'a> {
+    #[serde(borrow, default)]
+    records: Vec<&'a RawValue>,
+}
+
+impl Database {
+    /// Reads a database's text. The error names the line and column, and,
+    /// for a bad record, its index and kernel.
+    pub fn parse(text: &str) -> Result<Database, ParseError> {
+        let invalid = |e: serde_json::Error| ParseError {
+            line: e.line(),
+            column: e.column(),
+            message: format!(
+                "invalid JSON ({}); fix or restore the file (e.g. `git checkout` it)",
+                strip_position(&e)
+            ),
+        };
+        serde_json::from_str::<serde::de::IgnoredAny>(text).map_err(invalid)?;
+        let header: Header = serde_json::from_str(text).map_err(|e| ParseError {
+            line: e.line(),
+            column: e.column(),
+            message: format!(
+                "not a ktune database: {}; expected {{\"version\": {FORMAT_VERSION}, \"records\": [...]}}",
+                strip_position(&e)
+            ),
+        })?;
+        if header.version != FORMAT_VERSION {
+            let (line, column) = position(text, text.find("\"version\"").unwrap_or(0));
+            let message = if header.version > FORMAT_VERSION {
+                format!(
+                    "this file was written by a newer ktune (format {}, this ktune reads format {FORMAT_VERSION}); upgrade ktune",
+                    header.version
+                )
+            } else {
+                format!(
+                    "unknown format version {}; this ktune reads format {FORMAT_VERSION}",
+                    header.version
+                )
+            };
+            return Err(ParseError {
+                line,
+                column,
+                message,
+            });
+        }
+        let raw: Raw<'_> = serde_json::from_str(text).map_err(|e| ParseError {
+            line: e.line(),
+            column: e.column(),
+            message: format!(
+                "`records` must be a list of records: {}",
+                strip_position(&e)
+            ),
+        })?;
+        let mut records = Vec::with_capacity(raw.records.len());
+        for (index, value) in raw.records.into_iter().enumerate() {
+            let slice = value.get();
+            let offset = slice.as_ptr() as usize - text.as_ptr() as usize;
+            let record = serde_json::from_str::<Record>(slice).map_err(|e| {
+                let (line, column) = position(text, offset);
+                let column = if e.line() == 1 {
+                    column + e.column() - 1
+                } else {
+                    e.column()
+                };
+                let kernel = serde_json::from_str::<KernelName>(slice)
+                    .map(|k| format!(" (kernel `{}`)", k.kernel))
+                    .unwrap_or_default();
+                ParseError {
+                    line: line + e.line() - 1,
+                    column,
+                    message: format!(
+                        "record {index}{kernel}: {}; fix this record or remove it",
+                        strip_position(&e)
+                    ),
+                }
+            })?;
+            records.push(record);
+        }
+        Ok(Database {
+            version: header.version,
+            records,
+        })
+    }
+
+    /// The canonical text: normalized (see [`Database::normalize`]), pretty
+    /// JSON with fields in a fixed order, one block per record, and a
+    /// final newline.
+    pub fn to_text(&self) -> String {
+        let mut db = self.clone();
+        db.normalize();
+        let mut out = format!("{{\n  \"version\": {},\n  \"records\": [\n", db.version);
+        for (i, record) in db.records.iter().enumerate() {
+            if i > 0 {
+                out.push_str("    ,\n");
+            }
+            for line in pretty(record).lines() {
+                out.push_str("    ");
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+        out.push_str("  ]\n}\n");
+        out
+    }
+}
+
+#[derive(Deserialize)]
+struct KernelName {
+    kernel: String,
+}
+
+fn pretty(record: &Record) -> String {
+    let mut buf = Vec::new();
+    let formatter = serde_json::ser::PrettyFormatter::with_indent(b"  ");
+    let mut serializer = serde_json::Serializer::with_formatter(&mut buf, formatter);
+    // Writing to a Vec cannot fail, and a record has only string map keys.
+    let _ = record.serialize(&mut serializer);
+    String::from_utf8(buf).unwrap_or_default()
+}
+
+/// 1-based line and column of a byte offset.
+fn position(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset];
+    let line = before.matches('\n').count() + 1;
+    let column = before.rsplit('\n').next().map_or(0, str::len) + 1;
+    (line, column)
+}
+
+/// serde_json's message without its " at line L column C" suffix, which
+/// the [`ParseError`] carries separately.
+fn strip_position(e: &serde_json::Error) -> String {
+    let message = e.to_string();
+    match message.rfind(" at line ") {
+        Some(at) => message[..at].to_owned(),
+        None => message,
+    }
+}

@@ -1,0 +1,284 @@
+//! The tuning database's pure part: text form, order-independent merge with
+//! hysteresis, parse errors, validation.
+
+use std::collections::BTreeMap;
+
+use ktune_core::db::{
+    ComputeCapability, Database, FORMAT_VERSION, Gpu, MeasuredOn, ProblemKind, Provenance, Record,
+    Stats,
+};
+use ktune_core::schedule::Schedule;
+use ktune_core::{DType, SmVersion};
+use proptest::prelude::*;
+
+fn record(kernel: &str, block: u32, median: f64, spread: f64, date: &str) -> Record {
+    Record {
+        kernel: kernel.to_owned(),
+        checksum: format!("{:0>32}", kernel.len()),
+        canonical: String::new(),
+        shape: BTreeMap::from([("N".to_owned(), 4096)]),
+        dtype: DType::F32,
+        gpu: Gpu {
+            name: "NVIDIA H100 80GB HBM3".to_owned(),
+            compute_capability: SmVersion::Sm90.into(),
+            sm_count: 132,
+            driver: "570.86".to_owned(),
+            cuda: "12.8".to_owned(),
+            clocks_mhz: None,
+        },
+        schedule: Schedule::Generic { block },
+        stats: Stats {
+            median_us: median,
+            low_us: median - spread,
+            high_us: median + spread,
+            samples: 50,
+            baseline_us: Some(20.0),
+            throughput: None,
+        },
+        provenance: Provenance {
+            ktune_version: "0.1.0".to_owned(),
+            generator_version: ktune_core::GENERATOR_VERSION,
+            measured_on: MeasuredOn::Gpu,
+            date: date.to_owned(),
+        },
+    }
+}
+
+fn db_of(records: Vec<Record>) -> Database {
+    let mut db = Database::new();
+    db.insert(records);
+    db
+}
+
+prop_compose! {
+    fn arb_record()(
+        kernel in prop::sample::select(vec!["add", "softmax"]),
+        block in prop::sample::select(vec![64u32, 128, 256]),
+        // Few distinct medians and spreads, so that records often overlap
+        // (within noise) and often do not (beyond noise).
+        median in 10u32..20,
+        spread in prop::sample::select(vec![0.0, 0.1, 0.5, 2.0]),
+        day in 1u32..4,
+        vgpu in prop::bool::weighted(0.2),
+    ) -> Record {
+        let mut r = record(kernel, block, f64::from(median), spread, &format!("2026-11-0{day}T00:00:00Z"));
+        if vgpu {
+            r.provenance.measured_on = MeasuredOn::Vgpu;
+        }
+        r
+    }
+}
+
+proptest! {
+    #[test]
+    fn insertion_order_does_not_matter(
+        records in prop::collection::vec(arb_record(), 0..12),
+        seed in any::<u64>(),
+    ) {
+        let mut shuffled = records.clone();
+        // A deterministic permutation from the seed.
+        let n = shuffled.len();
+        for i in (1..n).rev() {
+            let j = (seed.wrapping_mul(6364136223846793005).wrapping_add(i as u64) >> 33) as usize % (i + 1);
+            shuffled.swap(i, j);
+        }
+        let one_by_one = records.iter().fold(Database::new(), |mut db, r| {
+            db.insert([r.clone()]);
+            db
+        });
+        prop_assert_eq!(db_of(records).to_text(), one_by_one.to_text());
+        prop_assert_eq!(db_of(shuffled).to_text(), one_by_one.to_text());
+    }
+
+    #[test]
+    fn merge_is_associative_commutative_idempotent(
+        a in prop::collection::vec(arb_record(), 0..6),
+        b in prop::collection::vec(arb_record(), 0..6),
+        c in prop::collection::vec(arb_record(), 0..6),
+    ) {
+        let (a, b, c) = (db_of(a), db_of(b), db_of(c));
+        let merged = |x: &Database, y: &Database| {
+            let mut x = x.clone();
+            x.merge(y.clone());
+            x
+        };
+        prop_assert_eq!(merged(&a, &b).to_text(), merged(&b, &a).to_text());
+        prop_assert_eq!(
+            merged(&merged(&a, &b), &c).to_text(),
+            merged(&a, &merged(&b, &c)).to_text()
+        );
+        prop_assert_eq!(merged(&a, &a).to_text(), a.to_text());
+    }
+
+    #[test]
+    fn text_round_trips(records in prop::collection::vec(arb_record(), 0..8)) {
+        let db = db_of(records);
+        let text = db.to_text();
+        let parsed = Database::parse(&text).unwrap();
+        prop_assert_eq!(&parsed, &db);
+        prop_assert_eq!(parsed.to_text(), text);
+    }
+
+    #[test]
+    fn the_winner_is_never_beaten_nor_virtual(records in prop::collection::vec(arb_record(), 1..10)) {
+        let db = db_of(records);
+        for r in &db.records {
+            if let Some(w) = db.winner(&r.key()) {
+                prop_assert_eq!(w.provenance.measured_on, MeasuredOn::Gpu);
+                for other in &db.records {
+                    let rival = other.key() == w.key() && other.provenance.measured_on == MeasuredOn::Gpu;
+                    prop_assert!(!(rival && ktune_core::db::beats(other, w)));
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn an_incumbent_stays_until_beaten_beyond_noise() {
+    let incumbent = record("add", 128, 10.0, 0.2, "2026-11-01T00:00:00Z");
+    let close = record("add", 256, 9.8, 0.2, "2026-11-02T00:00:00Z");
+    let mut db = db_of(vec![incumbent.clone(), close.clone()]);
+    assert_eq!(db.records.len(), 2, "within noise: both kept");
+    assert_eq!(db.winner(&incumbent.key()), Some(&incumbent));
+
+    let faster = record("add", 64, 8.0, 0.1, "2026-11-03T00:00:00Z");
+    db.insert([faster.clone()]);
+    assert_eq!(db.records, vec![faster.clone()]);
+    assert_eq!(db.winner(&incumbent.key()), Some(&faster));
+}
+
+#[test]
+fn virtual_gpu_records_are_kept_but_never_win() {
+    let mut v = record("add", 128, 1.0, 0.0, "2026-11-01T00:00:00Z");
+    v.provenance.measured_on = MeasuredOn::Vgpu;
+    let real = record("add", 256, 10.0, 0.1, "2026-11-02T00:00:00Z");
+    let db = db_of(vec![v.clone(), real.clone()]);
+    assert_eq!(db.records.len(), 2);
+    assert_eq!(db.winner(&real.key()), Some(&real));
+    assert_eq!(db_of(vec![v.clone()]).winner(&v.key()), None);
+}
+
+#[test]
+fn the_text_form_is_stable_and_adding_a_record_only_adds_lines() {
+    let a = record("add", 128, 10.0, 0.2, "2026-11-01T00:00:00Z");
+    let b = record("softmax", 128, 10.0, 0.2, "2026-11-01T00:00:00Z");
+    let c = record("zeta", 128, 10.0, 0.2, "2026-11-01T00:00:00Z");
+    let text = db_of(vec![b.clone()]).to_text();
+    assert!(text.starts_with(
+        "{\n  \"version\": 1,\n  \"records\": [\n    {\n      \"kernel\": \"softmax\",\n"
+    ));
+    assert!(text.ends_with("    }\n  ]\n}\n"));
+    for added in [a, c] {
+        let more = db_of(vec![b.clone(), added]).to_text();
+        let old: Vec<&str> = text.lines().collect();
+        let new: Vec<&str> = more.lines().collect();
+        // `old` is a subsequence of `new`: nothing changed, lines were added.
+        let mut it = new.iter();
+        assert!(old.iter().all(|line| it.any(|n| n == line)), "{more}");
+    }
+    assert_eq!(
+        Database::new().to_text(),
+        "{\n  \"version\": 1,\n  \"records\": [\n  ]\n}\n"
+    );
+}
+
+#[test]
+fn parse_errors_name_the_place_and_what_to_do() {
+    let text = db_of(vec![
+        record("add", 128, 10.0, 0.2, "2026-11-01T00:00:00Z"),
+        record("softmax", 128, 10.0, 0.2, "2026-11-01T00:00:00Z"),
+    ])
+    .to_text();
+
+    let truncated = &text[..text.len() / 2];
+    let e = Database::parse(truncated).unwrap_err();
+    assert!(e.message.contains("git checkout"), "{e}");
+    assert_eq!(e.line, truncated.lines().count(), "{e}");
+
+    let wrong = text.replacen("\"samples\": 50", "\"samples\": \"many\"", 2);
+    let wrong = wrong.replacen("\"samples\": \"many\"", "\"samples\": 50", 1);
+    let e = Database::parse(&wrong).unwrap_err();
+    let line = wrong.lines().position(|l| l.contains("\"many\"")).unwrap() + 1;
+    assert_eq!(e.line, line, "{e}");
+    let column = wrong
+        .lines()
+        .nth(line - 1)
+        .unwrap()
+        .find("\"many\"")
+        .unwrap()
+        + 1;
+    assert!(e.column >= column, "{e}");
+    assert!(e.message.contains("record 1 (kernel `softmax`)"), "{e}");
+
+    let future = text.replace(&format!("\"version\": {FORMAT_VERSION}"), "\"version\": 7");
+    let e = Database::parse(&future).unwrap_err();
+    assert_eq!((e.line, e.column), (2, 3), "{e}");
+    assert!(e.message.contains("newer ktune (format 7"), "{e}");
+    assert!(e.message.contains("upgrade ktune"), "{e}");
+
+    let e = Database::parse("[1, 2]").unwrap_err();
+    assert!(e.message.contains("not a ktune database"), "{e}");
+}
+
+#[test]
+fn invalid_records_are_kept_and_reported() {
+    let mut unknown = record("add", 128, 10.0, 0.2, "2026-11-01T00:00:00Z");
+    unknown.gpu.compute_capability = ComputeCapability {
+        major: 12,
+        minor: 0,
+    };
+    let mut bad_block = record("add", 100, 10.0, 0.2, "2026-11-01T00:00:00Z");
+    bad_block.stats.low_us = 11.0;
+    let db = db_of(vec![unknown, bad_block]);
+    let db = Database::parse(&db.to_text()).unwrap();
+    assert_eq!(db.records.len(), 2);
+    let kinds: Vec<ProblemKind> = db.check().iter().map(|p| p.kind).collect();
+    assert!(kinds.contains(&ProblemKind::UnknownGpu), "{kinds:?}");
+    assert!(kinds.contains(&ProblemKind::Stats), "{kinds:?}");
+    assert!(kinds.contains(&ProblemKind::Schedule), "{kinds:?}");
+}
+
+#[test]
+fn records_are_checked_against_the_kernels() {
+    let kernel = |body: &str| {
+        let item: proc_macro2::TokenStream = format!(
+            "fn add(a: Tensor<f32, (N,)>, b: Tensor<f32, (N,)>) -> Tensor<f32, (N,)> {{ compute(|i| {body}) }}"
+        )
+        .parse()
+        .unwrap();
+        let args: proc_macro2::TokenStream = "shape(N = 4096)".parse().unwrap();
+        ktune_core::syntax::parse_kernel(args, item).unwrap()
+    };
+    let old = kernel("a[i] + b[i]");
+    let new = kernel("a[i] * b[i]");
+    let mut r = record("add", 128, 10.0, 0.2, "2026-11-01T00:00:00Z");
+    r.checksum = ktune_core::canon::checksum(&old);
+    r.canonical = ktune_core::canon::canonical_form(&old);
+    let mut db = db_of(vec![r.clone()]);
+    assert_eq!(db.check_against(std::slice::from_ref(&old)), vec![]);
+
+    let problems = db.check_against(std::slice::from_ref(&new));
+    assert_eq!(problems.len(), 1);
+    assert_eq!(problems[0].kind, ProblemKind::Stale);
+    assert!(
+        problems[0]
+            .message
+            .contains("the kernel changed since this was tuned")
+    );
+    assert!(
+        problems[0].message.contains("add(a[i], b[i])"),
+        "{}",
+        problems[0]
+    );
+
+    let mut bad = r.clone();
+    bad.schedule = Schedule::Generic { block: 2048 };
+    db.insert([bad]);
+    let problems = db.check_against(std::slice::from_ref(&old));
+    assert!(
+        problems.iter().any(|p| p.kind == ProblemKind::Schedule),
+        "{problems:?}"
+    );
+    assert_eq!(db.check_against(&[]).len(), 2);
+}
