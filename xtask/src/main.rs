@@ -5,6 +5,12 @@
 //!   and lints, runs every test of the workspace, and shows the virtual-GPU
 //!   verification suite's summary.
 //! - `setup`: only the installation step.
+//! - `gpu-bundle`: builds (here, where Rust is) everything a GPU machine
+//!   without a Rust toolchain needs to check ktune on its GPU: the demo, the
+//!   GPU tests of the runtime, and `run.sh`, which runs them and writes what
+//!   they print, with the GPU, driver and date, into `$OUT` (default
+//!   `gpu-bundle/results`). Carry `gpu-bundle/` to the machine and run
+//!   `bash gpu-bundle/run.sh` there.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -23,7 +29,8 @@ fn main() -> Result<()> {
             Ok(())
         }
         Some("test") => test(&root),
-        _ => bail!("usage: cargo xtask <test|setup>"),
+        Some("gpu-bundle") => gpu_bundle(&root),
+        _ => bail!("usage: cargo xtask <test|setup|gpu-bundle>"),
     }
 }
 
@@ -98,6 +105,84 @@ fn run(root: &Path, program: &str, args: &[&str], ptxas: Option<&Path>) -> Resul
     if !status.success() {
         bail!("`{program} {}` failed ({status})", args.join(" "));
     }
+    Ok(())
+}
+
+/// The script `gpu-bundle/run.sh` runs on the GPU machine.
+const GPU_RUN_SCRIPT: &str = r#"#!/usr/bin/env bash
+# Runs ktune's GPU checks; built by `cargo xtask gpu-bundle`.
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+out=${OUT:-$here/results}
+mkdir -p "$out"
+{
+    echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    nvidia-smi --query-gpu=name,driver_version,compute_cap,clocks.sm,temperature.gpu --format=csv
+} > "$out/gpu.txt" 2>&1
+cat "$out/gpu.txt"
+status=0
+"$here/demo" 2>&1 | tee "$out/demo.txt" || status=1
+KTUNE_BACKEND=vgpu "$here/demo" 2>&1 | tee "$out/demo-vgpu.txt" || status=1
+for test in "$here"/tests/*; do
+    "$test" --include-ignored 2>&1 | tee -a "$out/tests.txt" || status=1
+done
+echo "gpu-bundle: exit $status" | tee -a "$out/tests.txt"
+exit $status
+"#;
+
+/// Builds the demo and the runtime's GPU test binaries in release mode and
+/// gathers them with `run.sh` into `gpu-bundle/`.
+fn gpu_bundle(root: &Path) -> Result<()> {
+    let bundle = root.join("gpu-bundle");
+    let tests = bundle.join("tests");
+    if bundle.exists() {
+        std::fs::remove_dir_all(&bundle).context("cannot clear gpu-bundle/")?;
+    }
+    std::fs::create_dir_all(&tests).context("cannot create gpu-bundle/")?;
+    run(root, "cargo", &["build", "--release", "-p", "demo"], None)?;
+    std::fs::copy(root.join("target/release/demo"), bundle.join("demo"))
+        .context("cannot copy the demo")?;
+    eprintln!("xtask: cargo test --release -p ktune --no-run");
+    let output = Command::new("cargo")
+        .args([
+            "test",
+            "--release",
+            "-p",
+            "ktune",
+            "--no-run",
+            "--message-format=json",
+        ])
+        .current_dir(root)
+        .output()
+        .context("cannot run cargo")?;
+    if !output.status.success() {
+        bail!(
+            "building the runtime's tests failed:\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let mut copied = 0;
+    for line in String::from_utf8_lossy(&output.stdout).lines() {
+        let Ok(message) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        let is_gpu_test = message["target"]["kind"][0] == "test"
+            && message["target"]["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("gpu"));
+        if let (true, Some(exe)) = (is_gpu_test, message["executable"].as_str()) {
+            let name = message["target"]["name"].as_str().unwrap_or("gpu");
+            std::fs::copy(exe, tests.join(name)).context("cannot copy a test binary")?;
+            copied += 1;
+        }
+    }
+    if copied == 0 {
+        bail!("no GPU test binaries were built");
+    }
+    std::fs::write(bundle.join("run.sh"), GPU_RUN_SCRIPT).context("cannot write run.sh")?;
+    eprintln!(
+        "xtask: gpu-bundle/ holds the demo, {copied} GPU test binaries and run.sh; carry it and run `bash gpu-bundle/run.sh`"
+    );
     Ok(())
 }
 
