@@ -1,8 +1,8 @@
 //! The tuning database's file: reading it, and inserting records safely.
 //!
-//! [`insert`] takes an exclusive lock on a sibling `<file>.lock` (across
-//! processes), re-reads the file under it, merges, and replaces the file
-//! atomically (a temporary file in the same folder, renamed over it), so
+//! [`insert`] (and [`update`], for any other change) takes an exclusive
+//! lock on a sibling `<file>.lock` (across processes), re-reads the file
+//! under it, merges, and replaces the file atomically (a temporary file in the same folder, renamed over it), so
 //! that parallel build scripts and tuners lose nothing. A file that does
 //! not parse is never written over: its records could not be kept.
 //!
@@ -31,6 +31,14 @@ pub fn open(path: &Path) -> Result<Database, Error> {
 /// Adds records to the database at `path` (created if missing), keeping
 /// every other record.
 pub fn insert(path: &Path, records: impl IntoIterator<Item = Record>) -> Result<(), Error> {
+    update(path, |db| db.insert(records))
+}
+
+/// Changes the database at `path` (created if missing) under its lock:
+/// reads it, lets `change` edit it, and replaces the file atomically if its
+/// text changed. A file that does not parse is an error and is left
+/// untouched; `change` is not called.
+pub fn update<T>(path: &Path, change: impl FnOnce(&mut Database) -> T) -> Result<T, Error> {
     let dir = match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir,
         _ => Path::new("."),
@@ -53,26 +61,26 @@ pub fn insert(path: &Path, records: impl IntoIterator<Item = Record>) -> Result<
         path: lock.clone(),
         source,
     })?;
-    let result = insert_locked(path, dir, records);
+    let result = update_locked(path, dir, change);
     // Closing the file releases the lock too; unlocking first says when.
     let _ = FileExt::unlock(&lock_file);
     result
 }
 
-fn insert_locked(
+fn update_locked<T>(
     path: &Path,
     dir: &Path,
-    records: impl IntoIterator<Item = Record>,
-) -> Result<(), Error> {
+    change: impl FnOnce(&mut Database) -> T,
+) -> Result<T, Error> {
     let old = read(path)?;
     let mut db = match &old {
         Some(text) => parse(path, text)?,
         None => Database::new(),
     };
-    db.insert(records);
+    let result = change(&mut db);
     let text = db.to_text();
     if old.as_deref() == Some(text.as_str()) {
-        return Ok(());
+        return Ok(result);
     }
     let write_error = |source| Error::Write {
         path: path.to_owned(),
@@ -85,7 +93,7 @@ fn insert_locked(
     tmp.write_all(text.as_bytes()).map_err(write_error)?;
     tmp.as_file().sync_all().map_err(write_error)?;
     tmp.persist(path).map_err(|e| write_error(e.error))?;
-    Ok(())
+    Ok(result)
 }
 
 /// The lock file beside a database: `ktune.json.lock` for `ktune.json`.

@@ -37,12 +37,24 @@
 //!
 //! No GPU and no CUDA toolkit are needed: without measurements every variant
 //! uses the heuristic schedule.
+//!
+//! # The tuning database
+//!
+//! Measured schedules are read from the crate's database (default
+//! `tuning/ktune.json`, see [`Config::database`]) layered over the per-user
+//! cache (`<cache dir>/ktune/<crate>/ktune.json`, see [`layer`]). Besides
+//! the heuristic default of each target, every kernel gets one variant per
+//! GPU model holding a winner for its computation, shape and dtype, for
+//! that GPU's target; the runtime picks it on that model. Records measured
+//! on the virtual GPU are never embedded; stale and invalid records are
+//! reported with `cargo:warning` and not embedded (see [`select::tuned`]).
 
 // The examples above are complete build scripts: their `fn main` is the point.
 #![allow(clippy::needless_doctest_main)]
 
 pub mod db;
 mod error;
+pub mod layer;
 pub mod manifest;
 pub mod out;
 pub mod ptxas;
@@ -53,6 +65,7 @@ use std::path::{Path, PathBuf};
 
 pub use error::{Diagnostic, Error, Location};
 use ktune_core::SmVersion;
+use layer::Layers;
 pub use select::{Source, Variant};
 
 /// Prepares every kernel of the crate being built, with default settings.
@@ -76,6 +89,8 @@ pub struct Config {
     out_dir: Option<PathBuf>,
     source_dirs: Vec<PathBuf>,
     targets: Vec<SmVersion>,
+    database: Option<PathBuf>,
+    user_cache: bool,
     cargo_instructions: bool,
 }
 
@@ -86,13 +101,17 @@ pub struct Report {
     pub kernels: Vec<(String, Vec<Variant>)>,
     /// Every file the build read.
     pub inputs: Vec<PathBuf>,
+    /// What the build warned about (stale or unusable tuning records).
+    pub warnings: Vec<String>,
 }
 
 impl Config {
     /// Defaults: the crate's `src/`, Cargo's `OUT_DIR`, the targets declared
-    /// in `[package.metadata.ktune]`, and Cargo instructions on stdout.
+    /// in `[package.metadata.ktune]`, the database `tuning/ktune.json` over
+    /// the user cache, and Cargo instructions on stdout.
     pub fn new() -> Config {
         Config {
+            user_cache: true,
             cargo_instructions: true,
             ..Config::default()
         }
@@ -124,6 +143,20 @@ impl Config {
         self
     }
 
+    /// The crate's tuning database, relative to the crate root (default:
+    /// [`db::DEFAULT_PATH`]). A missing file is an empty database.
+    pub fn database(mut self, path: impl Into<PathBuf>) -> Config {
+        self.database = Some(path.into());
+        self
+    }
+
+    /// Whether to read the per-user cache under the crate's database
+    /// (default: on).
+    pub fn user_cache(mut self, on: bool) -> Config {
+        self.user_cache = on;
+        self
+    }
+
     /// Whether to print `cargo:` instructions (off for use outside a build
     /// script).
     pub fn cargo_instructions(mut self, on: bool) -> Config {
@@ -151,6 +184,19 @@ impl Config {
             }
         }
 
+        let stack = layer::stack(
+            manifest_dir.join(self.database_path()),
+            metadata.name.as_deref().filter(|_| self.user_cache),
+        );
+        if self.cargo_instructions {
+            for (_, path) in &stack {
+                if let Some(watched) = layer::watched(path) {
+                    println!("cargo:rerun-if-changed={}", watched.display());
+                }
+            }
+        }
+        let layers = Layers::open(stack)?;
+
         let mut declared = metadata.targets.clone();
         declared.extend(self.targets.iter().copied());
         let targets = select::targets(&declared);
@@ -161,16 +207,41 @@ impl Config {
         })?;
         let mut written = Vec::new();
         let mut kernels = Vec::new();
+        let mut warnings = Vec::new();
         for found in &scan.kernels {
-            let variants = select::variants(&found.kernel, &found.location, &targets)?;
+            let mut variants = select::variants(&found.kernel, &found.location, &targets)?;
+            let tuned = select::tuned(&found.kernel, &layers);
+            variants.extend(tuned.variants);
+            if self.cargo_instructions {
+                for warning in &tuned.warnings {
+                    println!("cargo:warning={warning}");
+                }
+            }
+            warnings.extend(tuned.warnings);
             written.extend(out::write_kernel(&out_dir, &found.kernel, &variants)?);
             kernels.push((found.kernel.name.clone(), variants));
         }
         out::remove_stale(&out_dir, &written)?;
 
         let mut inputs = vec![manifest_path];
+        inputs.extend(
+            layers
+                .iter()
+                .filter(|l| l.path.exists())
+                .map(|l| l.path.clone()),
+        );
         inputs.extend(scan.files);
-        Ok(Report { kernels, inputs })
+        Ok(Report {
+            kernels,
+            inputs,
+            warnings,
+        })
+    }
+
+    fn database_path(&self) -> &Path {
+        self.database
+            .as_deref()
+            .unwrap_or(Path::new(db::DEFAULT_PATH))
     }
 
     fn source_dirs(&self, manifest_dir: &Path) -> Vec<PathBuf> {

@@ -10,6 +10,8 @@ use crate::error::Error;
 /// Settings a crate declares in `[package.metadata.ktune]`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Metadata {
+    /// The package's name (`[package] name`), which keys its user cache.
+    pub name: Option<String>,
     /// GPU targets to emit variants for, besides the sm_80 baseline.
     pub targets: Vec<SmVersion>,
 }
@@ -21,6 +23,7 @@ struct Manifest {
 
 #[derive(Deserialize)]
 struct Package {
+    name: Option<String>,
     metadata: Option<PackageMetadata>,
 }
 
@@ -52,12 +55,13 @@ pub fn parse(path: &Path, text: &str) -> Result<Metadata, Error> {
         message,
     };
     let manifest: Manifest = toml::from_str(text).map_err(|e| invalid(e.to_string()))?;
-    let Some(raw) = manifest
-        .package
-        .and_then(|p| p.metadata)
-        .and_then(|m| m.ktune)
-    else {
-        return Ok(Metadata::default());
+    let package = manifest.package;
+    let name = package.as_ref().and_then(|p| p.name.clone());
+    let Some(raw) = package.and_then(|p| p.metadata).and_then(|m| m.ktune) else {
+        return Ok(Metadata {
+            name,
+            ..Metadata::default()
+        });
     };
     let mut targets = Vec::new();
     for name in raw.targets {
@@ -67,5 +71,5 @@ pub fn parse(path: &Path, text: &str) -> Result<Metadata, Error> {
         }
     }
     targets.sort();
-    Ok(Metadata { targets })
+    Ok(Metadata { name, targets })
 }

@@ -1,25 +1,31 @@
 //! Decides which schedule each (kernel, target) variant uses.
 //!
-//! Today every choice is the heuristic default. This is the seam where the
-//! tuning database (a hit) and the search (a miss with a GPU) plug in: they
-//! add variants keyed by GPU model and say where each choice came from.
+//! Every build emits the heuristic default for each target ([`variants`]);
+//! the tuning database adds one variant per GPU model it holds a winner for
+//! ([`tuned`]). The search (a miss with a GPU) will plug in here too.
 
 use std::fmt;
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use ktune_core::SmVersion;
+use ktune_core::db::{Fingerprint, Key};
 use ktune_core::ir::Kernel;
 use ktune_core::lower::{self, Lowered};
 use ktune_core::schedule::Schedule;
 
 use crate::error::{Error, Location};
+use crate::layer::{Layer, Layers};
 
 /// Where a variant's schedule came from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Source {
     /// Ranked by the heuristic model, nothing measured.
     Heuristic,
     /// Given by the user (a tool's `--schedule`).
     Explicit,
+    /// Measured: the winner of a tuning database's layer.
+    Database { layer: Layer },
 }
 
 impl fmt::Display for Source {
@@ -27,6 +33,7 @@ impl fmt::Display for Source {
         match self {
             Source::Heuristic => f.write_str("heuristic"),
             Source::Explicit => f.write_str("explicit"),
+            Source::Database { layer } => write!(f, "database ({layer})"),
         }
     }
 }
@@ -107,4 +114,120 @@ pub fn variant(
         source,
         lowered,
     })
+}
+
+/// A kernel's variants from the tuning database, and what the build must
+/// tell the user about the records it did not use.
+#[derive(Debug, Clone, Default)]
+pub struct Tuned {
+    /// One variant per GPU model holding a usable winner for the kernel's
+    /// computation, shape and dtype, for that GPU's target; ordered by GPU.
+    pub variants: Vec<Variant>,
+    /// One line per problem, for `cargo:warning`: the kernel's stale
+    /// records (counted, once), and each winner that is invalid or for a
+    /// GPU ktune has no target for.
+    pub warnings: Vec<String>,
+}
+
+/// The database's variants of `kernel`.
+///
+/// A record is *current* when its checksum and code-generator version are
+/// this kernel's and this ktune's. For each GPU model with current records
+/// of the kernel's shape and dtype, the first layer holding a winner
+/// decides ([`Layers::winner`]); records measured on the virtual GPU are
+/// never winners, so they give no variant. The winner's schedule is
+/// lowered again for the GPU's target, and a record that does not lower is
+/// reported, not embedded; the next layer is not consulted, so that the
+/// report points at the record that has to be fixed. Records of the
+/// kernel's name that are not current are stale: counted in one warning,
+/// never used.
+pub fn tuned(kernel: &Kernel, layers: &Layers) -> Tuned {
+    let checksum = ktune_core::canon::checksum(kernel);
+    let shape: BTreeMap<String, u32> = kernel
+        .dims
+        .iter()
+        .map(|d| (d.name.clone(), d.size))
+        .collect();
+    let is_current = |r: &ktune_core::db::Record| {
+        r.checksum == checksum && r.provenance.generator_version == ktune_core::GENERATOR_VERSION
+    };
+
+    let mut stale = 0;
+    let mut gpus = BTreeSet::<Fingerprint>::new();
+    let mut current = Layers::new();
+    for opened in layers.iter() {
+        let mut database = ktune_core::db::Database::new();
+        for r in opened
+            .database
+            .records
+            .iter()
+            .filter(|r| r.kernel == kernel.name)
+        {
+            if !is_current(r) {
+                stale += 1;
+                continue;
+            }
+            if r.shape == shape && r.dtype == kernel.output.dtype {
+                gpus.insert(r.gpu.fingerprint());
+                database.records.push(r.clone());
+            }
+        }
+        current.push(opened.layer.clone(), opened.path.clone(), database);
+    }
+
+    let mut tuned = Tuned::default();
+    if stale > 0 {
+        let (records, are, it) = if stale == 1 {
+            ("record is", "was", "it")
+        } else {
+            ("records are", "were", "they")
+        };
+        tuned.warnings.push(format!(
+            "kernel `{}`: {stale} tuning {records} stale (the kernel or ktune's code generator changed since {it} {are} tuned); run `cargo ktune db verify`",
+            kernel.name
+        ));
+    }
+    for gpu in gpus {
+        let key = Key {
+            checksum: checksum.clone(),
+            shape: shape.clone(),
+            dtype: kernel.output.dtype,
+            gpu,
+        };
+        let Some((opened, record)) = current.winner(&key) else {
+            continue;
+        };
+        let unused = |reason: String| {
+            format!(
+                "kernel `{}`: the tuning record for `{}` (measured {}, {} layer `{}`) is not used: {reason}",
+                kernel.name,
+                record.gpu.name,
+                record.provenance.date,
+                opened.layer,
+                opened.path.display()
+            )
+        };
+        let Some(target) = key.gpu.compute_capability.target() else {
+            tuned.warnings.push(unused(format!(
+                "ktune has no target for compute capability {}",
+                key.gpu.compute_capability
+            )));
+            continue;
+        };
+        match lower::lower(kernel, &record.schedule, target) {
+            Ok(lowered) => tuned.variants.push(Variant {
+                target,
+                gpu: Some(record.gpu.name.clone()),
+                schedule: record.schedule.clone(),
+                source: Source::Database {
+                    layer: opened.layer.clone(),
+                },
+                lowered,
+            }),
+            Err(e) => tuned
+                .warnings
+                .push(unused(format!("its schedule is invalid: {e}"))),
+        }
+    }
+    tuned
 }

@@ -120,6 +120,22 @@ proptest! {
     }
 
     #[test]
+    fn compaction_keeps_every_choice_and_only_the_choices(
+        records in prop::collection::vec(arb_record(), 0..12),
+    ) {
+        let db = db_of(records);
+        let mut compact = db.clone();
+        let dropped = compact.compact();
+        prop_assert_eq!(compact.records.len() + dropped.len(), db.records.len());
+        prop_assert_eq!(&compact.winners(), &db.winners());
+        prop_assert_eq!(compact.records.len(), db.winners().len());
+        for r in &db.records {
+            prop_assert_eq!(compact.winner(&r.key()), db.winner(&r.key()));
+        }
+        prop_assert_eq!(Database::parse(&compact.to_text()).unwrap(), compact);
+    }
+
+    #[test]
     fn the_winner_is_never_beaten_nor_virtual(records in prop::collection::vec(arb_record(), 1..10)) {
         let db = db_of(records);
         for r in &db.records {

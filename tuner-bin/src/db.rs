@@ -1,6 +1,11 @@
 //! `cargo ktune db`: the tuning database, for people.
 
-use std::path::PathBuf;
+mod assemble;
+mod diff;
+mod merge;
+mod prune;
+
+use std::path::{Path, PathBuf};
 
 use anyhow::{Result, bail};
 use clap::{Args, Subcommand};
@@ -23,6 +28,45 @@ pub(crate) enum Command {
         #[command(flatten)]
         file: FileArgs,
     },
+    /// What changed between two databases, per key: records added or
+    /// removed, and chosen schedules that changed, with their speed-ups.
+    Diff {
+        /// The old database.
+        old: PathBuf,
+        /// The new database.
+        new: PathBuf,
+        /// Print the changes as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Merge databases into one, keeping what the hysteresis keeps, and
+    /// report the keys whose chosen schedules disagreed.
+    Merge {
+        /// The database to merge into (created if missing).
+        into: PathBuf,
+        /// The databases to merge from.
+        #[arg(required = true)]
+        from: Vec<PathBuf>,
+        /// Print what would change; write nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Drop records that no longer serve: stale ones (`--stale`) and those
+    /// no key chooses (`--superseded`); both unless one is named.
+    Prune {
+        #[command(flatten)]
+        file: FileArgs,
+        /// Drop records whose kernel changed or vanished, or that an older
+        /// code generator measured.
+        #[arg(long)]
+        stale: bool,
+        /// Keep only the record each key chooses.
+        #[arg(long)]
+        superseded: bool,
+        /// List what would be dropped; write nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
 }
 
 #[derive(Args)]
@@ -38,7 +82,83 @@ pub(crate) fn run(command: Command) -> Result<()> {
     match command {
         Command::Show { file } => show(&file),
         Command::Verify { file } => verify(&file),
+        Command::Diff { old, new, json } => diff::run(&old, &new, json),
+        Command::Merge {
+            into,
+            from,
+            dry_run,
+        } => merge::run(&into, &from, dry_run),
+        Command::Prune {
+            file,
+            stale,
+            superseded,
+            dry_run,
+        } => {
+            let (stale, superseded) = if stale || superseded {
+                (stale, superseded)
+            } else {
+                (true, true)
+            };
+            prune::run(
+                &file,
+                &prune::Options {
+                    stale,
+                    superseded,
+                    dry_run,
+                },
+            )
+        }
     }
+}
+
+/// Reads a database that must exist: a missing file is an error, not an
+/// empty database.
+fn open_existing(path: &Path) -> Result<Database> {
+    if !path.exists() {
+        bail!("{}: no such database", path.display());
+    }
+    Ok(ktune_build::db::open(path)?)
+}
+
+/// Prints rows as columns aligned on the widest cell.
+fn print_table(rows: &[Vec<String>]) {
+    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..columns)
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.get(c))
+                .map(|cell| cell.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    for row in rows {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(cell, width)| format!("{cell:<width$}"))
+            .collect();
+        println!("{}", cells.join("  ").trim_end());
+    }
+}
+
+/// `N=4096,M=128 f32`
+fn shape(r: &Record) -> String {
+    let dims: Vec<String> = r.shape.iter().map(|(d, n)| format!("{d}={n}")).collect();
+    format!("{} {}", dims.join(","), r.dtype)
+}
+
+/// `8.00 µs ±0.08`
+fn median(r: &Record) -> String {
+    format!(
+        "{:.2} µs ±{:.2}",
+        r.stats.median_us,
+        (r.stats.high_us - r.stats.low_us) / 2.0
+    )
+}
+
+fn ratio(x: Option<f64>) -> String {
+    x.map_or("-".to_owned(), |x| format!("{x:.2}x"))
 }
 
 fn path(args: &FileArgs) -> Result<PathBuf> {
@@ -61,20 +181,10 @@ fn show(args: &FileArgs) -> Result<()> {
         "", "kernel", "shape", "GPU", "schedule", "median", "speed-up",
     ]
     .map(String::from);
-    let mut rows = vec![header];
-    rows.extend(db.records.iter().map(|r| row(&db, r)));
-    let widths: Vec<usize> = (0..rows[0].len())
-        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
-        .collect();
+    let mut rows = vec![header.to_vec()];
+    rows.extend(db.records.iter().map(|r| row(&db, r).to_vec()));
     println!("{}: {} records", path.display(), db.records.len());
-    for row in &rows {
-        let cells: Vec<String> = row
-            .iter()
-            .zip(&widths)
-            .map(|(cell, width)| format!("{cell:<width$}"))
-            .collect();
-        println!("{}", cells.join("  ").trim_end());
-    }
+    print_table(&rows);
     println!("\n* chosen for its GPU; vgpu: measured on the virtual GPU, never chosen");
     Ok(())
 }
@@ -87,19 +197,14 @@ fn row(db: &Database, r: &Record) -> [String; 7] {
     } else {
         ""
     };
-    let shape: Vec<String> = r.shape.iter().map(|(d, n)| format!("{d}={n}")).collect();
     [
         marker.to_owned(),
         r.kernel.clone(),
-        format!("{} {}", shape.join(","), r.dtype),
+        shape(r),
         r.gpu.fingerprint().to_string(),
         r.schedule.to_json(),
-        format!(
-            "{:.2} µs ±{:.2}",
-            r.stats.median_us,
-            (r.stats.high_us - r.stats.low_us) / 2.0
-        ),
-        r.speedup().map_or("-".to_owned(), |s| format!("{s:.2}x")),
+        median(r),
+        ratio(r.speedup()),
     ]
 }
 
@@ -118,7 +223,33 @@ fn verify(args: &FileArgs) -> Result<()> {
     for p in &problems {
         println!("{}: {p}", path.display());
     }
-    if problems.is_empty() {
+    let checked: Vec<usize> = problems.iter().map(|p| p.index).collect();
+    let assembly = assemble::check(&db, &kernels, &checked);
+    let failures = match &assembly {
+        assemble::Outcome::NoPtxas => {
+            println!("ptxas not found: assembly not checked");
+            0
+        }
+        assemble::Outcome::Checked {
+            assembled,
+            failures,
+        } => {
+            for (index, message) in failures {
+                let kernel = &db.records[*index].kernel;
+                println!(
+                    "{}: record {index} (kernel `{kernel}`): {message}",
+                    path.display()
+                );
+            }
+            println!(
+                "ptxas: {assembled} records assembled for their GPUs, {} failed or spilled",
+                failures.len()
+            );
+            failures.len()
+        }
+    };
+    let count = problems.len() + failures;
+    if count == 0 {
         println!(
             "{}: {} records, all valid",
             path.display(),
@@ -127,9 +258,8 @@ fn verify(args: &FileArgs) -> Result<()> {
         Ok(())
     } else {
         bail!(
-            "{}: {} problems in {} records",
+            "{}: {count} problems in {} records",
             path.display(),
-            problems.len(),
             db.records.len()
         )
     }

@@ -1,7 +1,8 @@
 //! `cargo ktune`: the command line of ktune.
 //!
 //! - `cargo ktune status`: the kernels of a crate, their shapes, and the
-//!   schedule each target's variant would use (and where it came from).
+//!   schedule each variant would use and where it came from (heuristic, or
+//!   which database layer), with the targets no GPU was tuned for.
 //! - `cargo ktune ptx <kernel> [--target sm_90] [--schedule default|JSON]`:
 //!   the PTX a kernel ships, to read what runs.
 //! - `cargo ktune verify [--sample N] [--seed S] [--json]`: every variant
@@ -17,6 +18,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
+use ktune_build::layer::{self, Layers};
 use ktune_build::scan::{self, Found};
 use ktune_build::{Source, manifest, select};
 use ktune_core::SmVersion;
@@ -189,6 +191,18 @@ pub(crate) fn load_crate(args: &CrateArgs) -> Result<Crate> {
 fn status(args: &CrateArgs) -> Result<()> {
     let krate = load_crate(args)?;
     let targets = select::targets(&krate.metadata.targets);
+    let layers = Layers::open(layer::stack(
+        krate.root.join(ktune_build::db::DEFAULT_PATH),
+        Some(&krate.name),
+    ))?;
+    for opened in layers.iter() {
+        println!(
+            "{} database: {} ({} records)",
+            opened.layer,
+            opened.path.display(),
+            opened.database.records.len()
+        );
+    }
     println!(
         "crate `{}` ({}): {} kernels, targets {}",
         krate.name,
@@ -214,14 +228,33 @@ fn status(args: &CrateArgs) -> Result<()> {
             shape.join(", "),
             k.output.dtype
         );
-        for v in select::variants(k, &found.location, &targets)? {
+        let mut variants = select::variants(k, &found.location, &targets)?;
+        let tuned = select::tuned(k, &layers);
+        variants.extend(tuned.variants);
+        for v in &variants {
             println!(
-                "  {:<6} {:<10} {:<9} {}",
+                "  {:<6} {:<24} {:<20} {}",
                 v.target.name(),
                 v.gpu.as_deref().unwrap_or("default"),
                 v.source.to_string(),
                 v.schedule.to_json()
             );
+        }
+        let tuned_targets: Vec<SmVersion> = variants
+            .iter()
+            .filter(|v| v.gpu.is_some())
+            .map(|v| v.target)
+            .collect();
+        let missing: Vec<&str> = targets
+            .iter()
+            .filter(|t| !tuned_targets.contains(t))
+            .map(|t| t.name())
+            .collect();
+        if !missing.is_empty() {
+            println!("  not tuned for a GPU of: {}", missing.join(", "));
+        }
+        for warning in &tuned.warnings {
+            println!("  warning: {warning}");
         }
     }
     Ok(())

@@ -144,6 +144,14 @@ impl Database {
     }
 }
 
+impl Record {
+    /// `kernel` with this record's dimension sizes: what was measured, if
+    /// the record names the kernel's dimensions.
+    pub fn shaped(&self, kernel: &Kernel) -> Option<Kernel> {
+        with_shape(kernel, self)
+    }
+}
+
 fn stats_problem(r: &Record) -> Option<String> {
     let s = &r.stats;
     let values = [s.low_us, s.median_us, s.high_us];

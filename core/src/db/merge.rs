@@ -12,7 +12,7 @@
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
-use super::{Database, FORMAT_VERSION, Record};
+use super::{Database, FORMAT_VERSION, Key, MeasuredOn, Record};
 
 /// The relative margin by which a record must beat another, beyond their
 /// confidence intervals not overlapping.
@@ -60,6 +60,57 @@ impl Database {
     /// The union of two databases, pruned as by [`Database::insert`].
     pub fn merge(&mut self, other: Database) {
         self.insert(other.records);
+    }
+
+    /// The record chosen for each key and kind of device: the oldest of the
+    /// key's records that no other of the same device kind beats. For
+    /// [`MeasuredOn::Gpu`] it is [`Database::winner`].
+    pub fn winners(&self) -> BTreeMap<(Key, MeasuredOn), &Record> {
+        let mut groups: BTreeMap<(Key, MeasuredOn), Vec<&Record>> = BTreeMap::new();
+        for r in &self.records {
+            groups
+                .entry((r.key(), r.provenance.measured_on))
+                .or_default()
+                .push(r);
+        }
+        groups
+            .into_iter()
+            .filter_map(|(group, members)| {
+                let chosen = members
+                    .iter()
+                    .copied()
+                    .filter(|r| !members.iter().any(|other| beats(other, r)))
+                    .min_by(|a, b| age_order(a, b))?;
+                Some((group, chosen))
+            })
+            .collect()
+    }
+
+    /// Normalizes, then keeps only each key's [winner](Database::winners)
+    /// (per kind of device) and returns the records it drops.
+    ///
+    /// No key's choice changes. After [`Database::normalize`] a key's
+    /// records are exactly those no other record of the key beats, and the
+    /// winner is the oldest of them. Dropping one of the others cannot
+    /// make the winner beaten (nothing left beats it, and removing records
+    /// adds no beaters), nor make an older record unbeaten (every record
+    /// left was already unbeaten), so the winner stays the oldest unbeaten
+    /// record of what is left.
+    ///
+    /// What compaction gives up is evidence for later merges: a dropped
+    /// record would have beaten some incoming records, or outlived a
+    /// winner that a newcomer beats. After compaction the merge is still
+    /// order-independent, but over the compacted set: a newcomer that
+    /// beats the winner replaces it, where the full set might have chosen
+    /// a dropped record that the newcomer did not beat.
+    pub fn compact(&mut self) -> Vec<Record> {
+        self.normalize();
+        let keep: Vec<Record> = self.winners().into_values().cloned().collect();
+        let all = std::mem::take(&mut self.records);
+        let (kept, dropped): (Vec<Record>, Vec<Record>) =
+            all.into_iter().partition(|r| keep.contains(r));
+        self.records = kept;
+        dropped
     }
 
     /// Puts the database in its canonical form: current format version,

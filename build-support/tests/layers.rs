@@ -1,0 +1,200 @@
+//! The build's use of the tuning database: layer precedence, and what it
+//! does with records it cannot use (virtual-GPU, stale, invalid, unknown
+//! GPU).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use ktune_build::layer::{Layer, Layers};
+use ktune_build::{Config, Source, scan, select};
+use ktune_core::DType;
+use ktune_core::db::{ComputeCapability, Database, Gpu, MeasuredOn, Provenance, Record, Stats};
+use ktune_core::ir::Kernel;
+use ktune_core::schedule::Schedule;
+
+const LIB_RS: &str = r#"
+use ktune::prelude::*;
+
+#[tuned_kernel(shape(N = 4096))]
+pub fn scale(x: Tensor<f32, (N,)>) -> Tensor<f32, (N,)> {
+    compute(|n| x[n] * 2.0)
+}
+"#;
+
+fn kernel(dir: &Path) -> Kernel {
+    std::fs::create_dir_all(dir.join("src")).unwrap();
+    std::fs::write(dir.join("src/lib.rs"), LIB_RS).unwrap();
+    let found = scan::scan(dir, &[dir.join("src")]).expect("the kernel scans");
+    found.kernels[0].kernel.clone()
+}
+
+fn record(kernel: &Kernel, gpu: &str, cc: (u32, u32), block: u32, median: f64) -> Record {
+    Record {
+        kernel: kernel.name.clone(),
+        checksum: ktune_core::canon::checksum(kernel),
+        canonical: String::new(),
+        shape: BTreeMap::from([("N".to_owned(), 4096)]),
+        dtype: DType::F32,
+        gpu: Gpu {
+            name: gpu.to_owned(),
+            compute_capability: ComputeCapability {
+                major: cc.0,
+                minor: cc.1,
+            },
+            sm_count: 0,
+            driver: "fixture".to_owned(),
+            cuda: "fixture".to_owned(),
+            clocks_mhz: None,
+        },
+        schedule: Schedule::Elementwise {
+            block,
+            per_thread: 1,
+            vector: 1,
+        },
+        stats: Stats {
+            median_us: median,
+            low_us: median * 0.99,
+            high_us: median * 1.01,
+            samples: 50,
+            baseline_us: None,
+            throughput: None,
+        },
+        provenance: Provenance {
+            ktune_version: "0.1.0".to_owned(),
+            generator_version: ktune_core::GENERATOR_VERSION,
+            measured_on: MeasuredOn::Gpu,
+            date: "2000-01-01T00:00:00Z".to_owned(),
+        },
+    }
+}
+
+fn database(records: Vec<Record>) -> Database {
+    let mut db = Database::new();
+    db.insert(records);
+    db
+}
+
+fn block_of(v: &ktune_build::Variant) -> u32 {
+    match v.schedule {
+        Schedule::Elementwise { block, .. } => block,
+        _ => panic!("an elementwise schedule"),
+    }
+}
+
+#[test]
+fn the_first_layer_with_a_winner_decides() {
+    let dir = tempfile::tempdir().unwrap();
+    let k = kernel(dir.path());
+    let mut layers = Layers::new();
+    layers.push(
+        Layer::Crate,
+        "crate.json".into(),
+        database(vec![record(&k, "NVIDIA H200", (9, 0), 256, 5.0)]),
+    );
+    layers.push(
+        Layer::Dependency("lib".to_owned()),
+        "lib.json".into(),
+        database(vec![
+            // Faster, but a lower layer: the crate's record decides.
+            record(&k, "NVIDIA H200", (9, 0), 512, 1.0),
+            record(&k, "NVIDIA A10", (8, 6), 128, 3.0),
+        ]),
+    );
+    layers.push(
+        Layer::UserCache,
+        "cache.json".into(),
+        database(vec![record(&k, "NVIDIA A10", (8, 6), 64, 1.0)]),
+    );
+    let tuned = select::tuned(&k, &layers);
+    assert!(tuned.warnings.is_empty(), "{:?}", tuned.warnings);
+    let got: Vec<(&str, u32, Source)> = tuned
+        .variants
+        .iter()
+        .map(|v| (v.gpu.as_deref().unwrap(), block_of(v), v.source.clone()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (
+                "NVIDIA A10",
+                128,
+                Source::Database {
+                    layer: Layer::Dependency("lib".to_owned())
+                }
+            ),
+            (
+                "NVIDIA H200",
+                256,
+                Source::Database {
+                    layer: Layer::Crate
+                }
+            ),
+        ]
+    );
+    assert_eq!(tuned.variants[0].target, ktune_core::SmVersion::Sm86);
+}
+
+#[test]
+fn unusable_records_are_reported_or_ignored_never_embedded() {
+    let dir = tempfile::tempdir().unwrap();
+    let k = kernel(dir.path());
+    let mut vgpu = record(&k, "NVIDIA L4", (8, 9), 128, 1.0);
+    vgpu.provenance.measured_on = MeasuredOn::Vgpu;
+    let mut stale = record(&k, "NVIDIA H200", (9, 0), 128, 1.0);
+    stale.checksum = "0".repeat(32);
+    let mut old_generator = record(&k, "NVIDIA H200", (9, 0), 64, 1.0);
+    old_generator.provenance.generator_version = ktune_core::GENERATOR_VERSION + 1;
+    let invalid = record(&k, "NVIDIA A100-SXM4-80GB", (8, 0), 100, 1.0);
+    let unknown = record(&k, "NVIDIA T4", (7, 5), 128, 1.0);
+    let mut other_shape = record(&k, "NVIDIA A10", (8, 6), 128, 1.0);
+    other_shape.shape.insert("N".to_owned(), 17);
+    let db = database(vec![
+        vgpu,
+        stale,
+        old_generator,
+        invalid,
+        unknown,
+        other_shape,
+    ]);
+    std::fs::create_dir_all(dir.path().join("tuning")).unwrap();
+    std::fs::write(dir.path().join("tuning/ktune.json"), db.to_text()).unwrap();
+    std::fs::write(
+        dir.path().join("Cargo.toml"),
+        "[package]\nname = \"scale\"\nversion = \"0.0.0\"\n",
+    )
+    .unwrap();
+
+    let report = Config::new()
+        .manifest_dir(dir.path())
+        .out_dir(dir.path().join("out"))
+        .user_cache(false)
+        .cargo_instructions(false)
+        .build()
+        .expect("the build succeeds");
+    let (_, variants) = &report.kernels[0];
+    assert!(variants.iter().all(|v| v.gpu.is_none()), "{variants:?}");
+    assert_eq!(report.warnings.len(), 3, "{:#?}", report.warnings);
+    assert_eq!(
+        report.warnings[0],
+        "kernel `scale`: 2 tuning records are stale (the kernel or ktune's code generator changed since they were tuned); run `cargo ktune db verify`"
+    );
+    assert!(
+        report.warnings[1].starts_with(
+            "kernel `scale`: the tuning record for `NVIDIA A100-SXM4-80GB` (measured 2000-01-01T00:00:00Z, crate layer `"
+        ) && report.warnings[1].contains("is not used: its schedule is invalid: "),
+        "{}",
+        report.warnings[1]
+    );
+    assert!(
+        report.warnings[2].contains("`NVIDIA T4`")
+            && report.warnings[2]
+                .ends_with("is not used: ktune has no target for compute capability 7.5"),
+        "{}",
+        report.warnings[2]
+    );
+    assert!(
+        report
+            .inputs
+            .contains(&dir.path().join("tuning/ktune.json"))
+    );
+}
