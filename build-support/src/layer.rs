@@ -114,6 +114,16 @@ pub fn stack(database: PathBuf, user_cache_of: Option<&str>) -> Vec<(Layer, Path
     stack
 }
 
+/// The environment variables `dirs::cache_dir` reads on this platform: a
+/// change to one moves the user cache, so the build must rerun.
+pub const USER_CACHE_ENV: &[&str] = if cfg!(windows) {
+    &["LOCALAPPDATA"]
+} else if cfg!(target_os = "macos") {
+    &["HOME"]
+} else {
+    &["XDG_CACHE_HOME", "HOME"]
+};
+
 /// The per-user cache database of crate `name`:
 /// `<cache dir>/ktune/<name>/ktune.json`, if the platform has a cache dir.
 pub fn user_cache_path(name: &str) -> Option<PathBuf> {

@@ -189,6 +189,11 @@ impl Config {
             metadata.name.as_deref().filter(|_| self.user_cache),
         );
         if self.cargo_instructions {
+            if self.user_cache {
+                for var in layer::USER_CACHE_ENV {
+                    println!("cargo:rerun-if-env-changed={var}");
+                }
+            }
             for (_, path) in &stack {
                 if let Some(watched) = layer::watched(path) {
                     println!("cargo:rerun-if-changed={}", watched.display());
