@@ -157,21 +157,7 @@ mod tests {
     use super::*;
     use crate::lower::lower;
     use crate::syntax::parse_kernel;
-
-    fn softmax(r: u32, c: u32) -> Kernel {
-        parse_kernel(
-            quote!(shape(R = #r, C = #c)),
-            quote! {
-                fn softmax(x: Tensor<f32, (R, C)>) -> Tensor<f32, (R, C)> {
-                    compute(|r, c| {
-                        let mx = max(C, |j| x[r][j]);
-                        exp(x[r][c] - mx) / sum(C, |j| exp(x[r][j] - mx))
-                    })
-                }
-            },
-        )
-        .expect("valid kernel")
-    }
+    use crate::test_kernels::{matmul, softmax};
 
     fn scale(r: u32, c: u32) -> Kernel {
         parse_kernel(
@@ -191,18 +177,6 @@ mod tests {
             quote! {
                 fn col_sum(x: Tensor<f32, (R, C)>) -> Tensor<f32, (C,)> {
                     compute(|c| sum(R, |r| x[r][c]))
-                }
-            },
-        )
-        .expect("valid kernel")
-    }
-
-    fn matmul(m: u32, n: u32, k: u32) -> Kernel {
-        parse_kernel(
-            quote!(shape(M = #m, N = #n, K = #k)),
-            quote! {
-                fn mm(a: Tensor<f32, (M, K)>, b: Tensor<f32, (K, N)>) -> Tensor<f32, (M, N)> {
-                    compute(|m, n| sum(K, |k| a[m][k] * b[k][n]))
                 }
             },
         )

@@ -25,3 +25,5 @@ pub mod ptx;
 pub mod schedule;
 pub mod space;
 pub mod syntax;
+#[cfg(test)]
+mod test_kernels;

@@ -205,41 +205,12 @@ fn matmul(kernel: &Kernel, plan: &MatmulPlan, target: SmVersion) -> Vec<Schedule
 
 #[cfg(test)]
 mod tests {
-    use quote::quote;
-
     use super::*;
-    use crate::syntax::parse_kernel;
-
-    fn softmax(r: u32, c: u32) -> Kernel {
-        parse_kernel(
-            quote!(shape(R = #r, C = #c)),
-            quote! {
-                fn softmax(x: Tensor<f32, (R, C)>) -> Tensor<f32, (R, C)> {
-                    compute(|r, c| {
-                        let mx = max(C, |j| x[r][j]);
-                        exp(x[r][c] - mx) / sum(C, |j| exp(x[r][j] - mx))
-                    })
-                }
-            },
-        )
-        .expect("valid kernel")
-    }
-
-    fn matmul_kernel(m: u32, n: u32, k: u32) -> Kernel {
-        parse_kernel(
-            quote!(shape(M = #m, N = #n, K = #k)),
-            quote! {
-                fn mm(a: Tensor<f32, (M, K)>, b: Tensor<f32, (K, N)>) -> Tensor<f32, (M, N)> {
-                    compute(|m, n| sum(K, |k| a[m][k] * b[k][n]))
-                }
-            },
-        )
-        .expect("valid kernel")
-    }
+    use crate::test_kernels::{matmul, softmax};
 
     #[test]
     fn every_point_lowers_and_the_order_is_stable() {
-        for k in [softmax(7, 13), softmax(64, 1024), matmul_kernel(33, 65, 17)] {
+        for k in [softmax(7, 13), softmax(64, 1024), matmul(33, 65, 17)] {
             for target in SmVersion::ALL {
                 let points = candidates(&k, target);
                 assert!(points.len() > 10, "{}: {} points", k.name, points.len());
@@ -269,7 +240,7 @@ mod tests {
 
     #[test]
     fn samples_are_deterministic_ordered_subsets() {
-        let points = candidates(&matmul_kernel(64, 64, 64), SmVersion::Sm80);
+        let points = candidates(&matmul(64, 64, 64), SmVersion::Sm80);
         assert!(points.len() > 20);
         let a = sample(&points, 10, 42);
         assert_eq!(a, sample(&points, 10, 42));

@@ -1,0 +1,35 @@
+//! Kernels shared by this crate's unit tests.
+
+use quote::quote;
+
+use crate::ir::Kernel;
+use crate::syntax::parse_kernel;
+
+/// Row softmax over an `r × c` input.
+pub(crate) fn softmax(r: u32, c: u32) -> Kernel {
+    parse_kernel(
+        quote!(shape(R = #r, C = #c)),
+        quote! {
+            fn softmax(x: Tensor<f32, (R, C)>) -> Tensor<f32, (R, C)> {
+                compute(|r, c| {
+                    let mx = max(C, |j| x[r][j]);
+                    exp(x[r][c] - mx) / sum(C, |j| exp(x[r][j] - mx))
+                })
+            }
+        },
+    )
+    .expect("valid kernel")
+}
+
+/// `a · b` with `a: (M, K)`, `b: (K, N)`, all f32.
+pub(crate) fn matmul(m: u32, n: u32, k: u32) -> Kernel {
+    parse_kernel(
+        quote!(shape(M = #m, N = #n, K = #k)),
+        quote! {
+            fn mm(a: Tensor<f32, (M, K)>, b: Tensor<f32, (K, N)>) -> Tensor<f32, (M, N)> {
+                compute(|m, n| sum(K, |k| a[m][k] * b[k][n]))
+            }
+        },
+    )
+    .expect("valid kernel")
+}
