@@ -11,6 +11,7 @@ pub mod dtype;
 pub mod heuristic;
 pub mod interp;
 pub mod ir;
+pub mod occupancy;
 pub mod target;
 
 /// The version of the code generator. Bump it whenever the PTX emitted for

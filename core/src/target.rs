@@ -90,6 +90,14 @@ impl SmVersion {
             shared_per_sm,
             sm_count,
             warp_size: 32,
+            max_blocks_per_sm: match self {
+                SmVersion::Sm80 | SmVersion::Sm90 => 32,
+                SmVersion::Sm86 => 16,
+                SmVersion::Sm89 => 24,
+            },
+            register_allocation_unit: 256,
+            shared_allocation_unit: 128,
+            reserved_shared_per_block: 1024,
         }
     }
 }
@@ -143,4 +151,70 @@ pub struct Limits {
     pub shared_per_sm: u32,
     pub sm_count: u32,
     pub warp_size: u32,
+    /// Resident blocks an SM holds at most, whatever their size.
+    pub max_blocks_per_sm: u32,
+    /// Registers are allocated per warp in multiples of this many.
+    pub register_allocation_unit: u32,
+    /// Shared memory is allocated per block in multiples of this many bytes.
+    pub shared_allocation_unit: u32,
+    /// Shared memory the CUDA runtime reserves for each resident block
+    /// (counted within `shared_per_sm`).
+    pub reserved_shared_per_block: u32,
+}
+
+/// Published figures of the GPU whose limits each target's tables hold: the
+/// heuristic model's inputs. Peaks are nominal (boost clock, dense).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Hardware {
+    pub gpu: &'static str,
+    pub clock_mhz: u32,
+    /// FP32 fused multiply-adds an SM issues per clock.
+    pub fp32_lanes_per_sm: u32,
+    /// 16-bit tensor-core FLOPs (f32 accumulate) an SM does per clock.
+    pub tensor_flops_per_sm_clock: u32,
+    /// DRAM bandwidth, bytes per second.
+    pub dram_bandwidth: f64,
+    pub l2_bytes: u32,
+}
+
+impl SmVersion {
+    /// The reference GPU of this target: A100 SXM4 80 GB (sm_80), A40
+    /// (sm_86), RTX 4090 (sm_89), H100 SXM5 (sm_90; an H200 has the same SMs
+    /// and 4.8 TB/s).
+    pub fn hardware(self) -> Hardware {
+        match self {
+            SmVersion::Sm80 => Hardware {
+                gpu: "A100-SXM4-80GB",
+                clock_mhz: 1410,
+                fp32_lanes_per_sm: 64,
+                tensor_flops_per_sm_clock: 2048,
+                dram_bandwidth: 2.039e12,
+                l2_bytes: 40 << 20,
+            },
+            SmVersion::Sm86 => Hardware {
+                gpu: "A40",
+                clock_mhz: 1740,
+                fp32_lanes_per_sm: 128,
+                tensor_flops_per_sm_clock: 1024,
+                dram_bandwidth: 0.696e12,
+                l2_bytes: 6 << 20,
+            },
+            SmVersion::Sm89 => Hardware {
+                gpu: "RTX 4090",
+                clock_mhz: 2520,
+                fp32_lanes_per_sm: 128,
+                tensor_flops_per_sm_clock: 512,
+                dram_bandwidth: 1.008e12,
+                l2_bytes: 72 << 20,
+            },
+            SmVersion::Sm90 => Hardware {
+                gpu: "H100-SXM5-80GB",
+                clock_mhz: 1980,
+                fp32_lanes_per_sm: 128,
+                tensor_flops_per_sm_clock: 4096,
+                dram_bandwidth: 3.35e12,
+                l2_bytes: 50 << 20,
+            },
+        }
+    }
 }
