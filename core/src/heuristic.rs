@@ -80,23 +80,10 @@ fn elementwise(kernel: &Kernel, target: SmVersion) -> Schedule {
 fn rows(kernel: &Kernel, plan: &RowPlan, target: SmVersion) -> Schedule {
     let limits = target.limits();
     let warp = limits.warp_size;
-    let extent_of =
-        |vars: &[crate::ir::VarId]| vars.iter().map(|v| kernel.extent(*v)).product::<u32>();
-    let rows = extent_of(&plan.row_vars);
-    let reduced: Vec<u32> = plan
-        .reductions()
-        .filter_map(|r| match kernel.expr(r) {
-            Expr::Reduce { var, .. } => Some(kernel.extent(*var)),
-            _ => None,
-        })
-        .collect();
+    let rows = plan.rows(kernel);
+    let reduced: Vec<u32> = plan.reduced_extents(kernel).collect();
     let vector = widest_vector(reduced.iter().copied());
-    let length = reduced
-        .iter()
-        .copied()
-        .chain([extent_of(&plan.inner_vars)])
-        .max()
-        .unwrap_or(1);
+    let length = plan.length(kernel);
 
     let threads_per_row = if !reads_contiguously(kernel, plan) {
         1

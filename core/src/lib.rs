@@ -22,6 +22,7 @@ pub const GENERATOR_VERSION: u32 = 1;
 pub use dtype::DType;
 pub use target::SmVersion;
 pub mod lower;
+pub mod model;
 pub mod ptx;
 pub mod schedule;
 pub mod space;

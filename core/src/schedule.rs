@@ -54,15 +54,120 @@ pub enum Schedule {
     },
 }
 
+/// A schedule class: which lowering a point selects, and its knobs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Class {
+    Generic,
+    Elementwise,
+    Rows,
+    Matmul,
+}
+
+impl Class {
+    /// The class name, as in the JSON form.
+    pub fn name(self) -> &'static str {
+        match self {
+            Class::Generic => "generic",
+            Class::Elementwise => "elementwise",
+            Class::Rows => "rows",
+            Class::Matmul => "matmul",
+        }
+    }
+
+    /// The class's knob names, in the order of [`Schedule::knob_values`].
+    pub fn knobs(self) -> &'static [&'static str] {
+        match self {
+            Class::Generic => &["block"],
+            Class::Elementwise => &["block", "per_thread", "vector"],
+            Class::Rows => &["threads_per_row", "rows_per_block", "vector"],
+            Class::Matmul => &[
+                "block_m", "block_n", "block_k", "thread_m", "thread_n", "vector_a", "vector_b",
+            ],
+        }
+    }
+
+    /// The point of this class with `values` for its knobs, in order; `None`
+    /// when the count is wrong.
+    pub fn schedule(self, values: &[u32]) -> Option<Schedule> {
+        Some(match (self, values) {
+            (Class::Generic, &[block]) => Schedule::Generic { block },
+            (Class::Elementwise, &[block, per_thread, vector]) => Schedule::Elementwise {
+                block,
+                per_thread,
+                vector,
+            },
+            (Class::Rows, &[threads_per_row, rows_per_block, vector]) => Schedule::Rows {
+                threads_per_row,
+                rows_per_block,
+                vector,
+            },
+            (
+                Class::Matmul,
+                &[
+                    block_m,
+                    block_n,
+                    block_k,
+                    thread_m,
+                    thread_n,
+                    vector_a,
+                    vector_b,
+                ],
+            ) => Schedule::Matmul {
+                block_m,
+                block_n,
+                block_k,
+                thread_m,
+                thread_n,
+                vector_a,
+                vector_b,
+            },
+            _ => return None,
+        })
+    }
+}
+
 impl Schedule {
+    /// The schedule's class.
+    pub fn kind(&self) -> Class {
+        match self {
+            Schedule::Generic { .. } => Class::Generic,
+            Schedule::Elementwise { .. } => Class::Elementwise,
+            Schedule::Rows { .. } => Class::Rows,
+            Schedule::Matmul { .. } => Class::Matmul,
+        }
+    }
+
+    /// The knob values, in the order of [`Class::knobs`].
+    pub fn knob_values(&self) -> Vec<u32> {
+        match *self {
+            Schedule::Generic { block } => vec![block],
+            Schedule::Elementwise {
+                block,
+                per_thread,
+                vector,
+            } => vec![block, per_thread, vector],
+            Schedule::Rows {
+                threads_per_row,
+                rows_per_block,
+                vector,
+            } => vec![threads_per_row, rows_per_block, vector],
+            Schedule::Matmul {
+                block_m,
+                block_n,
+                block_k,
+                thread_m,
+                thread_n,
+                vector_a,
+                vector_b,
+            } => vec![
+                block_m, block_n, block_k, thread_m, thread_n, vector_a, vector_b,
+            ],
+        }
+    }
+
     /// The class name, as in the JSON form.
     pub fn class(&self) -> &'static str {
-        match self {
-            Schedule::Generic { .. } => "generic",
-            Schedule::Elementwise { .. } => "elementwise",
-            Schedule::Rows { .. } => "rows",
-            Schedule::Matmul { .. } => "matmul",
-        }
+        self.kind().name()
     }
 
     /// The compact JSON form stored in databases and shown to people.

@@ -182,7 +182,7 @@ fn stats_problem(r: &Record) -> Option<String> {
 
 /// The knobs' sanity for a target, without the kernel.
 fn knobs(schedule: &Schedule, target: SmVersion) -> Result<(), String> {
-    let check = |threads: u32| crate::lower::check_block(threads, target);
+    let check = |threads: u32| crate::lower::check_block(threads, target).map_err(|v| v.reason);
     match *schedule {
         Schedule::Generic { block } => check(block),
         Schedule::Elementwise {

@@ -79,6 +79,29 @@ impl RowPlan {
             RowStep::Let(_) => None,
         })
     }
+
+    /// How many rows there are.
+    pub fn rows(&self, kernel: &Kernel) -> u32 {
+        self.row_vars.iter().map(|v| kernel.extent(*v)).product()
+    }
+
+    /// The extents the reductions run over, in the order they are computed.
+    pub fn reduced_extents<'a>(&'a self, kernel: &'a Kernel) -> impl Iterator<Item = u32> + 'a {
+        self.reductions().filter_map(|r| match kernel.expr(r) {
+            Expr::Reduce { var, .. } => Some(kernel.extent(*var)),
+            _ => None,
+        })
+    }
+
+    /// A row's length: its longest reduction, or its element count when
+    /// that is longer.
+    pub fn length(&self, kernel: &Kernel) -> u32 {
+        let elements: u32 = self.inner_vars.iter().map(|v| kernel.extent(*v)).product();
+        self.reduced_extents(kernel)
+            .chain([elements])
+            .max()
+            .unwrap_or(1)
+    }
 }
 
 /// The op class of `kernel`.

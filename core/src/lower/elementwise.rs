@@ -12,7 +12,7 @@
 use std::collections::{HashMap, HashSet};
 
 use super::expr::{self, Env};
-use super::{Launch, Lowered, check_block, entry_name};
+use super::{Constraint, Launch, Lowered, Violation, check_block, entry_name};
 use crate::dtype::DType;
 use crate::ir::{Expr, ExprId, Kernel, VarId};
 use crate::ptx::Builder;
@@ -26,16 +26,40 @@ pub const MAX_PER_THREAD: u32 = 16;
 pub const VECTOR_WIDTHS: [u32; 3] = [1, 2, 4];
 
 /// Checks a vector width against the extent of the variable it runs along.
-pub(super) fn check_vector(vector: u32, extent: u32, what: &str) -> Result<(), String> {
+pub(super) fn check_vector(vector: u32, extent: u32, what: &str) -> Result<(), Violation> {
     if !VECTOR_WIDTHS.contains(&vector) {
-        return Err(format!("vector width {vector}; expected 1, 2 or 4"));
+        return Err(Violation::new(
+            Constraint::Range,
+            format!("vector width {vector}; expected 1, 2 or 4"),
+        ));
     }
     if !extent.is_multiple_of(vector) {
-        return Err(format!(
-            "vector width {vector} does not divide {what} ({extent}), so vector accesses would straddle rows or lose alignment"
+        return Err(Violation::new(
+            Constraint::Alignment,
+            format!(
+                "vector width {vector} does not divide {what} ({extent}), so vector accesses would straddle rows or lose alignment"
+            ),
         ));
     }
     Ok(())
+}
+
+pub(super) fn check(
+    kernel: &Kernel,
+    block: u32,
+    per_thread: u32,
+    vector: u32,
+    target: SmVersion,
+) -> Result<(), Violation> {
+    check_block(block, target)?;
+    if per_thread == 0 || per_thread > MAX_PER_THREAD {
+        return Err(Violation::new(
+            Constraint::Range,
+            format!("{per_thread} groups per thread; expected 1 to {MAX_PER_THREAD}"),
+        ));
+    }
+    let innermost = kernel.output_vars().last().map_or(1, |v| kernel.extent(*v));
+    check_vector(vector, innermost, "the output's innermost extent")
 }
 
 pub(super) fn lower(
@@ -44,17 +68,10 @@ pub(super) fn lower(
     per_thread: u32,
     vector: u32,
     target: SmVersion,
-) -> Result<Lowered, String> {
-    check_block(block, target)?;
-    if per_thread == 0 || per_thread > MAX_PER_THREAD {
-        return Err(format!(
-            "{per_thread} groups per thread; expected 1 to {MAX_PER_THREAD}"
-        ));
-    }
+) -> Result<Lowered, Violation> {
+    check(kernel, block, per_thread, vector, target)?;
     let out_vars = kernel.output_vars();
     let last = out_vars.last().copied();
-    let last_extent = last.map_or(1, |v| kernel.extent(v));
-    check_vector(vector, last_extent, "the output's innermost extent")?;
 
     let total = kernel.len_of(&kernel.output) as u32;
     let groups = total / vector;

@@ -2,13 +2,13 @@
 //! sequential loop. Slow but valid for any kernel the front-end accepts.
 
 use super::expr::{self, Env};
-use super::{Launch, Lowered, check_block, entry_name};
+use super::{Launch, Lowered, Violation, check_block, entry_name};
 use crate::ir::Kernel;
 use crate::ptx::Builder;
 use crate::ptx::inst::{Addr, ArithOp, Cmp, Operand, Space, Special, Ty};
 use crate::target::SmVersion;
 
-pub(super) fn lower(kernel: &Kernel, block: u32, target: SmVersion) -> Result<Lowered, String> {
+pub(super) fn lower(kernel: &Kernel, block: u32, target: SmVersion) -> Result<Lowered, Violation> {
     check_block(block, target)?;
     let total = kernel.len_of(&kernel.output) as u32;
     let mut b = Builder::new();

@@ -2,7 +2,7 @@
 //! launch configuration it was written for.
 
 pub mod classify;
-mod elementwise;
+pub(crate) mod elementwise;
 pub mod expr;
 mod generic;
 pub mod matmul;
@@ -43,6 +43,7 @@ pub enum LowerError {
         kernel: String,
         schedule: String,
         target: SmVersion,
+        constraint: Constraint,
         reason: String,
     },
     #[error(
@@ -53,6 +54,65 @@ pub enum LowerError {
         tensor: String,
         len: u64,
     },
+}
+
+/// The rule a schedule point breaks. Every invalid point is rejected by
+/// exactly one of these, checked before any code is emitted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Constraint {
+    /// A knob outside the values the lowering implements.
+    Range,
+    /// Threads per block: a positive multiple of the warp size within the
+    /// target's limit.
+    Threads,
+    /// Shared memory per block within the target's opt-in maximum.
+    SharedMemory,
+    /// Estimated registers per thread within what the block size leaves.
+    Registers,
+    /// Vector accesses need aligned runs: the width divides the contiguous
+    /// extent, the tile and every stride.
+    Alignment,
+    /// A thread's tile must fit its block's tile.
+    Tiling,
+}
+
+impl Constraint {
+    pub const ALL: [Constraint; 6] = [
+        Constraint::Range,
+        Constraint::Threads,
+        Constraint::SharedMemory,
+        Constraint::Registers,
+        Constraint::Alignment,
+        Constraint::Tiling,
+    ];
+
+    /// The name shown in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Constraint::Range => "range",
+            Constraint::Threads => "threads",
+            Constraint::SharedMemory => "shared_memory",
+            Constraint::Registers => "registers",
+            Constraint::Alignment => "alignment",
+            Constraint::Tiling => "tiling",
+        }
+    }
+}
+
+/// A broken [`Constraint`] and what exactly breaks it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Violation {
+    pub constraint: Constraint,
+    pub reason: String,
+}
+
+impl Violation {
+    pub fn new(constraint: Constraint, reason: impl Into<String>) -> Violation {
+        Violation {
+            constraint,
+            reason: reason.into(),
+        }
+    }
 }
 
 /// The PTX entry name of a kernel.
@@ -66,6 +126,27 @@ pub fn lower(
     schedule: &Schedule,
     target: SmVersion,
 ) -> Result<Lowered, LowerError> {
+    dispatch(kernel, schedule, target, Step::Emit).map(|l| l.expect("emitted"))
+}
+
+/// Checks `schedule` against every [`Constraint`] for `kernel` on `target`
+/// without emitting code: `Ok` exactly when [`lower`] succeeds.
+pub fn validate(kernel: &Kernel, schedule: &Schedule, target: SmVersion) -> Result<(), LowerError> {
+    dispatch(kernel, schedule, target, Step::Check).map(|_| ())
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Step {
+    Check,
+    Emit,
+}
+
+fn dispatch(
+    kernel: &Kernel,
+    schedule: &Schedule,
+    target: SmVersion,
+    step: Step,
+) -> Result<Option<Lowered>, LowerError> {
     for t in kernel.inputs.iter().chain(std::iter::once(&kernel.output)) {
         let len = kernel.len_of(t);
         if len > i32::MAX as u64 {
@@ -76,27 +157,37 @@ pub fn lower(
             });
         }
     }
-    let invalid = |reason: String| LowerError::Invalid {
+    let invalid = |v: Violation| LowerError::Invalid {
         kernel: kernel.name.clone(),
         schedule: schedule.to_json(),
         target,
-        reason,
+        constraint: v.constraint,
+        reason: v.reason,
     };
     let wrong_class = |class: OpClass| LowerError::WrongClass {
         kernel: kernel.name.clone(),
         schedule: schedule.class(),
         reason: format!("the kernel is {}", class.describe()),
     };
-    match schedule {
-        Schedule::Generic { block } => generic::lower(kernel, *block, target).map_err(invalid),
+    let emit = step == Step::Emit;
+    match *schedule {
+        Schedule::Generic { block } => if emit {
+            generic::lower(kernel, block, target).map(Some)
+        } else {
+            check_block(block, target).map(|()| None)
+        }
+        .map_err(invalid),
         Schedule::Elementwise {
             block,
             per_thread,
             vector,
         } => match classify::classify(kernel) {
-            OpClass::Elementwise => {
-                elementwise::lower(kernel, *block, *per_thread, *vector, target).map_err(invalid)
+            OpClass::Elementwise => if emit {
+                elementwise::lower(kernel, block, per_thread, vector, target).map(Some)
+            } else {
+                elementwise::check(kernel, block, per_thread, vector, target).map(|()| None)
             }
+            .map_err(invalid),
             other => Err(wrong_class(other)),
         },
         Schedule::Rows {
@@ -104,37 +195,30 @@ pub fn lower(
             rows_per_block,
             vector,
         } => match classify::classify(kernel) {
-            OpClass::Rows(plan) => rows::lower(
-                kernel,
-                &plan,
-                *threads_per_row,
-                *rows_per_block,
-                *vector,
-                target,
-            )
-            .map_err(invalid),
+            OpClass::Rows(plan) => {
+                let knobs = rows::Knobs {
+                    threads_per_row,
+                    rows_per_block,
+                    vector,
+                };
+                if emit {
+                    rows::lower(kernel, &plan, knobs, target).map(Some)
+                } else {
+                    rows::check(kernel, &plan, knobs, target).map(|_| None)
+                }
+                .map_err(invalid)
+            }
             other => Err(wrong_class(other)),
         },
-        &Schedule::Matmul {
-            block_m,
-            block_n,
-            block_k,
-            thread_m,
-            thread_n,
-            vector_a,
-            vector_b,
-        } => match matmul::detect(kernel) {
+        Schedule::Matmul { .. } => match matmul::detect(kernel) {
             Some(plan) => {
-                let tiles = matmul::Tiles {
-                    block_m,
-                    block_n,
-                    block_k,
-                    thread_m,
-                    thread_n,
-                    vector_a,
-                    vector_b,
-                };
-                matmul::lower(kernel, &plan, tiles, target).map_err(invalid)
+                let tiles = matmul::Tiles::from_schedule(schedule).expect("a matmul point");
+                if emit {
+                    matmul::lower(kernel, &plan, tiles, target).map(Some)
+                } else {
+                    matmul::Layout::new(kernel, &plan, tiles, target).map(|_| None)
+                }
+                .map_err(invalid)
             }
             None => Err(wrong_class(classify::classify(kernel))),
         },
@@ -150,15 +234,18 @@ pub fn heuristic(kernel: &Kernel, target: SmVersion) -> Schedule {
 
 /// Checks that a block size is a positive multiple of the warp size within
 /// the target's limit.
-pub(crate) fn check_block(threads: u32, target: SmVersion) -> Result<(), String> {
+pub(crate) fn check_block(threads: u32, target: SmVersion) -> Result<(), Violation> {
     let limits = target.limits();
     if threads == 0
         || !threads.is_multiple_of(limits.warp_size)
         || threads > limits.max_threads_per_block
     {
-        return Err(format!(
-            "{threads} threads per block; expected a multiple of {} up to {}",
-            limits.warp_size, limits.max_threads_per_block
+        return Err(Violation::new(
+            Constraint::Threads,
+            format!(
+                "{threads} threads per block; expected a multiple of {} up to {}",
+                limits.warp_size, limits.max_threads_per_block
+            ),
         ));
     }
     Ok(())

@@ -15,7 +15,7 @@
 use super::classify::{RowPlan, RowStep};
 use super::elementwise::{bind_vars, check_vector, emit_consecutive, store_vec};
 use super::expr::{self, Env};
-use super::{Launch, Lowered, check_block, entry_name};
+use super::{Constraint, Launch, Lowered, Violation, check_block, entry_name};
 use crate::dtype::DType;
 use crate::ir::{Expr, ExprId, Kernel, ReduceOp, VarId};
 use crate::ptx::Builder;
@@ -38,7 +38,7 @@ pub fn shared_bytes(threads_per_row: u32, rows_per_block: u32, warp_size: u32) -
 }
 
 /// The knobs of a rows schedule, checked.
-struct Shape {
+pub(super) struct Shape {
     threads_per_row: u32,
     rows_per_block: u32,
     vector: u32,
@@ -56,27 +56,39 @@ impl Shape {
     }
 }
 
-fn check(
+/// A rows schedule's knobs.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Knobs {
+    pub threads_per_row: u32,
+    pub rows_per_block: u32,
+    pub vector: u32,
+}
+
+pub(super) fn check(
     kernel: &Kernel,
     plan: &RowPlan,
-    threads_per_row: u32,
-    rows_per_block: u32,
-    vector: u32,
+    knobs: Knobs,
     target: SmVersion,
-) -> Result<Shape, String> {
+) -> Result<Shape, Violation> {
+    let Knobs {
+        threads_per_row,
+        rows_per_block,
+        vector,
+    } = knobs;
     let limits = target.limits();
     if !threads_per_row.is_power_of_two() || threads_per_row > limits.max_threads_per_block {
-        return Err(format!(
-            "{threads_per_row} threads per row; expected a power of two up to {}",
-            limits.max_threads_per_block
+        return Err(Violation::new(
+            Constraint::Range,
+            format!(
+                "{threads_per_row} threads per row; expected a power of two up to {}",
+                limits.max_threads_per_block
+            ),
         ));
     }
     if rows_per_block == 0 {
-        return Err("0 rows per block".into());
+        return Err(Violation::new(Constraint::Range, "0 rows per block"));
     }
-    let block = threads_per_row
-        .checked_mul(rows_per_block)
-        .ok_or_else(|| format!("{threads_per_row} × {rows_per_block} threads per block"))?;
+    let block = threads_per_row.saturating_mul(rows_per_block);
     check_block(block, target)?;
     for r in plan.reductions() {
         if let Expr::Reduce { var, .. } = kernel.expr(r) {
@@ -90,9 +102,12 @@ fn check(
     }
     let shared = shared_bytes(threads_per_row, rows_per_block, limits.warp_size);
     if shared > u64::from(limits.max_shared_per_block) {
-        return Err(format!(
-            "{shared} bytes of shared memory; {target} allows {}",
-            limits.max_shared_per_block
+        return Err(Violation::new(
+            Constraint::SharedMemory,
+            format!(
+                "{shared} bytes of shared memory; {target} allows {}",
+                limits.max_shared_per_block
+            ),
         ));
     }
     Ok(Shape {
@@ -121,19 +136,15 @@ struct Slots {
 pub(super) fn lower(
     kernel: &Kernel,
     plan: &RowPlan,
-    threads_per_row: u32,
-    rows_per_block: u32,
-    vector: u32,
+    knobs: Knobs,
     target: SmVersion,
-) -> Result<Lowered, String> {
-    let shape = check(
-        kernel,
-        plan,
+) -> Result<Lowered, Violation> {
+    let shape = check(kernel, plan, knobs, target)?;
+    let Knobs {
         threads_per_row,
         rows_per_block,
         vector,
-        target,
-    )?;
+    } = knobs;
     let extent_of = |vars: &[VarId]| vars.iter().map(|v| kernel.extent(*v)).product::<u32>();
     let rows = extent_of(&plan.row_vars);
     let inner = extent_of(&plan.inner_vars);

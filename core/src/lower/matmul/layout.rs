@@ -4,7 +4,7 @@
 use super::{MatmulPlan, Side, Tiles};
 use crate::dtype::DType;
 use crate::ir::Kernel;
-use crate::lower::check_block;
+use crate::lower::{Constraint, Violation, check_block};
 use crate::target::SmVersion;
 
 /// Shared-memory padding (in f32 elements) of a tile staged with a
@@ -23,7 +23,7 @@ const REGISTER_BUDGET: u32 = 200;
 /// contiguous dimension, `vector` elements per access, consecutive threads
 /// on consecutive vectors (coalesced).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Staging {
+pub(crate) struct Staging {
     pub dtype: DType,
     /// Whether global `cols` run along `k` (the operand is `k`-contiguous,
     /// like `x[m][k]` or `w[n][k]`): the store to shared memory transposes.
@@ -68,7 +68,7 @@ impl Staging {
 
 /// Everything the emitter needs, derived from a checked schedule.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Layout {
+pub(crate) struct Layout {
     pub tiles: Tiles,
     pub threads: u32,
     /// Threads along `n` and along `m`.
@@ -80,6 +80,8 @@ pub(super) struct Layout {
     pub a: Staging,
     pub b: Staging,
     pub shared_bytes: u32,
+    /// Registers per thread, as estimated when checking the tiles.
+    pub registers: u32,
     pub m_extent: u32,
     pub n_extent: u32,
     pub k_extent: u32,
@@ -91,7 +93,7 @@ impl Layout {
         plan: &MatmulPlan,
         tiles: Tiles,
         target: SmVersion,
-    ) -> Result<Layout, String> {
+    ) -> Result<Layout, Violation> {
         let Tiles {
             block_m,
             block_n,
@@ -108,19 +110,25 @@ impl Layout {
             ("thread_n", thread_n, 16),
         ] {
             if !value.is_power_of_two() || value > max {
-                return Err(format!(
-                    "{name} = {value}; expected a power of two up to {max}"
+                return Err(Violation::new(
+                    Constraint::Range,
+                    format!("{name} = {value}; expected a power of two up to {max}"),
                 ));
             }
         }
         if thread_m > block_m || thread_n > block_n {
-            return Err(format!(
-                "a thread's {thread_m}×{thread_n} outputs do not fit the {block_m}×{block_n} block tile"
+            return Err(Violation::new(
+                Constraint::Tiling,
+                format!(
+                    "a thread's {thread_m}×{thread_n} outputs do not fit the {block_m}×{block_n} block tile"
+                ),
             ));
         }
         let threads = tiles.threads();
-        check_block(threads, target)
-            .map_err(|e| format!("(block_m/thread_m)·(block_n/thread_n) gives {e}"))?;
+        check_block(threads, target).map_err(|v| Violation {
+            reason: format!("(block_m/thread_m)·(block_n/thread_n) gives {}", v.reason),
+            ..v
+        })?;
 
         let a = staging(kernel, plan, Side::A, tiles, threads)?;
         let b = staging(kernel, plan, Side::B, tiles, threads)?;
@@ -131,8 +139,11 @@ impl Layout {
         let shared_bytes = b.offset + b.bytes(block_k);
         let max_shared = target.limits().max_shared_per_block;
         if shared_bytes > max_shared {
-            return Err(format!(
-                "the A and B tiles need {shared_bytes} bytes of shared memory; {target} allows {max_shared} per block"
+            return Err(Violation::new(
+                Constraint::SharedMemory,
+                format!(
+                    "the A and B tiles need {shared_bytes} bytes of shared memory; {target} allows {max_shared} per block"
+                ),
             ));
         }
         // Accumulators live throughout; fragments (two steps' worth, as
@@ -142,9 +153,12 @@ impl Layout {
             + 24;
         let budget = REGISTER_BUDGET.min(target.limits().registers_per_sm / threads);
         if registers > budget {
-            return Err(format!(
-                "an estimated {registers} registers per thread ({} accumulators); at most {budget} fit with {threads} threads",
-                thread_m * thread_n
+            return Err(Violation::new(
+                Constraint::Registers,
+                format!(
+                    "an estimated {registers} registers per thread ({} accumulators); at most {budget} fit with {threads} threads",
+                    thread_m * thread_n
+                ),
             ));
         }
         Ok(Layout {
@@ -157,6 +171,7 @@ impl Layout {
             a,
             b,
             shared_bytes,
+            registers,
             m_extent: kernel.extent(plan.m),
             n_extent: kernel.extent(plan.n),
             k_extent: kernel.extent(plan.k),
@@ -171,7 +186,7 @@ fn staging(
     side: Side,
     tiles: Tiles,
     threads: u32,
-) -> Result<Staging, String> {
+) -> Result<Staging, Violation> {
     let operand = side.operand(plan);
     let (name, block_x, x_extent, vector) = match side {
         Side::A => ("A", tiles.block_m, kernel.extent(plan.m), tiles.vector_a),
@@ -200,10 +215,13 @@ fn staging(
     };
     let max_vector = 16 / dtype.size();
     if !vector.is_power_of_two() || vector > max_vector {
-        return Err(format!(
-            "vector_{} = {vector}; expected 1, 2, 4{} for {dtype} elements",
-            name.to_lowercase(),
-            if max_vector == 8 { " or 8" } else { "" }
+        return Err(Violation::new(
+            Constraint::Range,
+            format!(
+                "vector_{} = {vector}; expected 1, 2, 4{} for {dtype} elements",
+                name.to_lowercase(),
+                if max_vector == 8 { " or 8" } else { "" }
+            ),
         ));
     }
     if vector > 1 {
@@ -236,9 +254,12 @@ fn staging(
                 .then(|| format!("a stride of {name} is not a multiple of {vector}"))
         };
         if let Some(why) = why {
-            return Err(format!(
-                "vector_{} = {vector} needs aligned {vector}-element runs, but {why}",
-                name.to_lowercase()
+            return Err(Violation::new(
+                Constraint::Alignment,
+                format!(
+                    "vector_{} = {vector} needs aligned {vector}-element runs, but {why}",
+                    name.to_lowercase()
+                ),
             ));
         }
     }

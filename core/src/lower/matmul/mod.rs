@@ -49,18 +49,19 @@
 mod detect;
 mod emit;
 mod heuristic;
-mod layout;
+pub(crate) mod layout;
 mod stage;
 #[cfg(test)]
 mod tests;
 
-use super::Lowered;
+use super::{Lowered, Violation};
 use crate::ir::{ExprId, Kernel, TensorId, VarId};
 use crate::schedule::Schedule;
 use crate::target::SmVersion;
 
 pub use heuristic::heuristic;
-use layout::{Layout, Staging};
+pub(crate) use layout::Layout;
+use layout::Staging;
 
 /// How a contraction kernel maps onto `C[batch][m][n] = Σ_k A[batch][m][k] ·
 /// B[batch][k][n]`, followed by an epilogue.
@@ -205,7 +206,7 @@ pub(super) fn lower(
     plan: &MatmulPlan,
     tiles: Tiles,
     target: SmVersion,
-) -> Result<Lowered, String> {
+) -> Result<Lowered, Violation> {
     let layout = Layout::new(kernel, plan, tiles, target)?;
     Ok(emit::emit(kernel, plan, &layout))
 }

@@ -222,7 +222,7 @@ fn tiles(
 }
 
 fn check(k: &Kernel, t: Tiles, target: SmVersion) -> Result<Layout, String> {
-    Layout::new(k, &plan(k), t, target)
+    Layout::new(k, &plan(k), t, target).map_err(|v| v.reason)
 }
 
 #[test]

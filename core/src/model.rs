@@ -1,0 +1,437 @@
+//! The heuristic model: an estimate of a schedule point's run time from the
+//! target's published figures, without running anything. It ranks points,
+//! so it cares about the ratios between them more than absolute times.
+//!
+//! Every estimate starts from what a block needs (threads, registers,
+//! shared memory), the [`occupancy`] that gives, and the number of blocks.
+//! Then, per op class:
+//!
+//! - **Streaming classes** (elementwise, rows, generic) are bound by memory.
+//!   The bandwidth a grid reaches follows Little's law: the bytes its
+//!   resident threads keep in flight (loads each thread issues before it
+//!   needs the first, times resident threads) over the memory latency,
+//!   capped by the DRAM peak and by the width of each access (narrow loads
+//!   reach less of the peak). Rows add their extra passes over each row
+//!   (from L2) and their reduction trees (shuffles, and barriers across
+//!   warps) once per wave.
+//! - **Contractions** are bound by the slowest of: FFMA issue, instruction
+//!   issue and shared-memory bandwidth, per `block_k` step of all the
+//!   blocks an SM holds; the global-memory latency of a step, which the
+//!   other resident blocks hide; and L2 traffic (each operand is read once
+//!   per block tile across it). Steps are repeated over `K` and blocks in
+//!   whole waves over the SMs, so a grid that leaves SMs idle in its last
+//!   wave pays for it.
+//!
+//! Every estimate carries its [`Bound`] and the figures it used, so that
+//! tools can show why a point ranks where it does.
+
+use serde::Serialize;
+
+use crate::ir::Kernel;
+use crate::lower::classify::{OpClass, classify};
+use crate::lower::matmul::{self, Layout, MatmulPlan, Tiles};
+use crate::lower::{LowerError, validate};
+use crate::occupancy::{BlockUsage, Occupancy, occupancy};
+use crate::schedule::Schedule;
+use crate::target::{Hardware, SmVersion};
+
+/// Latency of a global load that misses the caches.
+const MEMORY_LATENCY_S: f64 = 600e-9;
+/// A kernel launch and its drain, whatever it does.
+const LAUNCH_S: f64 = 3e-6;
+/// L2 bandwidth relative to DRAM's.
+const L2_OVER_DRAM: f64 = 3.0;
+/// Shared-memory bytes an SM serves per clock.
+const SHARED_BYTES_PER_CLOCK: f64 = 128.0;
+/// Warp instructions an SM issues per clock (four schedulers).
+const ISSUE_PER_CLOCK: f64 = 4.0;
+/// Cycles of one shuffle step of a reduction tree, and of a barrier.
+const SHUFFLE_CYCLES: f64 = 30.0;
+const BARRIER_CYCLES: f64 = 60.0;
+
+/// What limits a point's estimated time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Bound {
+    /// DRAM bandwidth.
+    Memory,
+    /// Too few bytes in flight to reach the bandwidth.
+    Latency,
+    /// Arithmetic or instruction issue.
+    Compute,
+    /// Shared-memory bandwidth.
+    SharedMemory,
+    /// L2 bandwidth.
+    L2,
+}
+
+/// The model's estimate for one schedule point.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Estimate {
+    pub seconds: f64,
+    pub bound: Bound,
+    pub occupancy: Occupancy,
+    pub threads_per_block: u32,
+    pub registers: u32,
+    pub shared_bytes: u32,
+    pub blocks: u64,
+    /// Blocks over what the SMs hold at once.
+    pub waves: f64,
+    /// FLOPs per byte the kernel must move from DRAM.
+    pub intensity: f64,
+}
+
+/// Estimates `schedule`'s run time for `kernel` on `target`; an invalid
+/// point is the lowering's error.
+pub fn estimate(
+    kernel: &Kernel,
+    schedule: &Schedule,
+    target: SmVersion,
+) -> Result<Estimate, LowerError> {
+    validate(kernel, schedule, target)?;
+    let hw = target.hardware();
+    let flops = kernel.flops() as f64;
+    let intensity = flops / kernel.compulsory_bytes().max(1) as f64;
+    let class = classify(kernel);
+    let (usage, blocks, cost) = match (schedule, &class) {
+        (Schedule::Matmul { .. }, _) => {
+            let plan = matmul::detect(kernel).expect("validated as a contraction");
+            let tiles = Tiles::from_schedule(schedule).expect("a matmul point");
+            return Ok(contraction(kernel, &plan, tiles, target, intensity));
+        }
+        (Schedule::Rows { .. }, OpClass::Rows(plan)) => rows(kernel, plan, schedule),
+        _ => flat(kernel, schedule),
+    };
+    let occ = occupancy(usage, target);
+    let resident = f64::from(occ.blocks_per_sm.max(1) * target.limits().sm_count);
+    let waves = blocks as f64 / resident;
+    let threads = blocks as f64 * f64::from(usage.threads);
+    let resident_threads = threads.min(resident * f64::from(usage.threads));
+    let peak = hw.dram_bandwidth * cost.access_efficiency;
+    let little = resident_threads * cost.in_flight_per_thread / MEMORY_LATENCY_S;
+    let (bandwidth, bound) = if little < peak {
+        (little, Bound::Latency)
+    } else {
+        (peak, Bound::Memory)
+    };
+    let clock = f64::from(hw.clock_mhz) * 1e6;
+    let seconds = cost.dram_bytes / bandwidth
+        + cost.l2_bytes / (hw.dram_bandwidth * L2_OVER_DRAM)
+        + waves.ceil() * cost.serial_cycles / clock
+        + LAUNCH_S;
+    Ok(Estimate {
+        seconds,
+        bound,
+        occupancy: occ,
+        threads_per_block: usage.threads,
+        registers: usage.registers,
+        shared_bytes: usage.shared_bytes,
+        blocks,
+        waves,
+        intensity,
+    })
+}
+
+/// `points` with their estimates, fastest first (ties keep their order);
+/// invalid points are left out.
+pub fn rank(kernel: &Kernel, target: SmVersion, points: &[Schedule]) -> Vec<(Schedule, Estimate)> {
+    let mut ranked: Vec<(Schedule, Estimate)> = points
+        .iter()
+        .filter_map(|p| Some((p.clone(), estimate(kernel, p, target).ok()?)))
+        .collect();
+    ranked.sort_by(|a, b| a.1.seconds.total_cmp(&b.1.seconds));
+    ranked
+}
+
+/// How a streaming kernel moves its bytes.
+struct Stream {
+    dram_bytes: f64,
+    /// Re-reads served by L2.
+    l2_bytes: f64,
+    /// Bytes each thread has in flight before it waits.
+    in_flight_per_thread: f64,
+    /// The fraction of peak bandwidth its access width reaches.
+    access_efficiency: f64,
+    /// Cycles per wave spent outside memory (reduction trees).
+    serial_cycles: f64,
+}
+
+/// The fraction of peak bandwidth loads of `bytes` each reach: 16-byte
+/// accesses reach it; 4-byte ones, issuing four times the instructions,
+/// about 85%.
+fn access_efficiency(bytes: f64) -> f64 {
+    0.8 + 0.2 * (bytes.clamp(1.0, 16.0) / 16.0)
+}
+
+fn input_bytes(kernel: &Kernel) -> f64 {
+    kernel
+        .inputs
+        .iter()
+        .map(|t| f64::from(t.dtype.size()))
+        .sum::<f64>()
+}
+
+fn flat(kernel: &Kernel, schedule: &Schedule) -> (BlockUsage, u64, Stream) {
+    let len = kernel.len_of(&kernel.output);
+    let (block, groups_per_thread, vector) = match *schedule {
+        Schedule::Elementwise {
+            block,
+            per_thread,
+            vector,
+        } => (block, per_thread, vector),
+        Schedule::Generic { block } => (block, 1, 1),
+        _ => unreachable!("a flat class"),
+    };
+    let per_block = u64::from(block * groups_per_thread * vector);
+    let elem = input_bytes(kernel).max(f64::from(kernel.output.dtype.size()));
+    let registers = (16 + 6 * groups_per_thread * vector).min(255);
+    let in_flight = f64::from(groups_per_thread * vector) * elem;
+    let access = f64::from(vector) * f64::from(kernel.output.dtype.size());
+    let reductions = kernel.flops() as f64 / len.max(1) as f64;
+    (
+        BlockUsage {
+            threads: block,
+            registers,
+            shared_bytes: 0,
+        },
+        len.div_ceil(per_block),
+        Stream {
+            dram_bytes: kernel.compulsory_bytes() as f64,
+            l2_bytes: 0.0,
+            in_flight_per_thread: in_flight,
+            access_efficiency: access_efficiency(access),
+            serial_cycles: if matches!(schedule, Schedule::Generic { .. }) {
+                reductions
+            } else {
+                0.0
+            },
+        },
+    )
+}
+
+fn rows(
+    kernel: &Kernel,
+    plan: &crate::lower::classify::RowPlan,
+    schedule: &Schedule,
+) -> (BlockUsage, u64, Stream) {
+    let Schedule::Rows {
+        threads_per_row,
+        rows_per_block,
+        vector,
+    } = *schedule
+    else {
+        unreachable!("a rows point")
+    };
+    let rows = plan.rows(kernel);
+    let length = plan.length(kernel);
+    let elem = input_bytes(kernel);
+    let busy = (f64::from(length) / f64::from(threads_per_row * vector)).min(1.0);
+    let passes = plan.reductions().count() as f64;
+    let row_bytes = f64::from(rows) * f64::from(length) * elem;
+    let tree = f64::from(threads_per_row.min(32).trailing_zeros()) * SHUFFLE_CYCLES
+        + if threads_per_row > 32 {
+            2.0 * BARRIER_CYCLES
+        } else {
+            0.0
+        };
+    let threads = threads_per_row * rows_per_block;
+    (
+        BlockUsage {
+            threads,
+            registers: 32 + 4 * vector,
+            shared_bytes: if threads_per_row > 32 {
+                2 * 4 * threads / 32
+            } else {
+                0
+            },
+        },
+        u64::from(rows.div_ceil(rows_per_block)),
+        Stream {
+            dram_bytes: kernel.compulsory_bytes() as f64,
+            l2_bytes: (passes - 1.0).max(0.0) * row_bytes,
+            in_flight_per_thread: busy * f64::from(vector) * elem,
+            access_efficiency: access_efficiency(f64::from(vector) * elem),
+            serial_cycles: passes * tree,
+        },
+    )
+}
+
+fn contraction(
+    kernel: &Kernel,
+    plan: &MatmulPlan,
+    tiles: Tiles,
+    target: SmVersion,
+    intensity: f64,
+) -> Estimate {
+    let layout = Layout::new(kernel, plan, tiles, target).expect("validated");
+    let hw: Hardware = target.hardware();
+    let sm_count = target.limits().sm_count;
+    let clock = f64::from(hw.clock_mhz) * 1e6;
+    let usage = BlockUsage {
+        threads: layout.threads,
+        registers: layout.registers,
+        shared_bytes: layout.shared_bytes,
+    };
+    let occ = occupancy(usage, target);
+    let resident = occ.blocks_per_sm.max(1);
+    let (m, n, k) = (
+        u64::from(layout.m_extent),
+        u64::from(layout.n_extent),
+        u64::from(layout.k_extent),
+    );
+    let batch = plan.batch_count(kernel);
+    let (tm, tn, bk) = (
+        f64::from(tiles.thread_m),
+        f64::from(tiles.thread_n),
+        f64::from(tiles.block_k),
+    );
+    let blocks =
+        batch * m.div_ceil(u64::from(tiles.block_m)) * n.div_ceil(u64::from(tiles.block_n));
+    let steps = k.div_ceil(u64::from(tiles.block_k)) as f64;
+
+    // One block_k step of one thread.
+    let (fm, fn_) = (f64::from(layout.frag_m), f64::from(layout.frag_n));
+    let ffma = tm * tn * bk;
+    let shared_loads = bk * ((tm / fm).ceil() + (tn / fn_).ceil());
+    // A warp's threads walk `n` first: lanes with the same `m` read the same
+    // A fragment (a broadcast), so a warp reads distinct A rows for only
+    // ⌈32 / threads_n⌉ of them.
+    let lanes_n = f64::from(layout.threads_n).min(32.0);
+    let warp_shared_bytes = bk * ((32.0 / lanes_n).ceil() * tm + lanes_n * tn) * 4.0;
+    let staging = 2.0 * f64::from(layout.a.passes + layout.b.passes);
+    let instructions = ffma + shared_loads + staging + 12.0;
+    let warps = f64::from(layout.threads) / 32.0;
+
+    let sm_warps = warps * f64::from(resident);
+    let ffma_rate = f64::from(hw.fp32_lanes_per_sm) / 32.0;
+    let issue = sm_warps * instructions / ISSUE_PER_CLOCK;
+    let fma = sm_warps * ffma / ffma_rate;
+    let shared = sm_warps * (warp_shared_bytes / SHARED_BYTES_PER_CLOCK).max(shared_loads);
+    let one_block = warps * instructions / ISSUE_PER_CLOCK + 2.0 * BARRIER_CYCLES;
+    let latency = MEMORY_LATENCY_S * clock + one_block;
+    let (step_cycles, mut bound) = [
+        (fma.max(issue), Bound::Compute),
+        (shared, Bound::SharedMemory),
+        (latency, Bound::Latency),
+    ]
+    .into_iter()
+    .fold(
+        (0.0, Bound::Compute),
+        |best, c| if c.0 > best.0 { c } else { best },
+    );
+
+    let waves = blocks as f64 / f64::from(resident * sm_count);
+    let compute_s = waves.ceil() * steps * step_cycles / clock;
+    let size =
+        |operand: &matmul::MatmulOperand| f64::from(kernel.input(operand.tensor).dtype.size());
+    let l2_bytes = batch as f64
+        * (m as f64 * k as f64 * n.div_ceil(u64::from(tiles.block_n)) as f64 * size(&plan.a)
+            + n as f64 * k as f64 * m.div_ceil(u64::from(tiles.block_m)) as f64 * size(&plan.b));
+    let l2_s = l2_bytes / (hw.dram_bandwidth * L2_OVER_DRAM);
+    let dram_s = kernel.compulsory_bytes() as f64 / hw.dram_bandwidth;
+    let mut seconds = compute_s;
+    for (s, b) in [(l2_s, Bound::L2), (dram_s, Bound::Memory)] {
+        if s > seconds {
+            seconds = s;
+            bound = b;
+        }
+    }
+    Estimate {
+        seconds: seconds + LAUNCH_S,
+        bound,
+        occupancy: occ,
+        threads_per_block: layout.threads,
+        registers: layout.registers,
+        shared_bytes: layout.shared_bytes,
+        blocks,
+        waves,
+        intensity,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::space::candidates;
+    use crate::test_kernels::{matmul, softmax};
+
+    fn seconds(k: &Kernel, s: Schedule) -> f64 {
+        estimate(k, &s, SmVersion::Sm90).expect("valid").seconds
+    }
+
+    fn mm(block: u32, thread: u32, block_k: u32) -> Schedule {
+        Schedule::Matmul {
+            block_m: block,
+            block_n: block,
+            block_k,
+            thread_m: thread,
+            thread_n: thread,
+            vector_a: 4,
+            vector_b: 4,
+        }
+    }
+
+    fn rows(threads_per_row: u32, rows_per_block: u32, vector: u32) -> Schedule {
+        Schedule::Rows {
+            threads_per_row,
+            rows_per_block,
+            vector,
+        }
+    }
+
+    #[test]
+    fn every_candidate_has_an_estimate_and_ranks_are_ordered() {
+        for k in [softmax(33, 1000), matmul(65, 33, 17)] {
+            for target in SmVersion::ALL {
+                let points = candidates(&k, target);
+                let ranked = rank(&k, target, &points);
+                assert_eq!(ranked.len(), points.len());
+                assert!(ranked.windows(2).all(|w| w[0].1.seconds <= w[1].1.seconds));
+                assert!(
+                    ranked
+                        .iter()
+                        .all(|(_, e)| e.seconds.is_finite() && e.seconds > 0.0)
+                );
+                assert_eq!(ranked, rank(&k, target, &points));
+            }
+        }
+        let k = matmul(64, 64, 64);
+        assert!(estimate(&k, &mm(64, 3, 8), SmVersion::Sm90).is_err());
+    }
+
+    #[test]
+    fn register_tiles_beat_one_output_per_thread_on_large_products() {
+        let k = matmul(4096, 4096, 4096);
+        assert!(seconds(&k, mm(128, 8, 16)) < seconds(&k, mm(16, 1, 16)));
+        let e = estimate(&k, &mm(128, 8, 16), SmVersion::Sm90).expect("valid");
+        assert_ne!(e.bound, Bound::Memory);
+        // 2·4096³ FLOPs over three 64 MiB matrices.
+        assert!(
+            (e.intensity - 2.0 * 4096.0 / 12.0).abs() < 1.0,
+            "{}",
+            e.intensity
+        );
+    }
+
+    #[test]
+    fn streaming_needs_bytes_in_flight() {
+        let k = softmax(8192, 4096);
+        // Wide accesses reach more of the bandwidth.
+        assert!(seconds(&k, rows(128, 1, 4)) < seconds(&k, rows(128, 1, 1)));
+        // One thread per row keeps too few loads in flight.
+        let serial = estimate(&k, &rows(1, 32, 4), SmVersion::Sm90).expect("valid");
+        assert_eq!(serial.bound, Bound::Latency);
+        assert!(seconds(&k, rows(128, 1, 4)) < serial.seconds);
+        let best = estimate(&k, &rows(128, 1, 4), SmVersion::Sm90).expect("valid");
+        assert_eq!(best.bound, Bound::Memory);
+    }
+
+    #[test]
+    fn partial_waves_cost_a_whole_wave() {
+        let k = matmul(4096, 4096, 4096);
+        let e = estimate(&k, &mm(128, 8, 16), SmVersion::Sm90).expect("valid");
+        assert_eq!(e.blocks, 32 * 32);
+        let full = f64::from(e.occupancy.blocks_per_sm * 132);
+        assert!((e.waves - 1024.0 / full).abs() < 1e-9);
+    }
+}

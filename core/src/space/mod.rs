@@ -1,0 +1,324 @@
+//! Schedule spaces: the points a kernel can be lowered with on a target.
+//!
+//! A [`Space`] is a set of named knobs, each with the values [`rules`]
+//! derive from the kernel's IR (its extents, dtypes and op class) and the
+//! target; its points are the cartesian product. A point is valid when it
+//! passes every [`Constraint`] — checked by [`crate::lower::validate`]
+//! before any code is emitted — and is not redundant
+//! ([`Rejection::Coverage`]: a block covering more than twice the work there
+//! is computes the same as a smaller one with idle threads). [`Space::survey`]
+//! sorts every point into valid or rejected-by-what; [`candidates`] is the
+//! valid points, in a deterministic order.
+
+mod rules;
+
+use std::collections::BTreeMap;
+
+use crate::ir::Kernel;
+use crate::lower::{Constraint, LowerError, validate};
+use crate::schedule::{Class, Schedule};
+use crate::target::SmVersion;
+
+/// One knob: its name (a field of the [`Schedule`] variant) and the values
+/// the space gives it, ascending.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Knob {
+    pub name: &'static str,
+    pub values: Vec<u32>,
+}
+
+/// A kernel's schedule space on a target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Space {
+    pub class: Class,
+    pub knobs: Vec<Knob>,
+    /// Work units (output groups, rows) that bound useful block sizes.
+    coverage: Coverage,
+}
+
+/// Why a point of a space is not a candidate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Rejection {
+    /// It breaks a constraint of the lowering or the target.
+    Constraint(Constraint),
+    /// A block holds more than twice the work the kernel has.
+    Coverage,
+}
+
+impl Rejection {
+    pub fn name(self) -> &'static str {
+        match self {
+            Rejection::Constraint(c) => c.name(),
+            Rejection::Coverage => "coverage",
+        }
+    }
+}
+
+/// How many points of a space are valid, and why the others are not.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Survey {
+    pub size: u64,
+    pub valid: Vec<Schedule>,
+    /// Per rejection: how many points, and the first one's reason.
+    pub rejected: BTreeMap<Rejection, (u64, String)>,
+}
+
+impl Survey {
+    /// The fraction of the space's points that are valid.
+    pub fn valid_fraction(&self) -> f64 {
+        self.valid.len() as f64 / self.size.max(1) as f64
+    }
+}
+
+/// Limits on block sizes beyond which a block only adds idle threads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Coverage {
+    /// Elementwise and generic: output elements.
+    Elements(u64),
+    /// Rows: how many rows there are.
+    Rows(u64),
+    /// Matmul tiles are bounded by the knob values themselves.
+    Tiles,
+}
+
+impl Space {
+    /// The space of `kernel` on `target`, by the rules of its op class.
+    pub fn of(kernel: &Kernel, target: SmVersion) -> Space {
+        rules::space(kernel, target)
+    }
+
+    /// How many points the knobs span.
+    pub fn size(&self) -> u64 {
+        self.knobs.iter().map(|k| k.values.len() as u64).product()
+    }
+
+    /// The `index`-th point, the last knob varying fastest.
+    pub fn point(&self, mut index: u64) -> Schedule {
+        let mut values = vec![0; self.knobs.len()];
+        for (slot, knob) in values.iter_mut().zip(&self.knobs).rev() {
+            let n = knob.values.len() as u64;
+            *slot = knob.values[(index % n) as usize];
+            index /= n;
+        }
+        self.class
+            .schedule(&values)
+            .expect("a space has its class's knobs")
+    }
+
+    /// Every point, in index order.
+    pub fn points(&self) -> impl Iterator<Item = Schedule> + '_ {
+        (0..self.size()).map(|i| self.point(i))
+    }
+
+    /// Why `point` is not a candidate, if it is not.
+    pub fn reject(
+        &self,
+        kernel: &Kernel,
+        point: &Schedule,
+        target: SmVersion,
+    ) -> Option<(Rejection, String)> {
+        if let Some(reason) = self.redundant(point) {
+            return Some((Rejection::Coverage, reason));
+        }
+        match validate(kernel, point, target) {
+            Ok(()) => None,
+            Err(LowerError::Invalid {
+                constraint, reason, ..
+            }) => Some((Rejection::Constraint(constraint), reason)),
+            Err(other) => Some((Rejection::Constraint(Constraint::Range), other.to_string())),
+        }
+    }
+
+    /// Every point sorted into valid or rejected.
+    pub fn survey(&self, kernel: &Kernel, target: SmVersion) -> Survey {
+        let mut survey = Survey {
+            size: self.size(),
+            valid: Vec::new(),
+            rejected: BTreeMap::new(),
+        };
+        for point in self.points() {
+            match self.reject(kernel, &point, target) {
+                None => survey.valid.push(point),
+                Some((why, reason)) => {
+                    survey.rejected.entry(why).or_insert((0, reason)).0 += 1;
+                }
+            }
+        }
+        survey
+    }
+
+    fn redundant(&self, point: &Schedule) -> Option<String> {
+        let too_big = |work: u64, total: u64| work > 32 && work / 2 >= total;
+        match (point, self.coverage) {
+            (&Schedule::Generic { block }, Coverage::Elements(total))
+                if too_big(u64::from(block), total) =>
+            {
+                Some(format!("{block} threads for {total} outputs"))
+            }
+            (
+                &Schedule::Elementwise {
+                    block,
+                    per_thread,
+                    vector,
+                },
+                Coverage::Elements(total),
+            ) if block > 32 && too_big(u64::from(block * per_thread * vector), total) => {
+                Some(format!(
+                    "a block covers {} outputs of {total}",
+                    block * per_thread * vector
+                ))
+            }
+            (&Schedule::Rows { rows_per_block, .. }, Coverage::Rows(rows))
+                if rows_per_block > 1 && u64::from(rows_per_block / 2) >= rows =>
+            {
+                Some(format!("{rows_per_block} rows per block for {rows} rows"))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The valid points of `kernel`'s space on `target`, in index order.
+pub fn candidates(kernel: &Kernel, target: SmVersion) -> Vec<Schedule> {
+    Space::of(kernel, target).survey(kernel, target).valid
+}
+
+/// `n` of `points` chosen at random with `seed` (all of them when there are
+/// no more than `n`), in their original order. The same arguments always
+/// give the same sample.
+pub fn sample(points: &[Schedule], n: usize, seed: u64) -> Vec<Schedule> {
+    if points.len() <= n {
+        return points.to_vec();
+    }
+    let mut state = seed;
+    let mut next = move || {
+        // splitmix64
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
+    let mut order: Vec<usize> = (0..points.len()).collect();
+    for i in 0..n {
+        let j = i + (next() % (points.len() - i) as u64) as usize;
+        order.swap(i, j);
+    }
+    let mut chosen = order[..n].to_vec();
+    chosen.sort_unstable();
+    chosen.into_iter().map(|i| points[i].clone()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lower::lower;
+    use crate::test_kernels::{matmul, softmax};
+
+    #[test]
+    fn every_candidate_lowers_and_every_rejection_is_stated() {
+        for k in [softmax(7, 13), softmax(64, 1024), matmul(33, 65, 17)] {
+            for target in SmVersion::ALL {
+                let space = Space::of(&k, target);
+                let survey = space.survey(&k, target);
+                assert!(survey.valid.len() > 10, "{}: {:?}", k.name, survey.rejected);
+                let rejected: u64 = survey.rejected.values().map(|(n, _)| n).sum();
+                assert_eq!(survey.valid.len() as u64 + rejected, space.size());
+                for p in &survey.valid {
+                    lower(&k, p, target).unwrap_or_else(|e| panic!("{e}"));
+                }
+                for p in space.points() {
+                    if let Some((why, _)) = space.reject(&k, &p, target) {
+                        let lowered = lower(&k, &p, target);
+                        match why {
+                            Rejection::Coverage => assert!(lowered.is_ok()),
+                            Rejection::Constraint(c) => assert!(matches!(
+                                lowered,
+                                Err(LowerError::Invalid { constraint, .. }) if constraint == c
+                            )),
+                        }
+                    }
+                }
+                assert_eq!(survey.valid, candidates(&k, target));
+            }
+        }
+    }
+
+    #[test]
+    fn points_enumerate_the_knobs_product_without_duplicates() {
+        let k = matmul(64, 64, 64);
+        let space = Space::of(&k, SmVersion::Sm80);
+        let names: Vec<&str> = space.knobs.iter().map(|k| k.name).collect();
+        assert_eq!(names, Class::Matmul.knobs());
+        let points: Vec<Schedule> = space.points().collect();
+        assert_eq!(points.len() as u64, space.size());
+        let mut unique = points.clone();
+        unique.sort_by_key(Schedule::to_json);
+        unique.dedup();
+        assert_eq!(unique.len(), points.len());
+        for p in &points {
+            for (knob, value) in space.knobs.iter().zip(p.knob_values()) {
+                assert!(knob.values.contains(&value));
+            }
+        }
+    }
+
+    #[test]
+    fn rows_spaces_include_rows_spanning_warps() {
+        let points = candidates(&softmax(3, 7), SmVersion::Sm80);
+        assert!(points.iter().any(|p| matches!(
+            p,
+            Schedule::Rows {
+                threads_per_row: 64,
+                ..
+            }
+        )));
+    }
+
+    #[test]
+    fn surveys_name_the_constraints_that_reject() {
+        let cases = [
+            (
+                matmul(4096, 4096, 4096),
+                [Constraint::Threads, Constraint::Registers],
+            ),
+            (
+                matmul(1, 4096, 4096),
+                [Constraint::Tiling, Constraint::Threads],
+            ),
+            (
+                softmax(64, 1022),
+                [Constraint::Alignment, Constraint::Threads],
+            ),
+        ];
+        for (k, constraints) in cases {
+            let survey = Space::of(&k, SmVersion::Sm80).survey(&k, SmVersion::Sm80);
+            for c in constraints {
+                let rejected = survey.rejected.get(&Rejection::Constraint(c));
+                let keys: Vec<_> = survey.rejected.keys().collect();
+                assert!(
+                    rejected.is_some_and(|(n, reason)| *n > 0 && !reason.is_empty()),
+                    "{}: {c:?} not among {keys:?}",
+                    k.name
+                );
+            }
+            assert!(survey.valid_fraction() > 0.0 && survey.valid_fraction() < 1.0);
+        }
+    }
+
+    #[test]
+    fn samples_are_deterministic_ordered_subsets() {
+        let points = candidates(&matmul(64, 64, 64), SmVersion::Sm80);
+        assert!(points.len() > 20);
+        let a = sample(&points, 10, 42);
+        assert_eq!(a, sample(&points, 10, 42));
+        assert_ne!(a, sample(&points, 10, 43));
+        assert_eq!(a.len(), 10);
+        let positions: Vec<usize> = a
+            .iter()
+            .map(|s| points.iter().position(|p| p == s).expect("a subset"))
+            .collect();
+        assert!(positions.windows(2).all(|w| w[0] < w[1]));
+        assert_eq!(sample(&points, points.len(), 1), points);
+    }
+}

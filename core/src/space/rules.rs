@@ -1,0 +1,144 @@
+//! The rules that give each op class its knobs' values, from the kernel's
+//! IR and the target.
+//!
+//! - **Block sizes** (elementwise `block`, generic `block`): whole warps,
+//!   powers of two, from one warp to the target's limit.
+//! - **Work per thread** (`per_thread`): powers of two up to the lowering's
+//!   unroll limit.
+//! - **Vector widths**: the widths the lowering implements, up to 16 bytes
+//!   of the operand's dtype for contractions; whether a width divides the
+//!   contiguous extents and strides is a constraint, not a rule, so the
+//!   survey reports it.
+//! - **Row reductions**: `threads_per_row` powers of two up to the row's
+//!   length rounded up (at least 64, so rows spanning several warps are
+//!   always in the space), `rows_per_block` powers of two up to the row
+//!   count rounded up; both capped by the block limit.
+//! - **Contraction tiles**: `block_m`, `block_n` powers of two from 16 (or
+//!   the extent rounded up, when smaller: decode shapes) to the extent
+//!   rounded up, at most 256; `block_k` from 8 to 64 likewise along `K`;
+//!   thread tiles powers of two up to 16.
+
+use super::{Coverage, Knob, Space};
+use crate::dtype::DType;
+use crate::ir::Kernel;
+use crate::lower::classify::{OpClass, classify};
+use crate::lower::elementwise::{MAX_PER_THREAD, VECTOR_WIDTHS};
+use crate::lower::matmul::MatmulPlan;
+use crate::schedule::Class;
+use crate::target::SmVersion;
+
+pub(super) fn space(kernel: &Kernel, target: SmVersion) -> Space {
+    let limits = target.limits();
+    let blocks = || powers(limits.warp_size, limits.max_threads_per_block);
+    let elements = Coverage::Elements(kernel.len_of(&kernel.output));
+    let knob = |name, values| Knob { name, values };
+    match classify(kernel) {
+        OpClass::Generic => Space {
+            class: Class::Generic,
+            knobs: vec![knob("block", blocks())],
+            coverage: elements,
+        },
+        OpClass::Elementwise => Space {
+            class: Class::Elementwise,
+            knobs: vec![
+                knob("block", blocks()),
+                knob("per_thread", powers(1, MAX_PER_THREAD)),
+                knob("vector", VECTOR_WIDTHS.to_vec()),
+            ],
+            coverage: elements,
+        },
+        OpClass::Rows(plan) => {
+            let length = plan.length(kernel);
+            let rows = plan.rows(kernel);
+            let cap = limits.max_threads_per_block;
+            Space {
+                class: Class::Rows,
+                knobs: vec![
+                    knob(
+                        "threads_per_row",
+                        powers(1, length.next_power_of_two().clamp(64, cap)),
+                    ),
+                    knob(
+                        "rows_per_block",
+                        powers(1, rows.next_power_of_two().min(cap)),
+                    ),
+                    knob("vector", VECTOR_WIDTHS.to_vec()),
+                ],
+                coverage: Coverage::Rows(u64::from(rows)),
+            }
+        }
+        OpClass::Matmul(plan) => matmul(kernel, &plan),
+    }
+}
+
+fn matmul(kernel: &Kernel, plan: &MatmulPlan) -> Space {
+    let tile = |extent: u32, low: u32, high: u32| {
+        let top = extent.next_power_of_two().clamp(low, high);
+        powers(low.min(extent.next_power_of_two()), top)
+    };
+    let vectors = |dtype: DType| powers(1, 16 / dtype.size());
+    let knob = |name, values| Knob { name, values };
+    Space {
+        class: Class::Matmul,
+        knobs: vec![
+            knob("block_m", tile(plan.m_extent(kernel), 16, 256)),
+            knob("block_n", tile(plan.n_extent(kernel), 16, 256)),
+            knob("block_k", tile(plan.k_extent(kernel), 8, 64)),
+            knob("thread_m", powers(1, 16)),
+            knob("thread_n", powers(1, 16)),
+            knob("vector_a", vectors(kernel.input(plan.a.tensor).dtype)),
+            knob("vector_b", vectors(kernel.input(plan.b.tensor).dtype)),
+        ],
+        coverage: Coverage::Tiles,
+    }
+}
+
+/// Powers of two from `low` to `high`, both included (both powers of two).
+fn powers(low: u32, high: u32) -> Vec<u32> {
+    std::iter::successors(Some(low), |v| v.checked_mul(2))
+        .take_while(|v| *v <= high)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_kernels::{matmul, softmax};
+
+    fn values<'a>(space: &'a Space, name: &str) -> &'a [u32] {
+        &space
+            .knobs
+            .iter()
+            .find(|k| k.name == name)
+            .expect("knob")
+            .values
+    }
+
+    #[test]
+    fn tiles_follow_the_extents() {
+        let big = Space::of(&matmul(4096, 4096, 4096), SmVersion::Sm90);
+        assert_eq!(values(&big, "block_m"), [16, 32, 64, 128, 256]);
+        assert_eq!(values(&big, "block_k"), [8, 16, 32, 64]);
+        assert_eq!(values(&big, "vector_a"), [1, 2, 4]);
+        let decode = Space::of(&matmul(1, 4096, 4096), SmVersion::Sm90);
+        assert_eq!(values(&decode, "block_m"), [1, 2, 4, 8, 16]);
+        let odd = Space::of(&matmul(33, 65, 17), SmVersion::Sm90);
+        assert_eq!(values(&odd, "block_n"), [16, 32, 64, 128]);
+        assert_eq!(values(&odd, "block_k"), [8, 16, 32]);
+    }
+
+    #[test]
+    fn rows_follow_the_row_length_and_count() {
+        let wide = Space::of(&softmax(8, 50257), SmVersion::Sm80);
+        assert_eq!(values(&wide, "threads_per_row").last(), Some(&1024));
+        assert_eq!(values(&wide, "rows_per_block"), [1, 2, 4, 8]);
+        let narrow = Space::of(&softmax(4096, 7), SmVersion::Sm80);
+        assert_eq!(values(&narrow, "threads_per_row").last(), Some(&64));
+    }
+
+    #[test]
+    fn powers_span_both_ends() {
+        assert_eq!(powers(1, 1), [1]);
+        assert_eq!(powers(32, 1024), [32, 64, 128, 256, 512, 1024]);
+    }
+}
