@@ -58,6 +58,7 @@ pub mod layer;
 pub mod manifest;
 pub mod out;
 pub mod ptxas;
+pub mod sass;
 pub mod scan;
 pub mod select;
 

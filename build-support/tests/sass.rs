@@ -1,0 +1,322 @@
+//! Static quality of the machine code ptxas makes of ktune's default
+//! schedules, read from nvdisasm's listing (`ktune_build::sass`), for sm_80
+//! and sm_90: the demo's kernels and two benchmark-style contractions, an
+//! f32 SGEMM at 4096³ and a bf16 matmul + bias + gelu at 4096×11008×4096.
+//!
+//! Thresholds: no register spills; where a schedule moves 16 bytes per
+//! global access (vector width 4 for f32, 8 for 16-bit types), 128-bit
+//! global loads; where a contraction's thread tile reads four consecutive
+//! f32 values from shared memory, 128-bit shared loads; in the SGEMM's main
+//! loop, at least 70 % FFMA.
+//!
+//! Needs ptxas and nvdisasm: `cargo xtask setup` installs both into the
+//! workspace's `.venv` (or set `KTUNE_PTXAS` and `KTUNE_NVDISASM`). Without
+//! them these tests fail; they never pass silently.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use ktune_build::sass::{self, Inspection, Request, Tools};
+use ktune_core::SmVersion;
+use ktune_core::ir::Kernel;
+use ktune_core::lower::{self, matmul};
+use ktune_core::schedule::Schedule;
+use ktune_core::syntax::parse_kernel;
+use quote::quote;
+
+const TARGETS: [SmVersion; 2] = [SmVersion::Sm80, SmVersion::Sm90];
+
+fn tools() -> Tools {
+    Tools::find().unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn sgemm_4096() -> Kernel {
+    parse_kernel(
+        quote!(shape(M = 4096, N = 4096, K = 4096)),
+        quote! {
+            fn sgemm(a: Tensor<f32, (M, K)>, b: Tensor<f32, (K, N)>) -> Tensor<f32, (M, N)> {
+                compute(|m, n| sum(K, |k| a[m][k] * b[k][n]))
+            }
+        },
+    )
+    .expect("the SGEMM parses")
+}
+
+fn bf16_matmul_bias_gelu() -> Kernel {
+    parse_kernel(
+        quote!(shape(M = 4096, N = 11008, K = 4096)),
+        quote! {
+            fn mm_bias_gelu(a: Tensor<bf16, (M, K)>, w: Tensor<bf16, (K, N)>, bias: Tensor<bf16, (N,)>)
+                -> Tensor<bf16, (M, N)>
+            {
+                compute(|m, n| gelu(sum(K, |k| a[m][k] * w[k][n]) + bias[n]))
+            }
+        },
+    )
+    .expect("the bf16 matmul parses")
+}
+
+fn demo_kernels() -> Vec<Kernel> {
+    let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/demo");
+    let scan = ktune_build::scan::scan(&demo, &[demo.join("src")]).expect("the demo scans");
+    assert!(!scan.kernels.is_empty(), "the demo has kernels");
+    scan.kernels.into_iter().map(|f| f.kernel).collect()
+}
+
+/// The default schedule of `kernel` on `target`, lowered and inspected.
+fn inspect_default(tools: &Tools, kernel: &Kernel, target: SmVersion) -> (Schedule, Inspection) {
+    let schedule = lower::heuristic(kernel, target);
+    let lowered = lower::lower(kernel, &schedule, target)
+        .unwrap_or_else(|e| panic!("{} does not lower for {target}: {e}", kernel.name));
+    let inspection = sass::inspect(tools, &Request::lowered(&lowered, target))
+        .unwrap_or_else(|e| panic!("{} {target}: {e}", kernel.name));
+    (schedule, inspection)
+}
+
+/// What a schedule asks of the machine code's access widths.
+#[derive(Debug, PartialEq, Eq)]
+struct Wants {
+    global_128: bool,
+    shared_128: bool,
+}
+
+fn wants(kernel: &Kernel, schedule: &Schedule) -> Wants {
+    match *schedule {
+        Schedule::Elementwise { vector, .. } | Schedule::Rows { vector, .. } => Wants {
+            global_128: kernel.inputs.iter().any(|t| vector * t.dtype.size() == 16),
+            shared_128: false,
+        },
+        Schedule::Matmul {
+            thread_m,
+            thread_n,
+            vector_a,
+            vector_b,
+            ..
+        } => {
+            let plan = matmul::detect(kernel).expect("a matmul schedule is for a contraction");
+            let bytes = |operand: &matmul::MatmulOperand| kernel.input(operand.tensor).dtype.size();
+            Wants {
+                global_128: vector_a * bytes(&plan.a) == 16 || vector_b * bytes(&plan.b) == 16,
+                // Fragments are read from shared memory as f32, up to four
+                // consecutive values.
+                shared_128: thread_m >= 4 || thread_n >= 4,
+            }
+        }
+        Schedule::Generic { .. } => Wants {
+            global_128: false,
+            shared_128: false,
+        },
+    }
+}
+
+/// One line of the printed table.
+fn row(table: &mut String, kernel: &str, schedule: &Schedule, i: &Inspection) {
+    let (ffma, loop_len) = i
+        .main_loop
+        .as_ref()
+        .map_or((0.0, 0), |l| (l.ffma_fraction * 100.0, l.instructions));
+    let _ = writeln!(
+        table,
+        "{kernel:<14} {:<6} regs {:>3} spill {}/{} smem {:>6} occ {:>5.1}% ({}) loop {:>4} FFMA {:>5.1}% \
+         gld [{}] sld [{}]  {}",
+        i.target,
+        i.registers,
+        i.spill_stores,
+        i.spill_loads,
+        i.shared.total(),
+        i.occupancy.fraction * 100.0,
+        i.occupancy
+            .limited_by
+            .iter()
+            .map(|r| r.describe())
+            .collect::<Vec<_>>()
+            .join(", "),
+        loop_len,
+        ffma,
+        i.memory.global_loads.describe(),
+        i.memory.shared_loads.describe(),
+        schedule.to_json()
+    );
+}
+
+/// The failures of the thresholds every default schedule must meet.
+fn check(kernel: &Kernel, schedule: &Schedule, i: &Inspection) -> Vec<String> {
+    let at = format!("{} {} {}", kernel.name, i.target, schedule.to_json());
+    let mut failures = Vec::new();
+    if i.spills() {
+        failures.push(format!(
+            "{at}: spills {} B stored, {} B loaded",
+            i.spill_stores, i.spill_loads
+        ));
+    }
+    if i.occupancy.blocks_per_sm == 0 {
+        failures.push(format!("{at}: no block fits on an SM"));
+    }
+    let wanted = wants(kernel, schedule);
+    if wanted.global_128 && i.memory.global_loads.count(128) == 0 {
+        failures.push(format!(
+            "{at}: asks for 16-byte global loads, has {}",
+            i.memory.global_loads.describe()
+        ));
+    }
+    if wanted.shared_128 && i.memory.shared_loads.count(128) == 0 {
+        failures.push(format!(
+            "{at}: asks for 4-wide shared fragment reads, has {}",
+            i.memory.shared_loads.describe()
+        ));
+    }
+    failures
+}
+
+#[test]
+fn demo_kernels_meet_the_static_thresholds() {
+    let tools = tools();
+    let mut table = String::new();
+    let mut failures = Vec::new();
+    for kernel in demo_kernels() {
+        for target in TARGETS {
+            let (schedule, inspection) = inspect_default(&tools, &kernel, target);
+            row(&mut table, &kernel.name, &schedule, &inspection);
+            failures.extend(check(&kernel, &schedule, &inspection));
+        }
+    }
+    eprintln!("{table}");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn sgemm_4096_main_loop_is_mostly_ffma() {
+    let tools = tools();
+    let kernel = sgemm_4096();
+    let mut table = String::new();
+    let mut failures = Vec::new();
+    for target in TARGETS {
+        let (schedule, i) = inspect_default(&tools, &kernel, target);
+        row(&mut table, &kernel.name, &schedule, &i);
+        failures.extend(check(&kernel, &schedule, &i));
+        let Some(main) = &i.main_loop else {
+            failures.push(format!("sgemm {target}: no main loop"));
+            continue;
+        };
+        if main.ffma_fraction < 0.70 {
+            failures.push(format!(
+                "sgemm {target} {}: FFMA is {:.1}% of the main loop's {} instructions (want ≥ 70%): {:?}",
+                schedule.to_json(),
+                main.ffma_fraction * 100.0,
+                main.instructions,
+                main.mix
+            ));
+        }
+        // With 16-byte vectors on both operands and 4-wide fragments, the
+        // loop's global and shared loads are all 128-bit.
+        let Schedule::Matmul {
+            vector_a, vector_b, ..
+        } = schedule
+        else {
+            panic!("the SGEMM's default schedule is a matmul");
+        };
+        if (vector_a, vector_b) == (4, 4)
+            && main.memory.global_loads.count(128) != main.memory.global_loads.total()
+        {
+            failures.push(format!(
+                "sgemm {target}: main-loop global loads {}",
+                main.memory.global_loads.describe()
+            ));
+        }
+        if main.memory.shared_loads.count(128) != main.memory.shared_loads.total() {
+            failures.push(format!(
+                "sgemm {target}: main-loop shared loads {}",
+                main.memory.shared_loads.describe()
+            ));
+        }
+    }
+    eprintln!("{table}");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn bf16_matmul_bias_gelu_meets_the_static_thresholds() {
+    let tools = tools();
+    let kernel = bf16_matmul_bias_gelu();
+    let mut table = String::new();
+    let mut failures = Vec::new();
+    for target in TARGETS {
+        let (schedule, i) = inspect_default(&tools, &kernel, target);
+        row(&mut table, &kernel.name, &schedule, &i);
+        assert!(
+            wants(&kernel, &schedule).global_128,
+            "the default bf16 schedule moves 8 elements per load: {}",
+            schedule.to_json()
+        );
+        failures.extend(check(&kernel, &schedule, &i));
+    }
+    eprintln!("{table}");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// One warp's `mma.sync` m16n8k16 with bf16 inputs and f32 accumulators, on
+/// fragments loaded from and stored to global memory.
+const MMA_PTX: &str = r#"
+.version 7.0
+.target sm_80
+.address_size 64
+
+.visible .entry mma_bf16(.param .u64 frags)
+{
+    .reg .b32 %a<4>;
+    .reg .b32 %b<2>;
+    .reg .f32 %c<4>;
+    .reg .b64 %rd<3>;
+    .reg .b32 %r<2>;
+
+    ld.param.u64 %rd0, [frags];
+    cvta.to.global.u64 %rd0, %rd0;
+    mov.u32 %r0, %tid.x;
+    mul.wide.u32 %rd1, %r0, 48;
+    add.u64 %rd2, %rd0, %rd1;
+    ld.global.v4.b32 {%a0, %a1, %a2, %a3}, [%rd2];
+    ld.global.v2.b32 {%b0, %b1}, [%rd2+16];
+    ld.global.v4.f32 {%c0, %c1, %c2, %c3}, [%rd2+32];
+    mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32
+        {%c0, %c1, %c2, %c3}, {%a0, %a1, %a2, %a3}, {%b0, %b1}, {%c0, %c1, %c2, %c3};
+    st.global.v4.f32 [%rd2+32], {%c0, %c1, %c2, %c3};
+    ret;
+}
+"#;
+
+#[test]
+fn mma_sync_runs_on_the_tensor_cores() {
+    let tools = tools();
+    for target in TARGETS {
+        let ptx = MMA_PTX
+            .replace(".target sm_80", &format!(".target {target}"))
+            .replace(".version 7.0", &format!(".version {}", target.ptx_isa()));
+        let request = Request {
+            ptx,
+            target,
+            threads_per_block: 32,
+            dynamic_shared_bytes: 0,
+        };
+        let i = sass::inspect(&tools, &request).unwrap_or_else(|e| panic!("{target}: {e}"));
+        assert!(i.uses_tensor_cores(), "{target}: no HMMA in {i:?}");
+        assert_eq!(i.main_loop, None, "{target}: the snippet has no loop");
+        assert_eq!(
+            i.memory.global_loads.count(128),
+            2,
+            "{target}: {:?}",
+            i.memory
+        );
+    }
+    let scalar = MMA_PTX.replace(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32\n        {%c0, %c1, %c2, %c3}, {%a0, %a1, %a2, %a3}, {%b0, %b1}, {%c0, %c1, %c2, %c3};",
+        "fma.rn.f32 %c0, %c1, %c2, %c3;",
+    );
+    let request = Request {
+        ptx: scalar,
+        target: SmVersion::Sm80,
+        threads_per_block: 32,
+        dynamic_shared_bytes: 0,
+    };
+    let i = sass::inspect(&tools, &request).expect("the scalar variant assembles");
+    assert!(!i.uses_tensor_cores(), "{i:?}");
+}
