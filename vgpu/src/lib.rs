@@ -103,10 +103,12 @@
 //! does only for `min`/`max` of two NaNs and for f16/bf16 conversions):
 //! compare NaNs with `is_nan`.
 
+mod async_copy;
 mod block;
 mod decode;
 mod exec;
 mod fault;
+mod fragment;
 mod memory;
 mod numeric;
 mod poison;
