@@ -344,8 +344,8 @@ impl Block<'_> {
                 b[lane] = vb;
             }
         }
-        for lane in 0..WARP {
-            let j = shfl_source(mode, lane as u32, b[lane], clamp) as usize;
+        for (lane, b) in b.iter().enumerate() {
+            let j = shfl_source(mode, lane as u32, *b, clamp) as usize;
             self.set(env, warp + lane, dst, u64::from(a[j]));
         }
     }
