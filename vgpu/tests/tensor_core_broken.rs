@@ -160,3 +160,144 @@ fn an_mma_skipped_by_odd_lanes_is_divergent() {
         _ => panic!("expected lane 1 to be missing from the mma: {fault}"),
     }
 }
+
+#[test]
+fn a_store_into_an_in_flight_copy_faults() {
+    let fault = fault_of(&snippets::cp_async_store_in_flight(), &[512, 128, 1024]);
+    assert_eq!(fault.thread, [0, 0, 0]);
+    assert!(fault.instruction.starts_with("st.shared.b32"), "{fault}");
+    match fault.kind {
+        FaultKind::AsyncCopyPending {
+            access: Access::Store,
+            offset: 896,
+            copier: [0, 0, 0],
+            ..
+        } => {}
+        _ => panic!("expected a write to a pending cp.async destination: {fault}"),
+    }
+    assert!(
+        fault
+            .to_string()
+            .contains("write of shared memory with an outstanding cp.async"),
+        "{fault}"
+    );
+}
+
+/// Runs the `cp_async` snippet on an input of `input_len` bytes with the
+/// given source sizes.
+fn run_cp_async(input_len: usize, sizes: &[u32; 32]) -> Result<Vec<u8>, Fault> {
+    let (kernel, _) = parse(&snippets::cp_async()).unwrap_or_else(|e| panic!("{e}"));
+    let launch = Launch {
+        grid: [1, 1, 1],
+        block: [32, 1, 1],
+        dynamic_shared_bytes: kernel.dynamic_shared_bytes,
+    };
+    let input: Vec<u8> = (0..input_len).map(|i| i as u8 | 1).collect();
+    let sizes: Vec<u8> = sizes.iter().flat_map(|s| s.to_le_bytes()).collect();
+    let mut buffers = vec![input, sizes, vec![0xa5; 1024]];
+    ktune_vgpu::run(&kernel, &launch, &mut buffers)?;
+    Ok(buffers.pop().unwrap())
+}
+
+#[test]
+fn a_zero_filled_copy_reads_only_its_source_size() {
+    // The last 16-byte slot's source ends 4 bytes into it: reading 4 bytes is
+    // in bounds (and the rest zero-filled), reading 5 is not.
+    let mut sizes = [16; 32];
+    sizes[31] = 4;
+    let out = run_cp_async(500, &sizes).unwrap_or_else(|f| panic!("{f}"));
+    // Thread 30 copied its neighbour's (31's) slot.
+    let slot: Vec<u8> = (496..500).map(|i| i as u8 | 1).chain([0; 12]).collect();
+    assert_eq!(out[16 * 30..16 * 31], slot[..]);
+
+    sizes[31] = 5;
+    let fault = run_cp_async(500, &sizes).expect_err("a 5-byte read past the end");
+    assert_eq!(fault.thread, [31, 0, 0], "{fault}");
+    assert!(fault.instruction.starts_with("cp.async.cg"), "{fault}");
+    match fault.kind {
+        FaultKind::OutOfBounds {
+            space: Space::Global,
+            access: Access::Load,
+            param: Some(0),
+            size: 5,
+            offset: 496,
+            limit: 500,
+            ..
+        } => {}
+        _ => panic!("expected an out-of-bounds source read: {fault}"),
+    }
+}
+
+#[test]
+fn a_source_size_above_the_copy_size_faults() {
+    let mut sizes = [16; 32];
+    sizes[3] = 17;
+    let fault = run_cp_async(512, &sizes).expect_err("17 source bytes for 16");
+    assert_eq!(fault.thread, [3, 0, 0], "{fault}");
+    assert_eq!(
+        fault.kind,
+        FaultKind::AsyncCopySize {
+            bytes: 16,
+            src_bytes: 17
+        },
+        "{fault}"
+    );
+}
+
+#[test]
+fn malformed_tensor_core_instructions_are_rejected_before_running() {
+    use ktune_core::ptx::Builder;
+    use ktune_core::ptx::inst::{Addr, MmaKind, RegClass};
+
+    let reject = |build: &dyn Fn(&mut Builder)| {
+        let mut b = Builder::new();
+        build(&mut b);
+        let kernel = b.finish("malformed".into(), 1, 32, 64);
+        let launch = Launch {
+            grid: [1, 1, 1],
+            block: [32, 1, 1],
+            dynamic_shared_bytes: 64,
+        };
+        let fault = ktune_vgpu::run(&kernel, &launch, &mut [vec![0; 64]])
+            .expect_err("a malformed instruction ran");
+        match fault.kind {
+            FaultKind::InvalidKernel { reason } => reason,
+            _ => panic!("expected an invalid kernel: {fault}"),
+        }
+    };
+    let reason = reject(&|b| {
+        let (smem, global) = (b.shared_base(), b.param_ptr(0));
+        let at = |base| Addr { base, offset: 0 };
+        b.cp_async(CpAsyncCache::Cg, at(smem), at(global), 8, None);
+    });
+    assert!(
+        reason.contains("cp.async.cg copies [16] bytes, not 8"),
+        "{reason}"
+    );
+    let reason = reject(&|b| {
+        let f = b.f32_imm(0.0);
+        let r = b.u32_imm(0);
+        let acc = [f; 4];
+        b.mma_acc(MmaKind::F16, acc, [r, r, r, f], [r, r]);
+    });
+    assert!(
+        reason.contains("mma A and B fragments are .b32 registers"),
+        "{reason}"
+    );
+    let reason = reject(&|b| {
+        let smem = b.shared_base();
+        let d = b.reg(RegClass::B32);
+        b.push(Op::Ldmatrix {
+            trans: false,
+            dsts: vec![d; 3],
+            addr: Addr {
+                base: smem,
+                offset: 0,
+            },
+        });
+    });
+    assert!(
+        reason.contains("ldmatrix loads 1, 2 or 4 matrices, not 3"),
+        "{reason}"
+    );
+}

@@ -130,6 +130,16 @@ pub fn cp_async_read_without_barrier() -> String {
     module("cp_async_read_without_barrier", 3, 32, 1024, &body)
 }
 
+/// Bug: a store into the destination of the thread's own uncommitted copy.
+pub fn cp_async_store_in_flight() -> String {
+    let body = CP_ASYNC_BODY.replacen(
+        "\tcp.async.commit_group;\n\tcp.async.ca.shared.global [%r6+896], [%rd12+128], 4;\n",
+        "\tcp.async.commit_group;\n\tcp.async.ca.shared.global [%r6+896], [%rd12+128], 4;\n\tst.shared.b32 [%r6+896], %r1;\n",
+        1,
+    );
+    module("cp_async_store_in_flight", 3, 32, 1024, &body)
+}
+
 /// `ldmatrix` of `count` matrices (`.trans` or not). Parameters: `in`
 /// (32 rows of 8 b16, 512 bytes), `out` (32 lanes × 4 words). The rows are
 /// staged in shared memory as they are; lane l gives the address of stored
