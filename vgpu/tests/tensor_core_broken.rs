@@ -301,3 +301,22 @@ fn malformed_tensor_core_instructions_are_rejected_before_running() {
         "{reason}"
     );
 }
+
+#[test]
+fn a_cp_async_over_a_word_another_thread_reads_is_a_race() {
+    let fault = fault_of(&snippets::cp_async_overwrite_while_read(), &[128, 128]);
+    // Thread 0 read word 1 in this barrier interval; thread 1's copy starts
+    // over it: checked as a write when it starts, not only when it lands.
+    assert_eq!(fault.thread, [1, 0, 0]);
+    assert!(fault.instruction.starts_with("cp.async.ca"), "{fault}");
+    match fault.kind {
+        FaultKind::SharedRace {
+            offset: 4,
+            first_thread: [0, 0, 0],
+            first_was_write: false,
+            second_is_write: true,
+            ..
+        } => {}
+        _ => panic!("expected a write-after-read race: {fault}"),
+    }
+}

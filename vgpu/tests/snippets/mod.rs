@@ -140,6 +140,34 @@ pub fn cp_async_store_in_flight() -> String {
     module("cp_async_store_in_flight", 3, 32, 1024, &body)
 }
 
+/// Bug: each thread reads its neighbour's word, then (with no `bar.sync`
+/// in between) starts a `cp.async` over its own word, which its other
+/// neighbour may still be reading. Parameters: `in`, `out` (32 words each).
+pub fn cp_async_overwrite_while_read() -> String {
+    let body = "\tld.param.u64 %rd0, [param_0];
+\tcvta.to.global.u64 %rd1, %rd0;
+\tld.param.u64 %rd2, [param_1];
+\tcvta.to.global.u64 %rd3, %rd2;
+\tmov.u32 %r0, ktune_smem;
+\tmov.u32 %r1, %tid.x;
+\tmad.lo.u32 %r2, %r1, 4, %r0;
+\tst.shared.b32 [%r2], %r1;
+\tbar.sync 0;
+\tadd.u32 %r3, %r1, 1;
+\tand.b32 %r4, %r3, 31;
+\tmad.lo.u32 %r5, %r4, 4, %r0;
+\tld.shared.b32 %r6, [%r5];
+\tmul.wide.u32 %rd4, %r1, 4;
+\tadd.u64 %rd5, %rd1, %rd4;
+\tcp.async.ca.shared.global [%r2], [%rd5], 4;
+\tcp.async.wait_all;
+\tadd.u64 %rd6, %rd3, %rd4;
+\tst.global.b32 [%rd6], %r6;
+\tret;
+";
+    module("cp_async_overwrite_while_read", 2, 32, 128, body)
+}
+
 /// `ldmatrix` of `count` matrices (`.trans` or not). Parameters: `in`
 /// (32 rows of 8 b16, 512 bytes), `out` (32 lanes × 4 words). The rows are
 /// staged in shared memory as they are; lane l gives the address of stored
