@@ -219,3 +219,98 @@ fn errors_name_the_line() {
     let err = parse(&undeclared).unwrap_err();
     assert!(err.message.contains("`%f999` is not declared"), "{err}");
 }
+
+/// Every tensor-core, async-copy, packing and atomic instruction in each of
+/// its forms, built with the builder's helpers.
+fn tensor_core_kernel() -> Kernel {
+    use ktune_core::ptx::Builder;
+    use ktune_core::ptx::inst::{Addr, CpAsyncCache, MmaKind, Operand, RegClass};
+
+    let mut b = Builder::new();
+    let smem = b.shared_base();
+    let global = b.param_ptr(0);
+    let at = |base, offset| Addr { base, offset };
+    let size = b.u32_imm(6);
+    b.cp_async(CpAsyncCache::Ca, at(smem, 0), at(global, 0), 4, None);
+    b.cp_async(CpAsyncCache::Ca, at(smem, 8), at(global, 8), 8, Some(size));
+    b.cp_async(CpAsyncCache::Ca, at(smem, 16), at(global, 16), 16, None);
+    b.cp_async(
+        CpAsyncCache::Cg,
+        at(smem, 32),
+        at(global, 32),
+        16,
+        Some(size),
+    );
+    b.cp_async_commit();
+    b.cp_async_wait(1);
+    b.cp_async_wait_all();
+    let x1 = b.ldmatrix(1, false, at(smem, 0));
+    let x2 = b.ldmatrix(2, true, at(smem, 16));
+    let x4 = b.ldmatrix(4, false, at(smem, -16));
+    let (lo, hi) = b.unpack_b16x2(x1[0]);
+    let packed = b.pack_b16x2(hi, lo);
+    let zero = b.f32_imm(0.0);
+    let acc = [zero, b.f32_imm(1.0), b.f32_imm(2.0), b.f32_imm(-3.5)];
+    let a = [x4[0], x4[1], x4[2], x4[3]];
+    b.mma_acc(MmaKind::F16, acc, a, [x2[0], x2[1]]);
+    b.mma_acc(MmaKind::Bf16, acc, a, [packed, x2[1]]);
+    let t = b.f32_to_tf32(acc[1]);
+    let u = b.reg(RegClass::B32);
+    b.push(ktune_core::ptx::inst::Op::Mma {
+        kind: MmaKind::Tf32,
+        d: [zero, acc[1], acc[2], acc[3]],
+        a: [t, t, u, u],
+        b: [t, u],
+        c: acc,
+    });
+    b.red_add_f32(at(global, 4), acc[0]);
+    b.red_add_f32(at(global, 8), Operand::F32(1.5));
+    let old = b.atom_add_f32(at(global, 12), acc[2]);
+    b.store(
+        ktune_core::ptx::inst::Space::Global,
+        ktune_core::DType::F32,
+        at(global, 16),
+        old,
+    );
+    b.finish("tensor_core".into(), 1, 128, 64)
+}
+
+#[test]
+fn tensor_core_and_async_copy_instructions_round_trip() {
+    let kernel = tensor_core_kernel();
+    for target in [SmVersion::Sm80, SmVersion::Sm90] {
+        round_trip(&kernel, target);
+    }
+    let text = print(&kernel, SmVersion::Sm80);
+    for line in [
+        "\tcp.async.ca.shared.global [%r0], [%rd1], 4;",
+        "\tcp.async.ca.shared.global [%r0+8], [%rd1+8], 8, %r1;",
+        "\tcp.async.cg.shared.global [%r0+32], [%rd1+32], 16, %r1;",
+        "\tcp.async.commit_group;",
+        "\tcp.async.wait_group 1;",
+        "\tcp.async.wait_all;",
+        "\tldmatrix.sync.aligned.m8n8.x1.shared.b16 {%r2}, [%r0];",
+        "\tldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%r3, %r4}, [%r0+16];",
+        "\tldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r5, %r6, %r7, %r8}, [%r0+(-16)];",
+        "\tmov.b32 {%h0, %h1}, %r2;",
+        "\tmov.b32 %r9, {%h1, %h0};",
+        "\tmma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%f0, %f1, %f2, %f3}, {%r5, %r6, %r7, %r8}, {%r3, %r4}, {%f0, %f1, %f2, %f3};",
+        "\tmma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%f0, %f1, %f2, %f3}, {%r5, %r6, %r7, %r8}, {%r9, %r4}, {%f0, %f1, %f2, %f3};",
+        "\tcvt.rna.tf32.f32 %r10, %f1;",
+        "\tmma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%f0, %f1, %f2, %f3}, {%r10, %r10, %r11, %r11}, {%r10, %r11}, {%f0, %f1, %f2, %f3};",
+        "\tred.global.add.f32 [%rd1+4], %f0;",
+        "\tred.global.add.f32 [%rd1+8], 0f3FC00000;",
+        "\tatom.global.add.f32 %f4, [%rd1+12], %f2;",
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "missing `{line}` in\n{text}"
+        );
+    }
+    let mangled = text.replace("m8n8.x2.trans", "m8n8.x4.trans");
+    let err = parse(&mangled).unwrap_err();
+    assert!(
+        err.message.contains("not in the form ktune prints"),
+        "{err}"
+    );
+}

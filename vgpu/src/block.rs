@@ -4,17 +4,17 @@
 
 use ktune_core::lower::Launch;
 use ktune_core::ptx::Kernel;
-use ktune_core::ptx::inst::{Instr, Op};
+use ktune_core::ptx::inst::{Instr, Op, ShflMode};
 
-use crate::decode::{Exec, Program};
+use crate::async_copy::AsyncCopies;
+use crate::decode::{Exec, Program, Slot};
 use crate::exec::{self, BlockEnv, Cell, Reach, State, Thread};
 use crate::fault::{Fault, FaultKind, LaneState};
+use crate::fragment::{self, WARP};
 use crate::memory::Memory;
 use crate::numeric::shfl_source;
 use crate::shared::Shared;
 use crate::{Config, Stats};
-
-const WARP: usize = 32;
 
 /// `%tid` of the thread with linear index `linear` in a block of `ntid`.
 pub(crate) fn thread_coords(linear: u32, ntid: [u32; 3]) -> [u32; 3] {
@@ -69,6 +69,7 @@ pub(crate) fn run_grid(
             .collect(),
         regs: vec![Cell::default(); threads * program.slots as usize],
         shared: Shared::new(kernel.dynamic_shared_bytes, ntid),
+        copies: AsyncCopies::new(threads),
     };
     let grid = launch.grid;
     let mut serial = 0u32;
@@ -161,6 +162,7 @@ struct Block<'a> {
     threads: Vec<Thread>,
     regs: Vec<Cell>,
     shared: Shared,
+    copies: AsyncCopies,
 }
 
 impl Block<'_> {
@@ -175,6 +177,7 @@ impl Block<'_> {
             t.state = State::Ready;
             t.steps = 0;
         }
+        self.copies.begin_block(&mut self.shared);
         self.shared.begin_block();
         let slots = self.program.slots as usize;
         loop {
@@ -185,6 +188,7 @@ impl Block<'_> {
                 let mut reach = Reach {
                     global: memory,
                     shared: &mut self.shared,
+                    copies: &mut self.copies,
                     stats,
                 };
                 let range = i * slots..(i + 1) * slots;
@@ -205,7 +209,7 @@ impl Block<'_> {
                 let kind = self.shared.settle(id, offset);
                 return Err(self.fault(env, id as usize, kind));
             }
-            if self.shuffle(env, stats)? {
+            if self.collectives(env, stats)? {
                 continue;
             }
             if !self.barrier(env, stats)? {
@@ -214,77 +218,197 @@ impl Block<'_> {
         }
     }
 
-    /// Completes every `shfl.sync` a whole warp waits at; whether any did.
-    fn shuffle(&mut self, env: &BlockEnv<'_>, stats: &mut Stats) -> Result<bool, Fault> {
-        let slots = self.program.slots as usize;
+    /// Completes every warp-collective instruction (`shfl.sync`,
+    /// `ldmatrix`, `mma`) a whole warp waits at; whether any did.
+    fn collectives(&mut self, env: &BlockEnv<'_>, stats: &mut Stats) -> Result<bool, Fault> {
         let mut any = false;
         for warp in 0..self.threads.len().div_ceil(WARP) {
             let lanes = warp * WARP..(warp * WARP + WARP).min(self.threads.len());
-            let Some(first) = lanes
-                .clone()
-                .find(|&i| matches!(self.threads[i].state, State::Shuffle { .. }))
-            else {
+            let Some(first) = lanes.clone().find(|&i| {
+                matches!(
+                    self.threads[i].state,
+                    State::Shuffle { .. } | State::Collective
+                )
+            }) else {
                 continue;
             };
+            self.converged(env, first, lanes.clone())?;
             let pc = self.threads[first].pc;
-            if lanes.len() < WARP {
-                let kind = FaultKind::ShuffleDivergence {
-                    lane: lanes.len() as u32,
-                    other_thread: [0; 3],
-                    other: LaneState::Missing,
-                };
-                return Err(self.fault(env, first, kind));
-            }
-            let mut a = [0u32; WARP];
-            let mut b = [0u32; WARP];
-            for (lane, i) in lanes.clone().enumerate() {
-                let t = self.threads[i];
-                let other = match t.state {
-                    State::Shuffle { a: va, b: vb } if t.pc == pc => {
-                        a[lane] = va;
-                        b[lane] = vb;
-                        continue;
+            match self.program.insts[pc as usize].exec {
+                Exec::Shfl {
+                    mode, dst, clamp, ..
+                } => {
+                    self.shuffle(env, lanes.start, mode, dst, clamp);
+                    stats.shuffles += 1;
+                }
+                Exec::Ldmatrix {
+                    trans,
+                    n,
+                    dsts,
+                    base,
+                    offset,
+                } => {
+                    let rows = self.matrix_rows(env, lanes.start, usize::from(n), base, offset)?;
+                    stats.shared_load_bytes += 16 * 8 * u64::from(n);
+                    let frags = fragment::ldmatrix(usize::from(n), trans, &rows);
+                    for (lane, regs) in frags.iter().enumerate() {
+                        for (dst, v) in dsts.iter().zip(regs).take(usize::from(n)) {
+                            self.set(env, lanes.start + lane, *dst, u64::from(*v));
+                        }
                     }
-                    State::Shuffle { .. } => LaneState::AtShuffle {
-                        pc: self.program.origin[t.pc as usize],
-                    },
-                    // No thread is ready or parked after the run phase.
-                    State::Exited | State::Ready | State::Parked { .. } => LaneState::Exited,
-                    State::Barrier => {
-                        let kind = FaultKind::BarrierDeadlock {
-                            other_thread: t.tid,
-                            other_pc: self.program.origin[t.pc as usize],
-                        };
-                        return Err(self.fault(env, first, kind));
+                }
+                Exec::Mma { kind, d, a, b, c } => {
+                    let a = self.fragment(env, lanes.start, a)?;
+                    let b = self.fragment(env, lanes.start, b)?;
+                    let c = self.fragment(env, lanes.start, c)?;
+                    let out = fragment::mma(kind, &a, &b, &c);
+                    for (lane, regs) in out.iter().enumerate() {
+                        for (dst, v) in d.iter().zip(regs) {
+                            self.set(env, lanes.start + lane, *dst, u64::from(*v));
+                        }
                     }
-                };
-                let kind = FaultKind::ShuffleDivergence {
-                    lane: lane as u32,
-                    other_thread: t.tid,
-                    other,
-                };
-                return Err(self.fault(env, first, kind));
+                }
+                _ => return Err(self.fault(env, first, internal("a warp stopped elsewhere"))),
             }
-            let Exec::Shfl {
-                mode, dst, clamp, ..
-            } = self.program.insts[pc as usize].exec
-            else {
-                return Err(self.fault(env, first, internal("a shuffle stopped elsewhere")));
-            };
-            for (lane, i) in lanes.enumerate() {
-                let j = shfl_source(mode, lane as u32, b[lane], clamp) as usize;
-                self.regs[i * slots + dst as usize] = Cell {
-                    value: u64::from(a[j]),
-                    block: env.serial,
-                };
-                let t = &mut self.threads[i];
+            for t in &mut self.threads[lanes] {
                 t.pc += 1;
                 t.state = State::Ready;
             }
-            stats.shuffles += 1;
             any = true;
         }
         Ok(any)
+    }
+
+    /// Checks that every lane of the warp `lanes` waits at the instruction
+    /// lane `first` waits at.
+    fn converged(
+        &self,
+        env: &BlockEnv<'_>,
+        first: usize,
+        lanes: std::ops::Range<usize>,
+    ) -> Result<(), Fault> {
+        let shuffle = matches!(self.threads[first].state, State::Shuffle { .. });
+        let divergence = |lane: u32, other_thread, other| {
+            if shuffle {
+                FaultKind::ShuffleDivergence {
+                    lane,
+                    other_thread,
+                    other,
+                }
+            } else {
+                FaultKind::CollectiveDivergence {
+                    lane,
+                    other_thread,
+                    other,
+                }
+            }
+        };
+        if lanes.len() < WARP {
+            let kind = divergence(lanes.len() as u32, [0; 3], LaneState::Missing);
+            return Err(self.fault(env, first, kind));
+        }
+        let pc = self.threads[first].pc;
+        for (lane, i) in lanes.enumerate() {
+            let t = self.threads[i];
+            let other = match t.state {
+                State::Shuffle { .. } | State::Collective if t.pc == pc => continue,
+                State::Shuffle { .. } => LaneState::AtShuffle {
+                    pc: self.program.origin[t.pc as usize],
+                },
+                State::Collective => LaneState::AtCollective {
+                    pc: self.program.origin[t.pc as usize],
+                },
+                // No thread is ready or parked after the run phase.
+                State::Exited | State::Ready | State::Parked { .. } => LaneState::Exited,
+                State::Barrier => {
+                    let kind = FaultKind::BarrierDeadlock {
+                        other_thread: t.tid,
+                        other_pc: self.program.origin[t.pc as usize],
+                    };
+                    return Err(self.fault(env, first, kind));
+                }
+            };
+            return Err(self.fault(env, first, divergence(lane as u32, t.tid, other)));
+        }
+        Ok(())
+    }
+
+    /// Completes a `shfl.sync` of the warp starting at thread `warp`, with
+    /// the operands each lane read when it arrived.
+    fn shuffle(&mut self, env: &BlockEnv<'_>, warp: usize, mode: ShflMode, dst: Slot, clamp: u32) {
+        let mut a = [0u32; WARP];
+        let mut b = [0u32; WARP];
+        for lane in 0..WARP {
+            if let State::Shuffle { a: va, b: vb } = self.threads[warp + lane].state {
+                a[lane] = va;
+                b[lane] = vb;
+            }
+        }
+        for (lane, b) in b.iter().enumerate() {
+            let j = shfl_source(mode, lane as u32, *b, clamp) as usize;
+            self.set(env, warp + lane, dst, u64::from(a[j]));
+        }
+    }
+
+    /// The rows an `ldmatrix` of `n` matrices reads: lane `l < 8n` of the
+    /// warp starting at thread `warp` addresses row `l`, 16 aligned bytes.
+    fn matrix_rows(
+        &mut self,
+        env: &BlockEnv<'_>,
+        warp: usize,
+        n: usize,
+        base: Slot,
+        offset: i64,
+    ) -> Result<[[u16; 8]; WARP], Fault> {
+        let mut rows = [[0u16; 8]; WARP];
+        for (lane, row) in rows.iter_mut().enumerate().take(8 * n) {
+            let i = warp + lane;
+            let addr = self.get(env, i, base)?.wrapping_add(offset as u64);
+            match self.shared.load(i as u32, addr, 16) {
+                Ok(bytes) => {
+                    for (v, pair) in row.iter_mut().zip(bytes.chunks_exact(2)) {
+                        *v = u16::from_le_bytes([pair[0], pair[1]]);
+                    }
+                }
+                Err(kind) => return Err(self.fault(env, i, kind)),
+            }
+        }
+        Ok(rows)
+    }
+
+    /// Register `slots` of every lane of the warp starting at thread `warp`.
+    fn fragment<const N: usize>(
+        &self,
+        env: &BlockEnv<'_>,
+        warp: usize,
+        slots: [Slot; N],
+    ) -> Result<[[u32; N]; WARP], Fault> {
+        let mut out = [[0u32; N]; WARP];
+        for (lane, regs) in out.iter_mut().enumerate() {
+            for (v, slot) in regs.iter_mut().zip(slots) {
+                *v = self.get(env, warp + lane, slot)? as u32;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Thread `i`'s register `slot`, which must have been written.
+    fn get(&self, env: &BlockEnv<'_>, i: usize, slot: Slot) -> Result<u64, Fault> {
+        let cell = self.regs[i * self.program.slots as usize + slot as usize];
+        if cell.block != env.serial {
+            let kind = FaultKind::UninitializedRegister {
+                reg: self.program.reg_name(slot),
+            };
+            return Err(self.fault(env, i, kind));
+        }
+        Ok(cell.value)
+    }
+
+    fn set(&mut self, env: &BlockEnv<'_>, i: usize, slot: Slot, value: u64) {
+        self.regs[i * self.program.slots as usize + slot as usize] = Cell {
+            value,
+            block: env.serial,
+        };
     }
 
     /// Completes the `bar.sync` every live thread waits at; false when

@@ -5,7 +5,8 @@
 use std::collections::HashMap;
 
 use ktune_core::ptx::inst::{
-    ArithOp, Cmp, Instr, Kernel, Op, Operand, Reg, RegClass, ShflMode, Space, Special, Ty, UnaryOp,
+    Addr, ArithOp, Cmp, CpAsyncCache, Instr, Kernel, MmaKind, Op, Operand, Reg, RegClass, ShflMode,
+    Space, Special, Ty, UnaryOp,
 };
 
 use crate::memory::Memory;
@@ -112,6 +113,7 @@ pub(crate) enum Num {
     F16,
     Bf16,
     F32,
+    Tf32,
 }
 
 // Explicit tags: a plain byte to dispatch on, instead of a niche-encoded
@@ -186,6 +188,55 @@ pub(crate) enum Exec {
         src: Slot,
         lane: Src,
         clamp: u32,
+    },
+    /// `mov.b32 dst, {lo, hi}`
+    Pack {
+        dst: Slot,
+        lo: Slot,
+        hi: Slot,
+    },
+    /// `mov.b32 {lo, hi}, src`
+    Unpack {
+        lo: Slot,
+        hi: Slot,
+        src: Slot,
+    },
+    CpAsync {
+        dst: Slot,
+        dst_offset: i64,
+        src: Slot,
+        src_offset: i64,
+        bytes: u8,
+        src_bytes: Option<Slot>,
+    },
+    CpCommit,
+    CpWait {
+        pending: u32,
+    },
+    CpWaitAll,
+    /// Warp-collective: the lanes' operands are read when the whole warp
+    /// has arrived.
+    Ldmatrix {
+        trans: bool,
+        n: u8,
+        dsts: [Slot; 4],
+        base: Slot,
+        offset: i64,
+    },
+    /// Warp-collective, like [`Exec::Ldmatrix`].
+    Mma {
+        kind: MmaKind,
+        d: [Slot; 4],
+        a: [Slot; 4],
+        b: [Slot; 2],
+        c: [Slot; 4],
+    },
+    /// `red.global.add.f32` (no `dst`) or `atom.global.add.f32`.
+    AtomAdd {
+        dst: Option<Slot>,
+        base: Slot,
+        offset: i64,
+        value: Src,
     },
     Bar,
     Bra {
@@ -349,13 +400,13 @@ fn ty_width(t: Ty) -> Width {
     match t {
         Ty::Pred => Width::Pred,
         Ty::B16 | Ty::U16 | Ty::F16 | Ty::Bf16 => Width::W16,
-        Ty::B32 | Ty::U32 | Ty::S32 | Ty::F32 => Width::W32,
+        Ty::B32 | Ty::U32 | Ty::S32 | Ty::F32 | Ty::Tf32 => Width::W32,
         Ty::B64 | Ty::U64 => Width::W64,
     }
 }
 
 fn is_float(t: Ty) -> bool {
-    matches!(t, Ty::F16 | Ty::Bf16 | Ty::F32)
+    matches!(t, Ty::F16 | Ty::Bf16 | Ty::F32 | Ty::Tf32)
 }
 
 fn num(t: Ty) -> Result<Num, String> {
@@ -363,6 +414,7 @@ fn num(t: Ty) -> Result<Num, String> {
         Ty::F16 => Num::F16,
         Ty::Bf16 => Num::Bf16,
         Ty::F32 => Num::F32,
+        Ty::Tf32 => Num::Tf32,
         Ty::S32 => Num::Int {
             bits: 32,
             signed: true,
@@ -531,7 +583,11 @@ impl Decoder<'_> {
             Op::Cvt { to, from, dst, src } => {
                 let (to_num, from_num) = (num(*to)?, num(*from)?);
                 let float = |n| matches!(n, Num::F16 | Num::Bf16 | Num::F32);
-                if float(to_num) && float(from_num) {
+                if to_num == Num::Tf32 || from_num == Num::Tf32 {
+                    if (to_num, from_num) != (Num::Tf32, Num::F32) {
+                        return Err("tf32 is only converted to, from f32 (cvt.rna.tf32.f32)".into());
+                    }
+                } else if float(to_num) && float(from_num) {
                     let ok = matches!(
                         (to_num, from_num),
                         (Num::F32, _) | (Num::F16 | Num::Bf16, Num::F32)
@@ -633,6 +689,86 @@ impl Decoder<'_> {
                 lane: self.src(*lane, Ty::U32)?,
                 clamp: *clamp,
             },
+            Op::Pack { dst, lo, hi } => Exec::Pack {
+                dst: self.reg(*dst, Width::W32)?,
+                lo: self.reg(*lo, Width::W16)?,
+                hi: self.reg(*hi, Width::W16)?,
+            },
+            Op::Unpack { lo, hi, src } => Exec::Unpack {
+                lo: self.reg(*lo, Width::W16)?,
+                hi: self.reg(*hi, Width::W16)?,
+                src: self.reg(*src, Width::W32)?,
+            },
+            Op::CpAsync {
+                cache,
+                dst,
+                src,
+                bytes,
+                src_bytes,
+            } => {
+                let sizes: &[u32] = match cache {
+                    CpAsyncCache::Ca => &[4, 8, 16],
+                    CpAsyncCache::Cg => &[16],
+                };
+                if !sizes.contains(bytes) {
+                    return Err(format!(
+                        "cp.async.{} copies {sizes:?} bytes, not {bytes}",
+                        format!("{cache:?}").to_lowercase()
+                    ));
+                }
+                Exec::CpAsync {
+                    dst: self.address(Space::Shared, dst.base)?,
+                    dst_offset: dst.offset,
+                    src: self.address(Space::Global, src.base)?,
+                    src_offset: src.offset,
+                    bytes: *bytes as u8,
+                    src_bytes: src_bytes.map(|r| self.reg(r, Width::W32)).transpose()?,
+                }
+            }
+            Op::CpAsyncCommit => Exec::CpCommit,
+            Op::CpAsyncWait { pending } => Exec::CpWait { pending: *pending },
+            Op::CpAsyncWaitAll => Exec::CpWaitAll,
+            Op::Ldmatrix { trans, dsts, addr } => {
+                if !matches!(dsts.len(), 1 | 2 | 4) {
+                    return Err(format!(
+                        "ldmatrix loads 1, 2 or 4 matrices, not {}",
+                        dsts.len()
+                    ));
+                }
+                let mut slots = [0; 4];
+                for (s, r) in slots.iter_mut().zip(dsts) {
+                    *s = self.reg(*r, Width::W32)?;
+                }
+                Exec::Ldmatrix {
+                    trans: *trans,
+                    n: dsts.len() as u8,
+                    dsts: slots,
+                    base: self.address(Space::Shared, addr.base)?,
+                    offset: addr.offset,
+                }
+            }
+            Op::Mma { kind, d, a, b, c } => {
+                let f32s = |regs: &[Reg; 4]| -> Result<[Slot; 4], String> {
+                    let mut slots = [0; 4];
+                    for (s, r) in slots.iter_mut().zip(regs) {
+                        *s = self.f32_reg(*r)?;
+                    }
+                    Ok(slots)
+                };
+                let b32s = |regs: &[Reg]| -> Result<Vec<Slot>, String> {
+                    regs.iter().map(|r| self.b32_reg(*r)).collect()
+                };
+                let (a_slots, b_slots) = (b32s(a)?, b32s(b)?);
+                Exec::Mma {
+                    kind: *kind,
+                    d: f32s(d)?,
+                    a: [a_slots[0], a_slots[1], a_slots[2], a_slots[3]],
+                    b: [b_slots[0], b_slots[1]],
+                    c: f32s(c)?,
+                }
+            }
+            Op::RedAdd { addr, value } => self.atom_add(None, addr, *value)?,
+            Op::AtomAdd { dst, addr, value } => self.atom_add(Some(*dst), addr, *value)?,
             Op::BarSync => Exec::Bar,
             Op::Bra { target } => Exec::Bra {
                 target: *self
@@ -642,6 +778,37 @@ impl Decoder<'_> {
             },
             Op::Label(_) => return Err("a label is not an instruction".into()),
             Op::Ret => Exec::Ret,
+        })
+    }
+
+    /// An `.f32` operand of `mma`: an f32 register.
+    fn f32_reg(&self, r: Reg) -> Result<Slot, String> {
+        if r.class != RegClass::F32 {
+            return Err(format!(
+                "mma accumulators are .f32 registers, not {:?}",
+                r.class
+            ));
+        }
+        self.slot(r)
+    }
+
+    /// A packed `.b32` operand of `mma`: a 32-bit integer register.
+    fn b32_reg(&self, r: Reg) -> Result<Slot, String> {
+        if r.class != RegClass::B32 {
+            return Err(format!(
+                "mma A and B fragments are .b32 registers, not {:?}",
+                r.class
+            ));
+        }
+        self.slot(r)
+    }
+
+    fn atom_add(&self, dst: Option<Reg>, addr: &Addr, value: Operand) -> Result<Exec, String> {
+        Ok(Exec::AtomAdd {
+            dst: dst.map(|r| self.reg(r, Width::W32)).transpose()?,
+            base: self.address(Space::Global, addr.base)?,
+            offset: addr.offset,
+            value: self.src(value, Ty::F32)?,
         })
     }
 

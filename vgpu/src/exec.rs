@@ -4,6 +4,7 @@
 use ktune_core::ptx::inst::{Cmp, Space, Special};
 
 use crate::Stats;
+use crate::async_copy::{AsyncCopies, AsyncCopy};
 use crate::decode::{Bin, CmpKind, Exec, Guard, Mad, Program, Slot, Src, Un};
 use crate::fault::FaultKind;
 use crate::memory::Memory;
@@ -21,6 +22,9 @@ pub(crate) enum State {
         a: u32,
         b: u32,
     },
+    /// Waiting at the `ldmatrix` or `mma` at its pc; operands are read when
+    /// the whole warp is there.
+    Collective,
     /// Stopped at a load of a shared byte nobody had written yet: a race if
     /// another thread writes it before the next barrier, a read of
     /// uninitialised memory otherwise. Settled once every thread has run.
@@ -66,6 +70,7 @@ pub(crate) struct BlockEnv<'a> {
 pub(crate) struct Reach<'a> {
     pub global: &'a mut Memory,
     pub shared: &'a mut Shared,
+    pub copies: &'a mut AsyncCopies,
     pub stats: &'a mut Stats,
 }
 
@@ -358,6 +363,73 @@ fn step(
             let a = get!(src) as u32;
             let b = val!(lane) as u32;
             return Ok(Flow::Stop(State::Shuffle { a, b }));
+        }
+        Exec::Pack { dst, lo, hi } => set!(dst, get!(lo) | get!(hi) << 16),
+        Exec::Unpack { lo, hi, src } => {
+            let v = get!(src);
+            set!(lo, v & 0xffff);
+            set!(hi, (v >> 16) & 0xffff);
+        }
+        Exec::CpAsync {
+            dst,
+            dst_offset,
+            src,
+            src_offset,
+            bytes,
+            src_bytes,
+        } => {
+            let dst = get!(dst).wrapping_add(dst_offset as u64);
+            let src = get!(src).wrapping_add(src_offset as u64);
+            let bytes = u32::from(bytes);
+            let read = match src_bytes {
+                Some(s) => get!(s) as u32,
+                None => bytes,
+            };
+            if read > bytes {
+                return Err(Box::new(FaultKind::AsyncCopySize {
+                    bytes,
+                    src_bytes: read,
+                }));
+            }
+            let data = reach.global.load_zero_filled(src, bytes, read)?;
+            let offset = reach
+                .shared
+                .start_async(t.id, program.origin[pc] as u32, dst, bytes)?;
+            reach.stats.global_load_bytes += u64::from(read);
+            reach.copies.start(
+                t.id,
+                AsyncCopy {
+                    offset,
+                    len: bytes as u8,
+                    data,
+                },
+            );
+        }
+        Exec::CpCommit => reach.copies.commit(t.id),
+        Exec::CpWait { pending } => {
+            reach.stats.shared_store_bytes += reach.copies.wait(t.id, pending, reach.shared)?;
+        }
+        Exec::CpWaitAll => {
+            reach.copies.commit(t.id);
+            reach.stats.shared_store_bytes += reach.copies.wait(t.id, 0, reach.shared)?;
+        }
+        Exec::Ldmatrix { .. } | Exec::Mma { .. } => return Ok(Flow::Stop(State::Collective)),
+        Exec::AtomAdd {
+            dst,
+            base,
+            offset,
+            value,
+        } => {
+            let addr = get!(base).wrapping_add(offset as u64);
+            let value = f(val!(value));
+            reach.stats.global_load_bytes += 4;
+            reach.stats.global_store_bytes += 4;
+            let word = reach.global.store(addr, 4)?;
+            let old = f32::from_le_bytes([word[0], word[1], word[2], word[3]]);
+            word.copy_from_slice(&numeric::atomic_add_f32(old, value).to_le_bytes());
+            if let Some(dst) = dst {
+                set!(dst, bits(old));
+            }
         }
         Exec::Bar => return Ok(Flow::Stop(State::Barrier)),
         Exec::Bra { target } => return Ok(Flow::Jump(target)),

@@ -70,6 +70,11 @@ pub enum LaneState {
     AtShuffle {
         pc: usize,
     },
+    /// Waiting at a different `ldmatrix` or `mma` (its pc in the kernel
+    /// body).
+    AtCollective {
+        pc: usize,
+    },
 }
 
 /// Why a kernel was stopped.
@@ -123,8 +128,9 @@ pub enum FaultKind {
         other_thread: [u32; 3],
         other_pc: usize,
     },
-    /// This thread waits at a `shfl.sync` that another lane of its warp can
-    /// never reach because it waits at a `bar.sync` for the whole block.
+    /// This thread waits at a warp-collective instruction (`shfl.sync`,
+    /// `ldmatrix`, `mma`) that another lane of its warp can never reach
+    /// because it waits at a `bar.sync` for the whole block.
     BarrierDeadlock {
         other_thread: [u32; 3],
         other_pc: usize,
@@ -138,6 +144,31 @@ pub enum FaultKind {
         other_thread: [u32; 3],
         other: LaneState,
     },
+    /// An `ldmatrix` or `mma.sync` (`.aligned`: every lane of the warp must
+    /// execute the same instruction together) that not all 32 lanes
+    /// reached.
+    CollectiveDivergence {
+        /// The first lane that is not at this instruction.
+        lane: u32,
+        /// That lane's `%tid` (zero when the lane does not exist).
+        other_thread: [u32; 3],
+        other: LaneState,
+    },
+    /// A shared byte accessed while a `cp.async` into it is in flight: the
+    /// copy lands only when the issuing thread's `cp.async.wait_group`
+    /// completes its group (and other threads see it after a `bar.sync`).
+    AsyncCopyPending {
+        access: Access,
+        addr: u64,
+        offset: u32,
+        /// The thread that issued the copy.
+        copier: [u32; 3],
+        /// The `cp.async`'s index in the kernel body.
+        copy_pc: usize,
+    },
+    /// A `cp.async` whose source size operand exceeds its copy size (PTX
+    /// leaves the result undefined).
+    AsyncCopySize { bytes: u32, src_bytes: u32 },
     /// A thread executed more instructions than the configured limit.
     StepLimit { limit: u64 },
     /// The instruction list is malformed (undefined label, register out of
@@ -146,6 +177,24 @@ pub enum FaultKind {
     /// The launch does not fit the kernel (parameter count, block size,
     /// shared memory).
     InvalidLaunch { reason: String },
+}
+
+/// Where the lane that did not arrive at a warp-collective instruction is.
+fn lane_state(f: &mut fmt::Formatter<'_>, thread: [u32; 3], state: LaneState) -> fmt::Result {
+    match state {
+        LaneState::Missing => write!(f, "does not exist (partial warp)"),
+        LaneState::Exited => write!(f, "(thread {}) has exited", Xyz(thread)),
+        LaneState::AtShuffle { pc } => write!(
+            f,
+            "(thread {}) waits at a different shfl.sync (pc {pc})",
+            Xyz(thread)
+        ),
+        LaneState::AtCollective { pc } => write!(
+            f,
+            "(thread {}) waits at a different ldmatrix or mma (pc {pc})",
+            Xyz(thread)
+        ),
+    }
 }
 
 /// `(x, y, z)`
@@ -251,7 +300,7 @@ impl fmt::Display for FaultKind {
                 other_pc,
             } => write!(
                 f,
-                "deadlock: this shfl.sync needs thread {} of the same warp, which waits at bar.sync (pc {other_pc})",
+                "deadlock: this warp-collective instruction needs thread {} of the same warp, which waits at bar.sync (pc {other_pc})",
                 Xyz(*other_thread)
             ),
             FaultKind::ShuffleDivergence {
@@ -263,16 +312,38 @@ impl fmt::Display for FaultKind {
                     f,
                     "shfl.sync divergence: not all 32 lanes arrived; lane {lane} "
                 )?;
-                match other {
-                    LaneState::Missing => write!(f, "does not exist (partial warp)"),
-                    LaneState::Exited => write!(f, "(thread {}) has exited", Xyz(*other_thread)),
-                    LaneState::AtShuffle { pc } => write!(
-                        f,
-                        "(thread {}) waits at a different shfl.sync (pc {pc})",
-                        Xyz(*other_thread)
-                    ),
-                }
+                lane_state(f, *other_thread, *other)
             }
+            FaultKind::CollectiveDivergence {
+                lane,
+                other_thread,
+                other,
+            } => {
+                write!(
+                    f,
+                    "warp-collective divergence: all 32 lanes must execute this instruction together, but lane {lane} "
+                )?;
+                lane_state(f, *other_thread, *other)
+            }
+            FaultKind::AsyncCopyPending {
+                access,
+                addr,
+                offset,
+                copier,
+                copy_pc,
+            } => write!(
+                f,
+                "{} of shared memory with an outstanding cp.async at {addr:#x} (window +{offset}): thread {}'s cp.async at pc {copy_pc} has not landed; wait for its group with cp.async.wait_group (and bar.sync before other threads use it)",
+                match access {
+                    Access::Load => "read",
+                    Access::Store => "write",
+                },
+                Xyz(*copier)
+            ),
+            FaultKind::AsyncCopySize { bytes, src_bytes } => write!(
+                f,
+                "cp.async of {bytes} bytes given a source size of {src_bytes} bytes (at most {bytes})"
+            ),
             FaultKind::StepLimit { limit } => write!(
                 f,
                 "thread executed more than {limit} instructions (infinite loop?)"

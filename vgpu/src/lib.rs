@@ -47,20 +47,31 @@
 //! registers and uninitialised shared memory; results never depend on that
 //! order unless blocks race on global memory. Within a block every thread
 //! has its own registers and pc and runs alone until it reaches a
-//! synchronisation point (`bar.sync`, `shfl.sync`) or exits. Then:
+//! synchronisation point (`bar.sync`, or a warp-collective `shfl.sync`,
+//! `ldmatrix` or `mma.sync`) or exits. Then:
 //!
-//! - a `shfl.sync` completes when all 32 lanes of the warp wait at the same
-//!   one (the only member mask ktune emits is `0xffffffff`); a lane that has
+//! - a warp-collective instruction completes when all 32 lanes of the warp
+//!   wait at the same one (the only `shfl.sync` member mask ktune emits is
+//!   `0xffffffff`; `ldmatrix` and `mma` are `.sync.aligned`); a lane that has
 //!   exited, waits elsewhere or does not exist (a partial last warp) is a
-//!   [`FaultKind::ShuffleDivergence`], a lane waiting at a barrier a
-//!   [`FaultKind::BarrierDeadlock`];
+//!   [`FaultKind::ShuffleDivergence`] or [`FaultKind::CollectiveDivergence`],
+//!   a lane waiting at a barrier a [`FaultKind::BarrierDeadlock`].
+//!   `ldmatrix` and `mma` read every lane's operands then, and write every
+//!   lane's results, with the PTX ISA's fragment layouts;
 //! - a `bar.sync` completes when every thread that has not exited waits at
 //!   the same `bar.sync` (`bar.sync` is `barrier.sync.aligned`); waiting at
 //!   different ones is a [`FaultKind::BarrierDivergence`].
 //!
-//! A `bar.sync` or `shfl.sync` whose guard is false is skipped like any
+//! A `bar.sync` or collective whose guard is false is skipped like any
 //! other instruction: the thread does not arrive. Only a completed
-//! `bar.sync` orders shared memory between threads; a `shfl.sync` does not.
+//! `bar.sync` orders shared memory between threads; a collective does not.
+//!
+//! `cp.async` reads its global source when it starts and lands in shared
+//! memory when the issuing thread's `cp.async.wait_group` (or `wait_all`)
+//! completes its commit group; landing is a store by that thread at that
+//! point. Until then the destination is in flight: any access to it, by any
+//! thread, is a [`FaultKind::AsyncCopyPending`]. `red` and `atom` apply in
+//! execution order, which is atomic since threads run one at a time.
 //!
 //! # What is checked
 //!
@@ -76,7 +87,11 @@
 //!   `bar.sync` in between ([`FaultKind::SharedRace`]). Races are found
 //!   whatever order the threads happen to run in: a load of a byte nobody
 //!   has written yet waits until the other threads reach their next
-//!   barrier, and is a race if one of them wrote it meanwhile.
+//!   barrier, and is a race if one of them wrote it meanwhile. A
+//!   `cp.async` is checked as a store when it starts and when it lands;
+//!   each `ldmatrix` row is a 16-byte load by the lane that addresses it.
+//!   A `cp.async` source must be aligned to the copy size and in bounds for
+//!   the bytes it reads (none when its source size is 0).
 //! - Registers read before written ([`FaultKind::UninitializedRegister`]),
 //!   integer division by zero, and a per-thread instruction limit
 //!   ([`Config::step_limit`], checked at branches) so that an endless loop is
@@ -93,20 +108,28 @@
 //! Each instruction computes what its printed PTX computes. Integers wrap;
 //! shift amounts clamp at the width; `f32` `add`/`sub`/`mul`/`div`/`sqrt`/
 //! `rcp` round to nearest even exactly like IEEE (Rust's operators), `fma`
-//! is fused, `min`/`max` return the non-NaN operand and order -0.0 below
-//! +0.0; `cvt` rounds to nearest even into floats (via the `half` crate for
+//! is fused, `red`/`atom` `.add.f32` round likewise and flush subnormal
+//! inputs and results to zero, `min`/`max` return the non-NaN operand and
+//! order -0.0 below +0.0; `cvt` rounds to nearest even into floats (via the `half` crate for
 //! f16/bf16) and truncates with saturation into integers (NaN → 0).
 //! `rsqrt.approx`, `ex2.approx` and `lg2.approx` are computed in f64 and
 //! rounded once, so they are correctly rounded here but differ from a GPU
 //! by up to 2 ulp: compare their results with a tolerance. NaN payloads are
 //! not modelled (a GPU returns the canonical NaN `0x7fffffff`, which this
 //! does only for `min`/`max` of two NaNs and for f16/bf16 conversions):
-//! compare NaNs with `is_nan`.
+//! compare NaNs with `is_nan`. `cvt.rna.tf32.f32` rounds to nearest, ties
+//! away from zero. `mma` computes each output element as `C[i][j]` followed
+//! by a chain of fused multiply-adds in increasing k (products of f16, bf16
+//! and tf32 values are exact; a tf32 operand's low 13 bits are ignored);
+//! tensor cores add in another order with their own internal precision, so
+//! compare `mma` results with the per-dtype tolerances.
 
+mod async_copy;
 mod block;
 mod decode;
 mod exec;
 mod fault;
+mod fragment;
 mod memory;
 mod numeric;
 mod poison;

@@ -68,14 +68,13 @@ impl Memory {
     /// The byte range an access covers, after the alignment and bounds
     /// checks. `size` is a power of two.
     fn range(&self, addr: u64, size: u32, access: Access) -> Result<(usize, usize), FaultKind> {
-        if addr & (u64::from(size) - 1) != 0 {
-            return Err(FaultKind::MisalignedAccess {
-                space: Space::Global,
-                access,
-                addr,
-                size,
-            });
-        }
+        aligned(addr, size, access)?;
+        self.bounds(addr, size, access)
+    }
+
+    /// The (buffer, offset) of an access of `size` bytes that must lie
+    /// inside one buffer.
+    fn bounds(&self, addr: u64, size: u32, access: Access) -> Result<(usize, usize), FaultKind> {
         let located = self.locate(addr);
         if let Some((param, offset)) = located {
             let len = self.buffers[param].len();
@@ -94,6 +93,25 @@ impl Memory {
         })
     }
 
+    /// What a `cp.async` of `size` bytes from `addr` (aligned to `size`)
+    /// copies when only the first `read` bytes come from memory: those
+    /// bytes, then zeros. Only the bytes read must be in bounds.
+    pub(crate) fn load_zero_filled(
+        &self,
+        addr: u64,
+        size: u32,
+        read: u32,
+    ) -> Result<[u8; 16], FaultKind> {
+        aligned(addr, size, Access::Load)?;
+        let mut data = [0u8; 16];
+        if read > 0 {
+            let (param, start) = self.bounds(addr, read, Access::Load)?;
+            data[..read as usize]
+                .copy_from_slice(&self.buffers[param][start..start + read as usize]);
+        }
+        Ok(data)
+    }
+
     /// The `size` bytes a load reads.
     pub(crate) fn load(&self, addr: u64, size: u32) -> Result<&[u8], FaultKind> {
         let (param, start) = self.range(addr, size, Access::Load)?;
@@ -105,6 +123,19 @@ impl Memory {
         let (param, start) = self.range(addr, size, Access::Store)?;
         Ok(&mut self.buffers[param][start..start + size as usize])
     }
+}
+
+/// Checks that a global address is a multiple of `size` (a power of two).
+fn aligned(addr: u64, size: u32, access: Access) -> Result<(), FaultKind> {
+    if addr & (u64::from(size) - 1) != 0 {
+        return Err(FaultKind::MisalignedAccess {
+            space: Space::Global,
+            access,
+            addr,
+            size,
+        });
+    }
+    Ok(())
 }
 
 impl From<Vec<Vec<u8>>> for Memory {

@@ -118,7 +118,7 @@ fn truncate(v: u64, bits: u8) -> u64 {
 
 fn to_f32(bits: u64, from: Num) -> f32 {
     match from {
-        Num::F32 => f32::from_bits(bits as u32),
+        Num::F32 | Num::Tf32 => f32::from_bits(bits as u32),
         Num::F16 => f16::from_bits(bits as u16).to_f32(),
         Num::Bf16 => bf16::from_bits(bits as u16).to_f32(),
         Num::Int { .. } => 0.0,
@@ -128,12 +128,38 @@ fn to_f32(bits: u64, from: Num) -> f32 {
 fn from_f32(x: f32, to: Num) -> u64 {
     match to {
         Num::F32 => u64::from(x.to_bits()),
+        Num::Tf32 => u64::from(tf32_rna(x)),
         _ if x.is_nan() => u64::from(CANONICAL_NAN_16),
         // `half` rounds to nearest even, overflowing to infinity, like `.rn`.
         Num::F16 => u64::from(f16::from_f32(x).to_bits()),
         Num::Bf16 => u64::from(bf16::from_f32(x).to_bits()),
         Num::Int { .. } => 0,
     }
+}
+
+/// `cvt.rna.tf32.f32`: rounds to 10 mantissa bits, to nearest with ties
+/// away from zero, leaving the low 13 bits zero; NaN gives the canonical NaN.
+pub(crate) fn tf32_rna(x: f32) -> u32 {
+    if x.is_nan() {
+        return CANONICAL_NAN;
+    }
+    // Half a tf32 ulp added to the magnitude carries into the kept bits
+    // exactly when the dropped bits are at least half: ties go up in
+    // magnitude. The largest finite values round to infinity, like `.rna`.
+    (x.to_bits() + 0x1000) & !0x1fff
+}
+
+/// `atom.add.f32` / `red.add.f32` on global memory: rounds to nearest even
+/// and flushes subnormal inputs and results to zero, keeping the sign.
+pub(crate) fn atomic_add_f32(old: f32, value: f32) -> f32 {
+    let ftz = |x: f32| {
+        if x.is_subnormal() {
+            0.0f32.copysign(x)
+        } else {
+            x
+        }
+    };
+    ftz(ftz(old) + ftz(value))
 }
 
 /// The lane a `shfl.sync` lane reads from, per the PTX ISA:
@@ -223,5 +249,42 @@ mod tests {
         assert_eq!(convert(Num::F32, u32_, f(1e20)), u64::from(u32::MAX));
         assert_eq!(convert(u32_, Num::F32, 16_777_217), f(16_777_216.0));
         assert_eq!(convert(Num::F32, Num::F16, f(f32::NAN)), 0x7fff);
+    }
+
+    #[test]
+    fn tf32_rounds_to_nearest_ties_away() {
+        let tf32 = |bits: u32| tf32_rna(f32::from_bits(bits));
+        // 1 + 2^-11 is half a tf32 ulp above 1: a tie, away from zero.
+        assert_eq!(tf32(0x3f80_1000), 0x3f80_2000);
+        assert_eq!(tf32(0xbf80_1000), 0xbf80_2000);
+        assert_eq!(tf32(0x3f80_0fff), 0x3f80_0000);
+        assert_eq!(tf32(0x3f80_1001), 0x3f80_2000);
+        assert_eq!(tf32(0x3f80_3000), 0x3f80_4000);
+        assert_eq!(tf32(f32::MAX.to_bits()), f32::INFINITY.to_bits());
+        assert_eq!(
+            tf32(f32::NEG_INFINITY.to_bits()),
+            f32::NEG_INFINITY.to_bits()
+        );
+        assert_eq!(tf32(0x7f80_0001), CANONICAL_NAN);
+        assert_eq!(
+            convert(Num::F32, Num::Tf32, u64::from(1.5f32.to_bits())),
+            u64::from(1.5f32.to_bits())
+        );
+    }
+
+    #[test]
+    fn atomic_add_flushes_subnormals() {
+        let tiny = f32::from_bits(1);
+        assert_eq!(atomic_add_f32(1.0, 2.5), 3.5);
+        assert_eq!(atomic_add_f32(tiny, 0.0).to_bits(), 0);
+        assert_eq!(atomic_add_f32(-tiny, -0.0).to_bits(), (-0.0f32).to_bits());
+        // A subnormal input counts as zero; a subnormal sum becomes zero.
+        let half_min = f32::MIN_POSITIVE / 2.0;
+        assert_eq!(
+            atomic_add_f32(f32::MIN_POSITIVE, -half_min),
+            f32::MIN_POSITIVE
+        );
+        let just_above = f32::from_bits(f32::MIN_POSITIVE.to_bits() + 1);
+        assert_eq!(atomic_add_f32(just_above, -f32::MIN_POSITIVE).to_bits(), 0);
     }
 }

@@ -10,9 +10,9 @@
 //! Races are detected per byte, independently of the order in which the
 //! interpreter happens to run threads: a write conflicts with any write or
 //! read by another thread in the same epoch, a read with a write by another
-//! thread in the same epoch. Later asynchronous operations (`cp.async`,
-//! `ldmatrix`/`mma` fragments) fit the same scheme: an async copy is a write
-//! that becomes visible, and is checked, at the `cp.async.wait_group` that
+//! thread in the same epoch. A `cp.async` destination is *pending* from the
+//! copy's start until it lands: any access to it then is a fault; it lands
+//! as a write by the issuing thread at the `cp.async.wait_group` that
 //! completes it.
 
 use ktune_core::ptx::inst::Space;
@@ -33,6 +33,10 @@ struct ByteState {
     /// A second thread, other than `reader`, that read in `read_epoch`.
     other_reader: u32,
     read_epoch: u32,
+    /// The thread whose `cp.async` into this byte has not landed yet.
+    copier: u32,
+    /// That `cp.async`'s index in the kernel body.
+    copy_pc: u32,
 }
 
 const FRESH: ByteState = ByteState {
@@ -41,6 +45,8 @@ const FRESH: ByteState = ByteState {
     reader: NOBODY,
     other_reader: NOBODY,
     read_epoch: 0,
+    copier: NOBODY,
+    copy_pc: 0,
 };
 
 #[derive(Debug)]
@@ -136,6 +142,9 @@ impl Shared {
         for i in start..end {
             let s = self.state[i];
             let offset = i as u32;
+            if s.copier != NOBODY {
+                return Err(self.pending(offset, s, Access::Load));
+            }
             if s.writer == NOBODY || s.write_epoch < self.block_start {
                 return Err(FaultKind::UninitializedShared {
                     addr: u64::from(SHARED_BASE) + u64::from(offset),
@@ -166,9 +175,23 @@ impl Shared {
     ) -> Result<&mut [u8], FaultKind> {
         let start = self.offset(addr, size, Access::Store)?;
         let end = start + size as usize;
+        self.check_write(thread, start, end)?;
+        for s in &mut self.state[start..end] {
+            s.writer = thread;
+            s.write_epoch = self.epoch;
+        }
+        Ok(&mut self.data[start..end])
+    }
+
+    /// The checks of a write by `thread` to window bytes `start..end`:
+    /// nothing pending, no other thread's access in this barrier interval.
+    fn check_write(&self, thread: u32, start: usize, end: usize) -> Result<(), FaultKind> {
         for i in start..end {
             let s = self.state[i];
             let offset = i as u32;
+            if s.copier != NOBODY {
+                return Err(self.pending(offset, s, Access::Store));
+            }
             if s.write_epoch == self.epoch && s.writer != thread && s.writer != NOBODY {
                 return Err(self.race(offset, s.writer, true, true));
             }
@@ -182,11 +205,68 @@ impl Shared {
                     return Err(self.race(offset, other, false, true));
                 }
             }
-            let s = &mut self.state[i];
+        }
+        Ok(())
+    }
+
+    /// Starts a `cp.async` by `thread` (its body index `pc`) of `size` bytes
+    /// to `addr`: checked as a write now (alignment, bounds, races with this
+    /// interval's accesses), the bytes stay pending until
+    /// [`Shared::finish_async`]. Returns the window offset.
+    pub(crate) fn start_async(
+        &mut self,
+        thread: u32,
+        pc: u32,
+        addr: u64,
+        size: u32,
+    ) -> Result<u32, FaultKind> {
+        let start = self.offset(addr, size, Access::Store)?;
+        let end = start + size as usize;
+        self.check_write(thread, start, end)?;
+        for s in &mut self.state[start..end] {
+            s.copier = thread;
+            s.copy_pc = pc;
+        }
+        Ok(start as u32)
+    }
+
+    /// Lands a `cp.async` started by `thread`: a store of `data` at window
+    /// `offset`, by that thread, now.
+    pub(crate) fn finish_async(
+        &mut self,
+        thread: u32,
+        offset: u32,
+        data: &[u8],
+    ) -> Result<(), FaultKind> {
+        let start = offset as usize;
+        let end = start + data.len();
+        self.cancel_async(offset, data.len() as u32);
+        self.check_write(thread, start, end)?;
+        for s in &mut self.state[start..end] {
             s.writer = thread;
             s.write_epoch = self.epoch;
         }
-        Ok(&mut self.data[start..end])
+        self.data[start..end].copy_from_slice(data);
+        Ok(())
+    }
+
+    /// The bytes of a `cp.async` stop being pending (it landed, or its block
+    /// ended without waiting for it).
+    pub(crate) fn cancel_async(&mut self, offset: u32, size: u32) {
+        let start = offset as usize;
+        for s in &mut self.state[start..start + size as usize] {
+            s.copier = NOBODY;
+        }
+    }
+
+    fn pending(&self, offset: u32, s: ByteState, access: Access) -> FaultKind {
+        FaultKind::AsyncCopyPending {
+            access,
+            addr: u64::from(SHARED_BASE) + u64::from(offset),
+            offset,
+            copier: self.coords(s.copier),
+            copy_pc: s.copy_pc as usize,
+        }
     }
 
     /// What a load of a byte that was unwritten when it ran turns out to

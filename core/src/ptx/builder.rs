@@ -385,6 +385,123 @@ impl Builder {
             srcs: vec![src.into()],
         });
     }
+
+    /// Packs two 16-bit registers into a `.b32` register (`lo` in bits
+    /// 0–15), as `mma` and `ldmatrix` fragments hold f16/bf16 pairs.
+    pub fn pack_b16x2(&mut self, lo: Reg, hi: Reg) -> Reg {
+        let dst = self.reg(RegClass::B32);
+        self.push(Op::Pack { dst, lo, hi });
+        dst
+    }
+
+    /// The low and high 16-bit halves of a `.b32` register.
+    pub fn unpack_b16x2(&mut self, src: Reg) -> (Reg, Reg) {
+        let lo = self.reg(RegClass::B16);
+        let hi = self.reg(RegClass::B16);
+        self.push(Op::Unpack { lo, hi, src });
+        (lo, hi)
+    }
+
+    /// Starts an asynchronous copy of `bytes` (4, 8 or 16; 16 only for
+    /// [`CpAsyncCache::Cg`]) from global `src` to shared `dst`, both aligned
+    /// to `bytes`. With `src_bytes` (a `.b32` register, at most `bytes`) only
+    /// that many bytes are read and the rest of `dst` is zero-filled: 0 skips
+    /// the source entirely, for tile elements past the tensor's edge.
+    pub fn cp_async(
+        &mut self,
+        cache: CpAsyncCache,
+        dst: Addr,
+        src: Addr,
+        bytes: u32,
+        src_bytes: Option<Reg>,
+    ) {
+        self.push(Op::CpAsync {
+            cache,
+            dst,
+            src,
+            bytes,
+            src_bytes,
+        });
+    }
+
+    /// Closes the group of copies started since the last commit.
+    pub fn cp_async_commit(&mut self) {
+        self.push(Op::CpAsyncCommit);
+    }
+
+    /// Waits until at most `pending` committed groups are still in flight;
+    /// the completed copies are then visible to this thread, and to the
+    /// block after a `bar.sync`.
+    pub fn cp_async_wait(&mut self, pending: u32) {
+        self.push(Op::CpAsyncWait { pending });
+    }
+
+    /// Waits for every copy this thread started, committed or not.
+    pub fn cp_async_wait_all(&mut self) {
+        self.push(Op::CpAsyncWaitAll);
+    }
+
+    /// `ldmatrix` of `count` (1, 2 or 4) 8×8 b16 matrices from shared memory:
+    /// every lane of the warp must execute it, lane `8i + r` giving the
+    /// 16-byte-aligned address of row `r` of matrix `i`. Returns one `.b32`
+    /// register per matrix: lane `l` gets row `l / 4`, columns `2 (l % 4)`
+    /// and `2 (l % 4) + 1` (low half first), or with `trans` column `l / 4`,
+    /// rows `2 (l % 4)` and `2 (l % 4) + 1` of the matrix as stored.
+    pub fn ldmatrix(&mut self, count: usize, trans: bool, addr: Addr) -> Vec<Reg> {
+        let dsts: Vec<Reg> = (0..count).map(|_| self.reg(RegClass::B32)).collect();
+        self.push(Op::Ldmatrix {
+            trans,
+            dsts: dsts.clone(),
+            addr,
+        });
+        dsts
+    }
+
+    /// `acc = A · B + acc` with one warp-collective `mma` (every lane must
+    /// execute it). `acc` holds the f32 accumulator fragment, `a` and `b`
+    /// the `.b32` operand fragments of `kind`.
+    pub fn mma_acc(&mut self, kind: MmaKind, acc: [Reg; 4], a: [Reg; 4], b: [Reg; 2]) {
+        self.push(Op::Mma {
+            kind,
+            d: acc,
+            a,
+            b,
+            c: acc,
+        });
+    }
+
+    /// Rounds an f32 to tf32 (to nearest, ties away from zero), into a
+    /// `.b32` register for [`MmaKind::Tf32`].
+    pub fn f32_to_tf32(&mut self, value: Reg) -> Reg {
+        let dst = self.reg(RegClass::B32);
+        self.push(Op::Cvt {
+            to: Ty::Tf32,
+            from: Ty::F32,
+            dst,
+            src: value,
+        });
+        dst
+    }
+
+    /// `*addr += value` on f32 in global memory, atomically.
+    pub fn red_add_f32(&mut self, addr: Addr, value: impl Into<Operand>) {
+        self.push(Op::RedAdd {
+            addr,
+            value: value.into(),
+        });
+    }
+
+    /// `*addr += value` on f32 in global memory, atomically; returns the
+    /// value `*addr` held before.
+    pub fn atom_add_f32(&mut self, addr: Addr, value: impl Into<Operand>) -> Reg {
+        let dst = self.reg(RegClass::F32);
+        self.push(Op::AtomAdd {
+            dst,
+            addr,
+            value: value.into(),
+        });
+        dst
+    }
 }
 
 /// The integer type an arithmetic operation is printed with.

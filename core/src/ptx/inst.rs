@@ -52,6 +52,10 @@ pub enum Ty {
     F16,
     Bf16,
     F32,
+    /// TensorFloat-32 (f32's 8-bit exponent, 10-bit mantissa) held in a
+    /// `.b32` register with the low 13 bits zero: `cvt.rna.tf32.f32`'s
+    /// result and the operand type of `mma` with [`MmaKind::Tf32`].
+    Tf32,
 }
 
 /// An instruction operand: a register or an immediate.
@@ -157,6 +161,39 @@ pub enum ShflMode {
     Idx,
 }
 
+/// The cache policy of `cp.async`: `.ca` caches in L1 and L2 (4, 8 or 16
+/// bytes), `.cg` in L2 only (16 bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CpAsyncCache {
+    Ca,
+    Cg,
+}
+
+/// The tensor-core `mma.sync.aligned` forms ktune emits. All are
+/// `.row.col` with f32 accumulators: D (4 × f32) = A · B + C (4 × f32),
+/// with A in 4 and B in 2 `.b32` registers per lane.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MmaKind {
+    /// `m16n8k16.row.col.f32.f16.f16.f32`: each A and B register holds two
+    /// f16 values, the lower-indexed one in the low 16 bits.
+    F16,
+    /// `m16n8k16.row.col.f32.bf16.bf16.f32`, packed like [`MmaKind::F16`].
+    Bf16,
+    /// `m16n8k8.row.col.f32.tf32.tf32.f32`: each A and B register holds one
+    /// tf32 value.
+    Tf32,
+}
+
+impl MmaKind {
+    /// The K extent of one instruction (M is 16 and N is 8 for every form).
+    pub fn k(self) -> u32 {
+        match self {
+            MmaKind::F16 | MmaKind::Bf16 => 16,
+            MmaKind::Tf32 => 8,
+        }
+    }
+}
+
 /// A branch target.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Label(pub u32);
@@ -244,6 +281,59 @@ pub enum Op {
         src: Reg,
         lane: Operand,
         clamp: u32,
+    },
+    /// `mov.b32 dst, {lo, hi}`: two 16-bit registers packed into one 32-bit
+    /// register, `lo` in bits 0–15.
+    Pack { dst: Reg, lo: Reg, hi: Reg },
+    /// `mov.b32 {lo, hi}, src`: the halves of a 32-bit register.
+    Unpack { lo: Reg, hi: Reg, src: Reg },
+    /// `cp.async.<cache>.shared.global [dst], [src], bytes[, src_bytes]`:
+    /// starts copying `bytes` (4, 8 or 16) from global to shared memory; only
+    /// the first `src_bytes` (a 32-bit register, at most `bytes`) are read
+    /// and the rest of the destination is zero-filled. The copy joins the
+    /// thread's next [`Op::CpAsyncCommit`] group and lands, for the thread
+    /// and for others after a barrier, once a [`Op::CpAsyncWait`] completes
+    /// that group.
+    CpAsync {
+        cache: CpAsyncCache,
+        dst: Addr,
+        src: Addr,
+        bytes: u32,
+        src_bytes: Option<Reg>,
+    },
+    /// `cp.async.commit_group`: the thread's uncommitted copies become a
+    /// group.
+    CpAsyncCommit,
+    /// `cp.async.wait_group n`: waits until at most `n` of the thread's
+    /// committed groups are incomplete.
+    CpAsyncWait { pending: u32 },
+    /// `cp.async.wait_all`: waits for every copy the thread started.
+    CpAsyncWaitAll,
+    /// `ldmatrix.sync.aligned.m8n8.x<n>[.trans].shared.b16 {dsts}, [addr]`:
+    /// warp-collective; `dsts.len()` (1, 2 or 4) 8×8 matrices of 16-bit
+    /// values, matrix `i`'s rows addressed by lanes `8i..8i+8`.
+    Ldmatrix {
+        trans: bool,
+        dsts: Vec<Reg>,
+        addr: Addr,
+    },
+    /// `mma.sync.aligned.<shape>.row.col.f32.<t>.<t>.f32 {d}, {a}, {b}, {c}`:
+    /// warp-collective matrix multiply-accumulate (see [`MmaKind`]).
+    Mma {
+        kind: MmaKind,
+        d: [Reg; 4],
+        a: [Reg; 4],
+        b: [Reg; 2],
+        c: [Reg; 4],
+    },
+    /// `red.global.add.f32 [addr], value`: an atomic add with no result.
+    RedAdd { addr: Addr, value: Operand },
+    /// `atom.global.add.f32 dst, [addr], value`: an atomic add returning the
+    /// old value.
+    AtomAdd {
+        dst: Reg,
+        addr: Addr,
+        value: Operand,
     },
     /// `bar.sync 0`
     BarSync,

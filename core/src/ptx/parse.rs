@@ -20,7 +20,7 @@
 //! ```
 
 use super::inst::*;
-use super::print::{SHARED, class_names, label_name, shared_size_comment, write_instr};
+use super::print::{SHARED, class_names, label_name, mma_name, shared_size_comment, write_instr};
 use crate::target::SmVersion;
 
 /// Why PTX text is not a kernel in the form ktune prints.
@@ -328,6 +328,24 @@ impl<'t> Parser<'t> {
                     src: reg(1)?,
                 }
             }
+            "mov" if ops.get(1).is_some_and(|o| o.starts_with('{')) => {
+                arity(2)?;
+                let [lo, hi] = self.regs(ops[1], counts)?;
+                Op::Pack {
+                    dst: reg(0)?,
+                    lo,
+                    hi,
+                }
+            }
+            "mov" if ops.first().is_some_and(|o| o.starts_with('{')) => {
+                arity(2)?;
+                let [lo, hi] = self.regs(ops[0], counts)?;
+                Op::Unpack {
+                    lo,
+                    hi,
+                    src: reg(1)?,
+                }
+            }
             "mov" => {
                 arity(2)?;
                 let dst = reg(0)?;
@@ -403,6 +421,83 @@ impl<'t> Parser<'t> {
                     clamp: ops[3]
                         .parse()
                         .map_err(|_| self.error(format!("`{}` is not a clamp value", ops[3])))?,
+                }
+            }
+            "cp" if parts.get(1) == Some(&"async") => match parts.get(2) {
+                Some(&"commit_group") => Op::CpAsyncCommit,
+                Some(&"wait_all") => Op::CpAsyncWaitAll,
+                Some(&"wait_group") => {
+                    arity(1)?;
+                    Op::CpAsyncWait {
+                        pending: ops[0].parse().map_err(|_| {
+                            self.error(format!("`{}` is not a group count", ops[0]))
+                        })?,
+                    }
+                }
+                cache => {
+                    let cache = match cache {
+                        Some(&"ca") => CpAsyncCache::Ca,
+                        Some(&"cg") => CpAsyncCache::Cg,
+                        _ => return Err(self.error(format!("`{opcode}` is not a cp.async form"))),
+                    };
+                    if ops.len() != 3 && ops.len() != 4 {
+                        return Err(self.error(format!(
+                            "`{opcode}` takes 3 or 4 operands, found {}",
+                            ops.len()
+                        )));
+                    }
+                    Op::CpAsync {
+                        cache,
+                        dst: self.addr(ops[0], counts)?,
+                        src: self.addr(ops[1], counts)?,
+                        bytes: ops[2]
+                            .parse()
+                            .map_err(|_| self.error(format!("`{}` is not a copy size", ops[2])))?,
+                        src_bytes: if ops.len() == 4 { Some(reg(3)?) } else { None },
+                    }
+                }
+            },
+            "ldmatrix" => {
+                arity(2)?;
+                Op::Ldmatrix {
+                    trans: parts.contains(&"trans"),
+                    dsts: self
+                        .list(ops[0])
+                        .iter()
+                        .map(|r| self.reg(r, counts))
+                        .collect::<Result<_, _>>()?,
+                    addr: self.addr(ops[1], counts)?,
+                }
+            }
+            "mma" => {
+                arity(4)?;
+                let kind = [MmaKind::F16, MmaKind::Bf16, MmaKind::Tf32]
+                    .into_iter()
+                    .find(|k| mma_name(*k) == opcode)
+                    .ok_or_else(|| {
+                        self.error(format!("`{opcode}` is not an mma form ktune emits"))
+                    })?;
+                Op::Mma {
+                    kind,
+                    d: self.regs(ops[0], counts)?,
+                    a: self.regs(ops[1], counts)?,
+                    b: self.regs(ops[2], counts)?,
+                    c: self.regs(ops[3], counts)?,
+                }
+            }
+            "red" => {
+                arity(2)?;
+                Op::RedAdd {
+                    addr: self.addr(ops[0], counts)?,
+                    value: operand(1)?,
+                }
+            }
+            "atom" => {
+                arity(3)?;
+                Op::AtomAdd {
+                    dst: reg(0)?,
+                    addr: self.addr(ops[1], counts)?,
+                    value: operand(2)?,
                 }
             }
             "bar" => Op::BarSync,
@@ -519,6 +614,17 @@ impl<'t> Parser<'t> {
         }
     }
 
+    /// `{r0, …}` with exactly `N` registers.
+    fn regs<const N: usize>(&self, text: &str, counts: &[u32]) -> Result<[Reg; N], ParseError> {
+        let regs: Vec<Reg> = self
+            .list(text)
+            .iter()
+            .map(|r| self.reg(r, counts))
+            .collect::<Result<_, _>>()?;
+        regs.try_into()
+            .map_err(|_| self.error(format!("`{text}` is not a list of {N} registers")))
+    }
+
     fn space(&self, parts: &[&str]) -> Result<Space, ParseError> {
         match parts.get(1) {
             Some(&"global") => Ok(Space::Global),
@@ -543,6 +649,7 @@ impl<'t> Parser<'t> {
             "f16" => Ty::F16,
             "bf16" => Ty::Bf16,
             "f32" => Ty::F32,
+            "tf32" => Ty::Tf32,
             _ => return Err(self.error(format!("`{name}` is not a type ktune uses"))),
         };
         Ok(ty)

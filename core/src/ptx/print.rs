@@ -111,11 +111,12 @@ fn ty(t: Ty) -> &'static str {
         Ty::F16 => "f16",
         Ty::Bf16 => "bf16",
         Ty::F32 => "f32",
+        Ty::Tf32 => "tf32",
     }
 }
 
 fn is_float(t: Ty) -> bool {
-    matches!(t, Ty::F16 | Ty::Bf16 | Ty::F32)
+    matches!(t, Ty::F16 | Ty::Bf16 | Ty::F32 | Ty::Tf32)
 }
 
 fn space(s: Space) -> &'static str {
@@ -180,7 +181,10 @@ fn unary_name(op: UnaryOp, t: Ty) -> String {
 }
 
 fn cvt_name(to: Ty, from: Ty) -> String {
-    let rounding = if is_float(to) && (!is_float(from) || from == Ty::F32 && to != Ty::F32) {
+    // tf32 has only the round-to-nearest-away form.
+    let rounding = if to == Ty::Tf32 {
+        ".rna"
+    } else if is_float(to) && (!is_float(from) || from == Ty::F32 && to != Ty::F32) {
         ".rn"
     } else if !is_float(to) && is_float(from) {
         ".rzi"
@@ -222,6 +226,28 @@ fn sreg(s: Special) -> &'static str {
         Special::NctaidX => "%nctaid.x",
         Special::NctaidY => "%nctaid.y",
         Special::LaneId => "%laneid",
+    }
+}
+
+/// `{a, b, …}`, braces even around one item (what `ldmatrix` and `mma`
+/// require).
+fn braced(regs: &[Reg]) -> String {
+    let items: Vec<String> = regs.iter().map(|r| R(*r).to_string()).collect();
+    format!("{{{}}}", items.join(", "))
+}
+
+fn cp_async_cache(c: CpAsyncCache) -> &'static str {
+    match c {
+        CpAsyncCache::Ca => "ca",
+        CpAsyncCache::Cg => "cg",
+    }
+}
+
+pub(super) fn mma_name(kind: MmaKind) -> &'static str {
+    match kind {
+        MmaKind::F16 => "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32",
+        MmaKind::Bf16 => "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
+        MmaKind::Tf32 => "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32",
     }
 }
 
@@ -357,6 +383,61 @@ pub(super) fn write_instr(out: &mut String, instr: &Instr) -> std::fmt::Result {
             R(*dst),
             R(*src),
             O(*lane)
+        ),
+        Op::Pack { dst, lo, hi } => {
+            write!(out, "mov.b32 {}, {{{}, {}}}", R(*dst), R(*lo), R(*hi))
+        }
+        Op::Unpack { lo, hi, src } => {
+            write!(out, "mov.b32 {{{}, {}}}, {}", R(*lo), R(*hi), R(*src))
+        }
+        Op::CpAsync {
+            cache,
+            dst,
+            src,
+            bytes,
+            src_bytes,
+        } => {
+            write!(
+                out,
+                "cp.async.{}.shared.global {}, {}, {bytes}",
+                cp_async_cache(*cache),
+                A(*dst),
+                A(*src)
+            )?;
+            match src_bytes {
+                Some(r) => write!(out, ", {}", R(*r)),
+                None => Ok(()),
+            }
+        }
+        Op::CpAsyncCommit => write!(out, "cp.async.commit_group"),
+        Op::CpAsyncWait { pending } => write!(out, "cp.async.wait_group {pending}"),
+        Op::CpAsyncWaitAll => write!(out, "cp.async.wait_all"),
+        Op::Ldmatrix { trans, dsts, addr } => write!(
+            out,
+            "ldmatrix.sync.aligned.m8n8.x{}{}.shared.b16 {}, {}",
+            dsts.len(),
+            if *trans { ".trans" } else { "" },
+            braced(dsts),
+            A(*addr)
+        ),
+        Op::Mma { kind, d, a, b, c } => write!(
+            out,
+            "{} {}, {}, {}, {}",
+            mma_name(*kind),
+            braced(d),
+            braced(a),
+            braced(b),
+            braced(c)
+        ),
+        Op::RedAdd { addr, value } => {
+            write!(out, "red.global.add.f32 {}, {}", A(*addr), O(*value))
+        }
+        Op::AtomAdd { dst, addr, value } => write!(
+            out,
+            "atom.global.add.f32 {}, {}, {}",
+            R(*dst),
+            A(*addr),
+            O(*value)
         ),
         Op::BarSync => write!(out, "bar.sync 0"),
         Op::Bra { target } if instr.guard.is_some() => write!(out, "bra {}", label_name(*target)),
