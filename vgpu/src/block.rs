@@ -4,7 +4,7 @@
 
 use ktune_core::lower::Launch;
 use ktune_core::ptx::Kernel;
-use ktune_core::ptx::inst::{Instr, Op, ShflMode};
+use ktune_core::ptx::inst::{Instr, MmaKind, Op, ShflMode};
 
 use crate::async_copy::AsyncCopies;
 use crate::decode::{Exec, Program, Slot};
@@ -262,6 +262,10 @@ impl Block<'_> {
                     let b = self.fragment(env, lanes.start, b)?;
                     let c = self.fragment(env, lanes.start, c)?;
                     let out = fragment::mma(kind, &a, &b, &c);
+                    stats.mma_flops += match kind {
+                        MmaKind::F16 | MmaKind::Bf16 => 2 * 16 * 8 * 16,
+                        MmaKind::Tf32 => 2 * 16 * 8 * 8,
+                    };
                     for (lane, regs) in out.iter().enumerate() {
                         for (dst, v) in d.iter().zip(regs) {
                             self.set(env, lanes.start + lane, *dst, u64::from(*v));

@@ -134,6 +134,7 @@ mod memory;
 mod numeric;
 mod poison;
 mod shared;
+pub mod timing;
 pub mod verify;
 
 pub use fault::{Access, Fault, FaultKind, LaneState};
@@ -163,6 +164,9 @@ pub struct Stats {
     pub barriers: u64,
     /// Completed `shfl.sync`s, counted once per warp.
     pub shuffles: u64,
+    /// Floating-point operations done by `mma.sync`, per warp instruction
+    /// (`2·m·n·k`).
+    pub mma_flops: u64,
 }
 
 /// How a run is limited.
