@@ -7,7 +7,8 @@
 //! global access (vector width 4 for f32, 8 for 16-bit types), 128-bit
 //! global loads; where a contraction's thread tile reads four consecutive
 //! f32 values from shared memory, 128-bit shared loads; in the SGEMM's main
-//! loop, at least 70 % FFMA.
+//! loop, at least 70 % FFMA; the bf16 matmul's default runs on tensor
+//! cores, with every `mma.sync` of its main loop an HMMA there.
 //!
 //! Needs ptxas and nvdisasm: `cargo xtask setup` installs both into the
 //! workspace's `.venv` (or set `KTUNE_PTXAS` and `KTUNE_NVDISASM`). Without
@@ -20,7 +21,7 @@ use ktune_build::sass::{self, Inspection, Request, Tools};
 use ktune_core::SmVersion;
 use ktune_core::ir::Kernel;
 use ktune_core::lower::{self, matmul};
-use ktune_core::schedule::Schedule;
+use ktune_core::schedule::{Class, Schedule};
 use ktune_core::syntax::parse_kernel;
 use quote::quote;
 
@@ -102,7 +103,9 @@ fn wants(kernel: &Kernel, schedule: &Schedule) -> Wants {
                 shared_128: thread_m >= 4 || thread_n >= 4,
             }
         }
-        Schedule::Generic { .. } => Wants {
+        // Tensor-core tiles travel by `cp.async` (LDGSTS) and `ldmatrix`
+        // (LDSM), neither of them a plain load.
+        Schedule::Generic { .. } | Schedule::Mma { .. } => Wants {
             global_128: false,
             shared_128: false,
         },
@@ -243,12 +246,28 @@ fn bf16_matmul_bias_gelu_meets_the_static_thresholds() {
     for target in TARGETS {
         let (schedule, i) = inspect_default(&tools, &kernel, target);
         row(&mut table, &kernel.name, &schedule, &i);
-        assert!(
-            wants(&kernel, &schedule).global_128,
-            "the default bf16 schedule moves 8 elements per load: {}",
+        assert_eq!(
+            schedule.kind(),
+            Class::Mma,
+            "the default bf16 schedule is a tensor-core one: {}",
             schedule.to_json()
         );
         failures.extend(check(&kernel, &schedule, &i));
+        if !i.uses_tensor_cores() {
+            failures.push(format!("bf16 {target}: no HMMA"));
+        }
+        let hmma = i
+            .main_loop
+            .as_ref()
+            .map_or(0, |l| l.mix.get("HMMA").copied().unwrap_or(0));
+        let _ = writeln!(table, "  main loop HMMA {hmma}");
+        // A warp's 64×64 tile is 32 m16n8 fragments, times two k-steps of 16.
+        if hmma < 64 {
+            failures.push(format!(
+                "bf16 {target}: {hmma} HMMA in the main loop (want ≥ 64): {:?}",
+                i.main_loop
+            ));
+        }
     }
     eprintln!("{table}");
     assert!(failures.is_empty(), "{}", failures.join("\n"));

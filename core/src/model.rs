@@ -21,6 +21,15 @@
 //!   per block tile across it). Steps are repeated over `K` and blocks in
 //!   whole waves over the SMs, so a grid that leaves SMs idle in its last
 //!   wave pays for it.
+//! - **Tensor-core contractions** likewise, per `block_k` step of the
+//!   blocks an SM holds: the `mma` work at
+//!   [`Hardware::tensor_flops_per_sm_clock`] (derated on sm_90, whose peak
+//!   needs `wgmma`: `mma.sync` reaches about [`MMA_SYNC_SM90`] of it there,
+//!   which is why cuBLAS outruns this path on H100), the shared-memory
+//!   bytes `ldmatrix` reads and `cp.async` writes, instruction issue, and
+//!   the global-memory latency of a step, which `stages - 1` tiles in
+//!   flight (and the other resident blocks) hide; then L2 and DRAM traffic
+//!   and waves as for SIMT tiles.
 //!
 //! Every estimate carries its [`Bound`] and the figures it used, so that
 //! tools can show why a point ranks where it does.
@@ -29,6 +38,7 @@ use serde::Serialize;
 
 use crate::ir::Kernel;
 use crate::lower::classify::{OpClass, classify};
+use crate::lower::matmul::mma::{MmaLayout, MmaTiles};
 use crate::lower::matmul::{self, Layout, MatmulPlan, Tiles};
 use crate::lower::{LowerError, validate};
 use crate::occupancy::{BlockUsage, Occupancy, occupancy};
@@ -45,6 +55,9 @@ const L2_OVER_DRAM: f64 = 3.0;
 const SHARED_BYTES_PER_CLOCK: f64 = 128.0;
 /// Warp instructions an SM issues per clock (four schedulers).
 const ISSUE_PER_CLOCK: f64 = 4.0;
+/// The fraction of sm_90's tensor peak `mma.sync` reaches (the rest needs
+/// `wgmma`, which ktune does not emit yet).
+const MMA_SYNC_SM90: f64 = 0.6;
 /// Cycles of one shuffle step of a reduction tree, and of a barrier.
 const SHUFFLE_CYCLES: f64 = 30.0;
 const BARRIER_CYCLES: f64 = 60.0;
@@ -98,6 +111,11 @@ pub fn estimate(
             let plan = matmul::detect(kernel).expect("validated as a contraction");
             let tiles = Tiles::from_schedule(schedule).expect("a matmul point");
             return Ok(contraction(kernel, &plan, tiles, target, intensity));
+        }
+        (Schedule::Mma { .. }, _) => {
+            let plan = matmul::detect(kernel).expect("validated as a contraction");
+            let tiles = MmaTiles::from_schedule(schedule).expect("an mma point");
+            return Ok(tensor_core(kernel, &plan, tiles, target, intensity));
         }
         (Schedule::Rows { .. }, OpClass::Rows(plan)) => rows(kernel, plan, schedule),
         _ => flat(kernel, schedule),
@@ -349,6 +367,113 @@ fn contraction(
     }
 }
 
+fn tensor_core(
+    kernel: &Kernel,
+    plan: &MatmulPlan,
+    tiles: MmaTiles,
+    target: SmVersion,
+    intensity: f64,
+) -> Estimate {
+    let layout = MmaLayout::new(kernel, plan, tiles, target).expect("validated");
+    let hw: Hardware = target.hardware();
+    let sm_count = target.limits().sm_count;
+    let clock = f64::from(hw.clock_mhz) * 1e6;
+    let usage = BlockUsage {
+        threads: layout.threads,
+        registers: layout.registers,
+        shared_bytes: layout.shared_bytes,
+    };
+    let occ = occupancy(usage, target);
+    let resident = occ.blocks_per_sm.max(1);
+    let (m, n, k) = (
+        u64::from(layout.m_extent),
+        u64::from(layout.n_extent),
+        u64::from(layout.k_extent),
+    );
+    let batch = plan.batch_count(kernel);
+    let blocks =
+        batch * m.div_ceil(u64::from(tiles.block_m)) * n.div_ceil(u64::from(tiles.block_n));
+    let steps = k.div_ceil(u64::from(tiles.block_k)) as f64;
+    let (bm, bn, bk) = (
+        f64::from(tiles.block_m),
+        f64::from(tiles.block_n),
+        f64::from(tiles.block_k),
+    );
+    let (wm, wn) = (f64::from(tiles.warp_m), f64::from(tiles.warp_n));
+    let warps = f64::from(tiles.warps());
+
+    // One block_k step of one block.
+    let mma_rate = f64::from(hw.tensor_flops_per_sm_clock)
+        * if target == SmVersion::Sm90 {
+            MMA_SYNC_SM90
+        } else {
+            1.0
+        };
+    let mma_cycles = 2.0 * bm * bn * bk / mma_rate;
+    // Every warp reads its A rows and B columns; the copies write both tiles.
+    let shared_bytes = warps * (wm + wn) * bk * 2.0 + (bm + bn) * bk * 2.0;
+    let shared_cycles = shared_bytes / SHARED_BYTES_PER_CLOCK;
+    let mmas = (wm / 16.0) * (wn / 8.0) * (bk / 16.0);
+    let ldmatrix = (wm / 16.0 + wn / 16.0) * (bk / 16.0);
+    let copies = f64::from(layout.a.passes + layout.b.passes);
+    let issue_cycles = warps * (mmas + ldmatrix + 3.0 * copies + 16.0) / ISSUE_PER_CLOCK;
+
+    let sm_blocks = f64::from(resident);
+    let compute = sm_blocks * mma_cycles.max(issue_cycles);
+    let shared = sm_blocks * shared_cycles;
+    // `stages - 1` tiles are in flight while one is computed; with one
+    // stage nothing overlaps the copies.
+    let memory = MEMORY_LATENCY_S * clock;
+    let latency = match tiles.stages {
+        1 => 0.0,
+        s => memory / f64::from(s - 1),
+    } + BARRIER_CYCLES;
+    let (busy, mut bound) = [
+        (compute, Bound::Compute),
+        (shared, Bound::SharedMemory),
+        (latency, Bound::Latency),
+    ]
+    .into_iter()
+    .fold(
+        (0.0, Bound::Compute),
+        |best, c| if c.0 > best.0 { c } else { best },
+    );
+    let step_cycles = if tiles.stages == 1 {
+        bound = Bound::Latency;
+        busy + memory
+    } else {
+        busy
+    };
+
+    let waves = blocks as f64 / f64::from(resident * sm_count);
+    let compute_s = waves.ceil() * steps * step_cycles / clock;
+    let size =
+        |operand: &matmul::MatmulOperand| f64::from(kernel.input(operand.tensor).dtype.size());
+    let l2_bytes = batch as f64
+        * (m as f64 * k as f64 * n.div_ceil(u64::from(tiles.block_n)) as f64 * size(&plan.a)
+            + n as f64 * k as f64 * m.div_ceil(u64::from(tiles.block_m)) as f64 * size(&plan.b));
+    let l2_s = l2_bytes / (hw.dram_bandwidth * L2_OVER_DRAM);
+    let dram_s = kernel.compulsory_bytes() as f64 / hw.dram_bandwidth;
+    let mut seconds = compute_s;
+    for (s, b) in [(l2_s, Bound::L2), (dram_s, Bound::Memory)] {
+        if s > seconds {
+            seconds = s;
+            bound = b;
+        }
+    }
+    Estimate {
+        seconds: seconds + LAUNCH_S,
+        bound,
+        occupancy: occ,
+        threads_per_block: layout.threads,
+        registers: layout.registers,
+        shared_bytes: layout.shared_bytes,
+        blocks,
+        waves,
+        intensity,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -433,5 +558,52 @@ mod tests {
         assert_eq!(e.blocks, 32 * 32);
         let full = f64::from(e.occupancy.blocks_per_sm * 132);
         assert!((e.waves - 1024.0 / full).abs() < 1e-9);
+    }
+
+    fn bf16_matmul(m: u32, n: u32, k: u32) -> Kernel {
+        crate::syntax::parse_kernel(
+            quote::quote!(shape(M = #m, N = #n, K = #k)),
+            quote::quote! {
+                fn mm(a: Tensor<bf16, (M, K)>, b: Tensor<bf16, (K, N)>) -> Tensor<bf16, (M, N)> {
+                    compute(|m, n| sum(K, |k| a[m][k] * b[k][n]))
+                }
+            },
+        )
+        .expect("valid kernel")
+    }
+
+    fn tc(block: u32, warp: u32, stages: u32) -> Schedule {
+        Schedule::Mma {
+            block_m: block,
+            block_n: block,
+            block_k: 32,
+            warp_m: warp,
+            warp_n: warp,
+            stages,
+        }
+    }
+
+    #[test]
+    fn tensor_cores_beat_simt_tiles_and_stages_hide_latency() {
+        let k = bf16_matmul(4096, 4096, 4096);
+        for target in [SmVersion::Sm80, SmVersion::Sm90] {
+            let simt = estimate(&k, &mm(128, 8, 16), target).expect("valid");
+            let tensor = estimate(&k, &tc(128, 64, 3), target).expect("valid");
+            assert!(tensor.seconds < simt.seconds / 2.0, "{target}");
+            let serial = estimate(&k, &tc(128, 64, 1), target).expect("valid");
+            assert_eq!(serial.bound, Bound::Latency);
+            assert!(tensor.seconds < serial.seconds);
+        }
+        // mma.sync reaches only part of sm_90's tensor peak: less than the
+        // 2.8× the peaks and clocks promise over sm_80.
+        let a100 = estimate(&k, &tc(128, 64, 3), SmVersion::Sm80).expect("valid");
+        let h100 = estimate(&k, &tc(128, 64, 3), SmVersion::Sm90).expect("valid");
+        assert!(a100.seconds / h100.seconds < 2.8);
+        let small = bf16_matmul(65, 40, 40);
+        for target in SmVersion::ALL {
+            let points = candidates(&small, target);
+            assert!(points.iter().any(|p| matches!(p, Schedule::Mma { .. })));
+            assert_eq!(rank(&small, target, &points).len(), points.len());
+        }
     }
 }

@@ -52,6 +52,20 @@ pub enum Schedule {
         vector_a: u32,
         vector_b: u32,
     },
+    /// Contractions of f16 or bf16 operands on tensor cores: a `block_m ×
+    /// block_n` output tile per block, `warp_m × warp_n` per warp computed
+    /// with `mma.sync` m16n8k16 (f32 accumulators) on fragments read by
+    /// `ldmatrix`; operand tiles `block_k` deep travel by 16-byte
+    /// `cp.async` through a ring of `stages` shared-memory buffers. See
+    /// [`crate::lower::matmul::mma`].
+    Mma {
+        block_m: u32,
+        block_n: u32,
+        block_k: u32,
+        warp_m: u32,
+        warp_n: u32,
+        stages: u32,
+    },
 }
 
 /// A schedule class: which lowering a point selects, and its knobs.
@@ -61,6 +75,7 @@ pub enum Class {
     Elementwise,
     Rows,
     Matmul,
+    Mma,
 }
 
 impl Class {
@@ -71,6 +86,7 @@ impl Class {
             Class::Elementwise => "elementwise",
             Class::Rows => "rows",
             Class::Matmul => "matmul",
+            Class::Mma => "mma",
         }
     }
 
@@ -82,6 +98,9 @@ impl Class {
             Class::Rows => &["threads_per_row", "rows_per_block", "vector"],
             Class::Matmul => &[
                 "block_m", "block_n", "block_k", "thread_m", "thread_n", "vector_a", "vector_b",
+            ],
+            Class::Mma => &[
+                "block_m", "block_n", "block_k", "warp_m", "warp_n", "stages",
             ],
         }
     }
@@ -121,6 +140,14 @@ impl Class {
                 vector_a,
                 vector_b,
             },
+            (Class::Mma, &[block_m, block_n, block_k, warp_m, warp_n, stages]) => Schedule::Mma {
+                block_m,
+                block_n,
+                block_k,
+                warp_m,
+                warp_n,
+                stages,
+            },
             _ => return None,
         })
     }
@@ -134,6 +161,7 @@ impl Schedule {
             Schedule::Elementwise { .. } => Class::Elementwise,
             Schedule::Rows { .. } => Class::Rows,
             Schedule::Matmul { .. } => Class::Matmul,
+            Schedule::Mma { .. } => Class::Mma,
         }
     }
 
@@ -162,6 +190,14 @@ impl Schedule {
             } => vec![
                 block_m, block_n, block_k, thread_m, thread_n, vector_a, vector_b,
             ],
+            Schedule::Mma {
+                block_m,
+                block_n,
+                block_k,
+                warp_m,
+                warp_n,
+                stages,
+            } => vec![block_m, block_n, block_k, warp_m, warp_n, stages],
         }
     }
 

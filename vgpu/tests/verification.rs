@@ -3,11 +3,12 @@
 //! one more than tile multiples, non-square, tall-skinny), each shape run
 //! on the virtual GPU under every point of its schedule space when the
 //! space has at most [`EVERY_POINT`] points and a seeded sample of
-//! [`SAMPLE`] points otherwise, plus the heuristic's choice on every target
-//! and a generic point, against the CPU evaluation of the IR
-//! ([`ktune_vgpu::verify`]).
+//! [`SAMPLE`] points otherwise (the tensor-core family of a 16-bit
+//! contraction sampled on its own, [`SAMPLE_MMA`] points), plus the
+//! heuristic's choice on every target and a generic point, against the CPU
+//! evaluation of the IR ([`ktune_vgpu::verify`]).
 //!
-//! It ends with one line,
+//! It prints how many runs were on tensor cores, and ends with one line,
 //! `verified <K> kernels, <P> schedule points, <S> shapes: <M> mismatches`,
 //! where K counts the catalogue's kernels (a kernel in another dtype is
 //! another kernel), S the distinct (kernel, shape) pairs, P every run: one
@@ -20,9 +21,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
 use ktune_core::ir::Kernel;
+use ktune_core::lower::Constraint;
 use ktune_core::lower::heuristic;
-use ktune_core::schedule::Schedule;
-use ktune_core::space::{candidates, sample};
+use ktune_core::schedule::{Class, Schedule};
+use ktune_core::space::{Rejection, Space, candidates, sample};
 use ktune_core::syntax::parse_kernel;
 use ktune_core::target::SmVersion;
 use ktune_vgpu::verify::{Reference, with_shape};
@@ -33,6 +35,11 @@ use quote::{format_ident, quote};
 const EVERY_POINT: usize = 24;
 /// Points sampled from larger spaces.
 const SAMPLE: usize = 24;
+/// Tensor-core points sampled besides, when the space has them.
+const SAMPLE_MMA: usize = 12;
+/// SIMT points sampled for the tensor-core entries (named `mma_…`), whose
+/// SIMT family the contraction entries already cover.
+const SAMPLE_SIMT_OF_MMA: usize = 4;
 
 const DTYPES: [&str; 3] = ["f32", "f16", "bf16"];
 
@@ -365,6 +372,94 @@ fn matmul() -> Vec<Entry> {
     out
 }
 
+/// Tensor-core contractions: `(M, N, K)` with M, N among 1, 7, 33, 65 and
+/// K among 16, 24, 40, 72; shapes whose contiguous extents are not
+/// multiples of 8 (K = 20, or N = 7 for `w[k][n]`) keep their tensor-core
+/// family, every point of it rejected by its alignment constraint.
+fn tensor_cores() -> Vec<Entry> {
+    let mut out = Vec::new();
+    for dt in ["bf16", "f16"] {
+        let t = format_ident!("{dt}");
+        let name = format_ident!("mma_{dt}");
+        out.push(Entry {
+            kernel: parse(
+                quote!(shape(M = 4, N = 4, K = 4)),
+                quote! {
+                    fn #name(x: Tensor<#t, (M, K)>, w: Tensor<#t, (K, N)>) -> Tensor<#t, (M, N)> {
+                        compute(|m, n| sum(K, |k| x[m][k] * w[k][n]))
+                    }
+                },
+            ),
+            shapes: shapes_mnk(&[
+                (1, 8, 16),
+                (7, 16, 24),
+                (33, 40, 40),
+                (65, 72, 72),
+                (33, 7, 16),
+                (7, 8, 20),
+            ]),
+        });
+        let name = format_ident!("mma_bt_{dt}");
+        out.push(Entry {
+            kernel: parse(
+                quote!(shape(M = 4, N = 4, K = 4)),
+                quote! {
+                    fn #name(x: Tensor<#t, (M, K)>, w: Tensor<#t, (N, K)>) -> Tensor<f32, (M, N)> {
+                        compute(|m, n| sum(K, |k| x[m][k] * w[n][k]))
+                    }
+                },
+            ),
+            shapes: shapes_mnk(&[
+                (1, 1, 16),
+                (7, 33, 24),
+                (65, 7, 40),
+                (33, 65, 72),
+                (7, 7, 20),
+            ]),
+        });
+        let name = format_ident!("mma_bias_gelu_{dt}");
+        out.push(Entry {
+            kernel: parse(
+                quote!(shape(M = 4, N = 4, K = 4)),
+                quote! {
+                    fn #name(x: Tensor<#t, (M, K)>, w: Tensor<#t, (K, N)>, bias: Tensor<f32, (N,)>)
+                        -> Tensor<#t, (M, N)>
+                    {
+                        compute(|m, n| gelu(sum(K, |k| (x[m][k] as f32) * (w[k][n] as f32)) + bias[n]))
+                    }
+                },
+            ),
+            shapes: shapes_mnk(&[(7, 16, 24), (33, 40, 72), (65, 8, 40)]),
+        });
+    }
+    out.push(Entry {
+        kernel: parse(
+            quote!(shape(B = 2, M = 4, N = 4, K = 4)),
+            quote! {
+                fn mma_batched(x: Tensor<bf16, (B, M, K)>, w: Tensor<bf16, (K, B, N)>) -> Tensor<f32, (B, M, N)> {
+                    compute(|b, m, n| sum(K, |k| x[b][m][k] * w[k][b][n]))
+                }
+            },
+        ),
+        shapes: [(2, 7, 16, 24), (3, 33, 8, 40)]
+            .iter()
+            .map(|&(b, m, n, k)| vec![("B", b), ("M", m), ("N", n), ("K", k)])
+            .collect(),
+    });
+    out.push(Entry {
+        kernel: parse(
+            quote!(shape(M = 4, N = 4, K = 4)),
+            quote! {
+                fn mma_at_f16(x: Tensor<f16, (K, M)>, w: Tensor<f16, (K, N)>) -> Tensor<f32, (M, N)> {
+                    compute(|m, n| sum(K, |k| x[k][m] * w[k][n]))
+                }
+            },
+        ),
+        shapes: shapes_mnk(&[(8, 16, 7), (40, 8, 33)]),
+    });
+    out
+}
+
 fn generic() -> Vec<Entry> {
     let mut out = Vec::new();
     for dt in DTYPES {
@@ -388,17 +483,30 @@ fn generic() -> Vec<Entry> {
     out
 }
 
-/// The points one (kernel, shape) runs: its space (all of it or a sample),
-/// the heuristic's choice on every target, and a generic point, each once.
+/// The points one (kernel, shape) runs: its space (all of it or a sample;
+/// the tensor-core family sampled on its own), the heuristic's choice on
+/// every target, and a generic point, each once.
 fn points(kernel: &Kernel, seed: u64) -> Vec<(Schedule, SmVersion)> {
     let target = SmVersion::BASELINE;
-    let space = candidates(kernel, target);
-    let chosen = if space.len() <= EVERY_POINT {
-        space
-    } else {
-        sample(&space, SAMPLE, seed)
+    let (tensor, simt): (Vec<Schedule>, Vec<Schedule>) = candidates(kernel, target)
+        .into_iter()
+        .partition(|s| s.kind() == Class::Mma);
+    let pick = |points: Vec<Schedule>, every: usize, n: usize| {
+        if points.len() <= every {
+            points
+        } else {
+            sample(&points, n, seed)
+        }
     };
-    let mut out: Vec<(Schedule, SmVersion)> = chosen.into_iter().map(|s| (s, target)).collect();
+    let simt_sample = if kernel.name.starts_with("mma_") {
+        SAMPLE_SIMT_OF_MMA
+    } else {
+        SAMPLE
+    };
+    let chosen = pick(simt, simt_sample.min(EVERY_POINT), simt_sample)
+        .into_iter()
+        .chain(pick(tensor, SAMPLE_MMA, SAMPLE_MMA));
+    let mut out: Vec<(Schedule, SmVersion)> = chosen.map(|s| (s, target)).collect();
     for t in SmVersion::ALL {
         let h = heuristic(kernel, t);
         if !out.iter().any(|(s, _)| *s == h) {
@@ -415,7 +523,7 @@ fn points(kernel: &Kernel, seed: u64) -> Vec<(Schedule, SmVersion)> {
 #[test]
 fn every_kernel_class_and_dtype_over_many_points_and_shapes() {
     let started = Instant::now();
-    let catalogue: Vec<Entry> = [elementwise(), rows(), matmul(), generic()]
+    let catalogue: Vec<Entry> = [elementwise(), rows(), matmul(), tensor_cores(), generic()]
         .into_iter()
         .flatten()
         .collect();
@@ -432,6 +540,7 @@ fn every_kernel_class_and_dtype_over_many_points_and_shapes() {
 
     let next = AtomicUsize::new(0);
     let runs = AtomicUsize::new(0);
+    let tensor_runs = AtomicUsize::new(0);
     let failures = Mutex::new(Vec::new());
     let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
     std::thread::scope(|scope| {
@@ -446,6 +555,9 @@ fn every_kernel_class_and_dtype_over_many_points_and_shapes() {
                     let reference = Reference::new(kernel, seed);
                     for (schedule, target) in points(kernel, seed) {
                         runs.fetch_add(1, Ordering::Relaxed);
+                        if schedule.kind() == Class::Mma {
+                            tensor_runs.fetch_add(1, Ordering::Relaxed);
+                        }
                         if let Err(e) = reference.check(&schedule, target) {
                             failures.lock().unwrap_or_else(|e| e.into_inner()).push(e);
                         }
@@ -460,7 +572,9 @@ fn every_kernel_class_and_dtype_over_many_points_and_shapes() {
         println!("{f}");
     }
     let points = runs.into_inner();
+    let tensor_runs = tensor_runs.into_inner();
     println!("verification suite ran in {:.1?}", started.elapsed());
+    println!("of which on tensor cores: {tensor_runs} schedule points");
     println!(
         "verified {} kernels, {} schedule points, {} shapes: {} mismatches",
         catalogue.len(),
@@ -470,4 +584,44 @@ fn every_kernel_class_and_dtype_over_many_points_and_shapes() {
     );
     assert_eq!(failures.len(), 0, "{}", failures[0]);
     assert!(points >= 500, "only {points} schedule points ran");
+    assert!(
+        tensor_runs >= 200,
+        "only {tensor_runs} tensor-core points ran"
+    );
+}
+
+/// Where 16-byte copies cannot reach the operands aligned, the tensor-core
+/// family stays in the space and every point of it is rejected, the
+/// in-range ones by the alignment constraint.
+#[test]
+fn tensor_core_points_of_unaligned_shapes_are_rejected_by_name() {
+    let unaligned = [
+        ("mma_bf16", vec![("M", 7), ("N", 8), ("K", 20)]),
+        ("mma_bt_f16", vec![("M", 7), ("N", 7), ("K", 20)]),
+        ("mma_f16", vec![("M", 33), ("N", 7), ("K", 16)]),
+    ];
+    let catalogue = tensor_cores();
+    for (name, shape) in unaligned {
+        let entry = catalogue
+            .iter()
+            .find(|e| e.kernel.name == name)
+            .unwrap_or_else(|| panic!("{name} is in the catalogue"));
+        let kernel = with_shape(&entry.kernel, &shape).unwrap_or_else(|err| panic!("{err}"));
+        let target = SmVersion::BASELINE;
+        let space = Space::of(&kernel, target);
+        let family = space.family(Class::Mma).expect("a tensor-core family");
+        let mut aligned = 0;
+        for i in 0..family.size() {
+            let point = family.point(i);
+            let (why, reason) = space
+                .reject(&kernel, &point, target)
+                .unwrap_or_else(|| panic!("{name} {shape:?}: {point:?} is valid"));
+            if why == Rejection::Constraint(Constraint::Alignment) {
+                aligned += 1;
+                assert!(reason.contains("16-byte"), "{reason}");
+            }
+        }
+        assert!(aligned > 0, "{name} {shape:?}: no alignment rejection");
+        assert_ne!(heuristic(&kernel, target).kind(), Class::Mma);
+    }
 }

@@ -215,6 +215,21 @@ fn knobs(schedule: &Schedule, target: SmVersion) -> Result<(), String> {
             ])?;
             check((block_m / thread_m).saturating_mul(block_n / thread_n))
         }
+        Schedule::Mma {
+            block_m,
+            block_n,
+            block_k,
+            warp_m,
+            warp_n,
+            stages,
+        } => {
+            nonzero(&[block_m, block_n, block_k, warp_m, warp_n, stages])?;
+            check(
+                (block_m / warp_m)
+                    .saturating_mul(block_n / warp_n)
+                    .saturating_mul(32),
+            )
+        }
     }
 }
 

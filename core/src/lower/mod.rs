@@ -72,18 +72,23 @@ pub enum Constraint {
     /// Vector accesses need aligned runs: the width divides the contiguous
     /// extent, the tile and every stride.
     Alignment,
-    /// A thread's tile must fit its block's tile.
+    /// A thread's (or warp's) tile must fit its block's tile.
     Tiling,
+    /// The operands must suit the instructions: tensor-core products need
+    /// plain loads (a cast to f32 allowed) of f16 or bf16 tensors of one
+    /// dtype.
+    Operands,
 }
 
 impl Constraint {
-    pub const ALL: [Constraint; 6] = [
+    pub const ALL: [Constraint; 7] = [
         Constraint::Range,
         Constraint::Threads,
         Constraint::SharedMemory,
         Constraint::Registers,
         Constraint::Alignment,
         Constraint::Tiling,
+        Constraint::Operands,
     ];
 
     /// The name shown in reports.
@@ -95,6 +100,7 @@ impl Constraint {
             Constraint::Registers => "registers",
             Constraint::Alignment => "alignment",
             Constraint::Tiling => "tiling",
+            Constraint::Operands => "operands",
         }
     }
 }
@@ -217,6 +223,18 @@ fn dispatch(
                     matmul::lower(kernel, &plan, tiles, target).map(Some)
                 } else {
                     matmul::Layout::new(kernel, &plan, tiles, target).map(|_| None)
+                }
+                .map_err(invalid)
+            }
+            None => Err(wrong_class(classify::classify(kernel))),
+        },
+        Schedule::Mma { .. } => match matmul::detect(kernel) {
+            Some(plan) => {
+                let tiles = matmul::mma::MmaTiles::from_schedule(schedule).expect("an mma point");
+                if emit {
+                    matmul::mma::lower(kernel, &plan, tiles, target).map(Some)
+                } else {
+                    matmul::mma::MmaLayout::new(kernel, &plan, tiles, target).map(|_| None)
                 }
                 .map_err(invalid)
             }

@@ -27,13 +27,41 @@ pub struct Knob {
     pub values: Vec<u32>,
 }
 
-/// A kernel's schedule space on a target.
+/// A kernel's schedule space on a target: one or more families of points
+/// (a contraction of 16-bit operands has a tensor-core family beside the
+/// SIMT one), each the product of its knobs' values.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Space {
-    pub class: Class,
-    pub knobs: Vec<Knob>,
+    pub families: Vec<Family>,
     /// Work units (output groups, rows) that bound useful block sizes.
     coverage: Coverage,
+}
+
+/// The points of one schedule class: the product of its knobs' values.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Family {
+    pub class: Class,
+    pub knobs: Vec<Knob>,
+}
+
+impl Family {
+    /// How many points the knobs span.
+    pub fn size(&self) -> u64 {
+        self.knobs.iter().map(|k| k.values.len() as u64).product()
+    }
+
+    /// The `index`-th point, the last knob varying fastest.
+    pub fn point(&self, mut index: u64) -> Schedule {
+        let mut values = vec![0; self.knobs.len()];
+        for (slot, knob) in values.iter_mut().zip(&self.knobs).rev() {
+            let n = knob.values.len() as u64;
+            *slot = knob.values[(index % n) as usize];
+            index /= n;
+        }
+        self.class
+            .schedule(&values)
+            .expect("a family has its class's knobs")
+    }
 }
 
 /// Why a point of a space is not a candidate.
@@ -87,27 +115,21 @@ impl Space {
         rules::space(kernel, target)
     }
 
-    /// How many points the knobs span.
+    /// How many points the families span.
     pub fn size(&self) -> u64 {
-        self.knobs.iter().map(|k| k.values.len() as u64).product()
+        self.families.iter().map(Family::size).sum()
     }
 
-    /// The `index`-th point, the last knob varying fastest.
-    pub fn point(&self, mut index: u64) -> Schedule {
-        let mut values = vec![0; self.knobs.len()];
-        for (slot, knob) in values.iter_mut().zip(&self.knobs).rev() {
-            let n = knob.values.len() as u64;
-            *slot = knob.values[(index % n) as usize];
-            index /= n;
-        }
-        self.class
-            .schedule(&values)
-            .expect("a space has its class's knobs")
-    }
-
-    /// Every point, in index order.
+    /// Every point, family by family, each in index order.
     pub fn points(&self) -> impl Iterator<Item = Schedule> + '_ {
-        (0..self.size()).map(|i| self.point(i))
+        self.families
+            .iter()
+            .flat_map(|f| (0..f.size()).map(|i| f.point(i)))
+    }
+
+    /// The family of `class`, if the space has one.
+    pub fn family(&self, class: Class) -> Option<&Family> {
+        self.families.iter().find(|f| f.class == class)
     }
 
     /// Why `point` is not a candidate, if it is not.
@@ -248,7 +270,8 @@ mod tests {
     fn points_enumerate_the_knobs_product_without_duplicates() {
         let k = matmul(64, 64, 64);
         let space = Space::of(&k, SmVersion::Sm80);
-        let names: Vec<&str> = space.knobs.iter().map(|k| k.name).collect();
+        let family = space.family(Class::Matmul).expect("a SIMT family");
+        let names: Vec<&str> = family.knobs.iter().map(|k| k.name).collect();
         assert_eq!(names, Class::Matmul.knobs());
         let points: Vec<Schedule> = space.points().collect();
         assert_eq!(points.len() as u64, space.size());
@@ -257,7 +280,7 @@ mod tests {
         unique.dedup();
         assert_eq!(unique.len(), points.len());
         for p in &points {
-            for (knob, value) in space.knobs.iter().zip(p.knob_values()) {
+            for (knob, value) in family.knobs.iter().zip(p.knob_values()) {
                 assert!(knob.values.contains(&value));
             }
         }

@@ -17,13 +17,20 @@
 //!   the extent rounded up, when smaller: decode shapes) to the extent
 //!   rounded up, at most 256; `block_k` from 8 to 64 likewise along `K`;
 //!   thread tiles powers of two up to 16.
+//! - **Tensor-core contraction tiles** (a second family, when both
+//!   operands are plain f16 or bf16 loads of one dtype): `block_m`,
+//!   `block_n` powers of two from 16 to the extent rounded up, at most 256;
+//!   `block_k` 16 to 64 likewise along `K`; `warp_m`, `warp_n` from 16 to
+//!   the extent rounded up, at most 128 (a warp tile larger than its block
+//!   tile is a [`Constraint::Tiling`](crate::lower::Constraint) rejection);
+//!   `stages` 1 to 4.
 
-use super::{Coverage, Knob, Space};
+use super::{Coverage, Family, Knob, Space};
 use crate::dtype::DType;
 use crate::ir::Kernel;
 use crate::lower::classify::{OpClass, classify};
 use crate::lower::elementwise::{MAX_PER_THREAD, VECTOR_WIDTHS};
-use crate::lower::matmul::MatmulPlan;
+use crate::lower::matmul::{MatmulPlan, mma};
 use crate::schedule::Class;
 use crate::target::SmVersion;
 
@@ -34,17 +41,21 @@ pub(super) fn space(kernel: &Kernel, target: SmVersion) -> Space {
     let knob = |name, values| Knob { name, values };
     match classify(kernel) {
         OpClass::Generic => Space {
-            class: Class::Generic,
-            knobs: vec![knob("block", blocks())],
+            families: vec![Family {
+                class: Class::Generic,
+                knobs: vec![knob("block", blocks())],
+            }],
             coverage: elements,
         },
         OpClass::Elementwise => Space {
-            class: Class::Elementwise,
-            knobs: vec![
-                knob("block", blocks()),
-                knob("per_thread", powers(1, MAX_PER_THREAD)),
-                knob("vector", VECTOR_WIDTHS.to_vec()),
-            ],
+            families: vec![Family {
+                class: Class::Elementwise,
+                knobs: vec![
+                    knob("block", blocks()),
+                    knob("per_thread", powers(1, MAX_PER_THREAD)),
+                    knob("vector", VECTOR_WIDTHS.to_vec()),
+                ],
+            }],
             coverage: elements,
         },
         OpClass::Rows(plan) => {
@@ -52,18 +63,20 @@ pub(super) fn space(kernel: &Kernel, target: SmVersion) -> Space {
             let rows = plan.rows(kernel);
             let cap = limits.max_threads_per_block;
             Space {
-                class: Class::Rows,
-                knobs: vec![
-                    knob(
-                        "threads_per_row",
-                        powers(1, length.next_power_of_two().clamp(64, cap)),
-                    ),
-                    knob(
-                        "rows_per_block",
-                        powers(1, rows.next_power_of_two().min(cap)),
-                    ),
-                    knob("vector", VECTOR_WIDTHS.to_vec()),
-                ],
+                families: vec![Family {
+                    class: Class::Rows,
+                    knobs: vec![
+                        knob(
+                            "threads_per_row",
+                            powers(1, length.next_power_of_two().clamp(64, cap)),
+                        ),
+                        knob(
+                            "rows_per_block",
+                            powers(1, rows.next_power_of_two().min(cap)),
+                        ),
+                        knob("vector", VECTOR_WIDTHS.to_vec()),
+                    ],
+                }],
                 coverage: Coverage::Rows(u64::from(rows)),
             }
         }
@@ -78,7 +91,7 @@ fn matmul(kernel: &Kernel, plan: &MatmulPlan) -> Space {
     };
     let vectors = |dtype: DType| powers(1, 16 / dtype.size());
     let knob = |name, values| Knob { name, values };
-    Space {
+    let mut families = vec![Family {
         class: Class::Matmul,
         knobs: vec![
             knob("block_m", tile(plan.m_extent(kernel), 16, 256)),
@@ -89,6 +102,25 @@ fn matmul(kernel: &Kernel, plan: &MatmulPlan) -> Space {
             knob("vector_a", vectors(kernel.input(plan.a.tensor).dtype)),
             knob("vector_b", vectors(kernel.input(plan.b.tensor).dtype)),
         ],
+    }];
+    if mma::applies(kernel, plan) {
+        // Tensor-core tiles are at least one 16-wide fragment.
+        let tile = |extent: u32, high: u32| powers(16, extent.next_power_of_two().clamp(16, high));
+        let (m, n) = (plan.m_extent(kernel), plan.n_extent(kernel));
+        families.push(Family {
+            class: Class::Mma,
+            knobs: vec![
+                knob("block_m", tile(m, 256)),
+                knob("block_n", tile(n, 256)),
+                knob("block_k", tile(plan.k_extent(kernel), 64)),
+                knob("warp_m", tile(m, 128)),
+                knob("warp_n", tile(n, 128)),
+                knob("stages", (1..=4).collect()),
+            ],
+        });
+    }
+    Space {
+        families,
         coverage: Coverage::Tiles,
     }
 }
@@ -106,7 +138,7 @@ mod tests {
     use crate::test_kernels::{matmul, softmax};
 
     fn values<'a>(space: &'a Space, name: &str) -> &'a [u32] {
-        &space
+        &space.families[0]
             .knobs
             .iter()
             .find(|k| k.name == name)

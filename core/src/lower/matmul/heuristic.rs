@@ -1,6 +1,26 @@
 //! The default contraction schedule, chosen from the problem's shape and the
 //! target without measuring anything.
 //!
+//! # Tensor cores
+//!
+//! A contraction of plain f16 or bf16 operands ([`mma::applies`]) on sm_80
+//! or newer gets a [`Schedule::Mma`] point when one validates:
+//! 1. **Block and warp tiles**: the first of 128×128 (64×64 per warp, 4
+//!    warps), 128×64 and 64×128 (64×32, 32×64), 64×64 (32×32), 64×32,
+//!    32×64, 32×32 (2–4 warps of 16–32 outputs a side), then the narrow
+//!    tiles 16×128, 128×16, 16×64, 64×16, 16×32, 32×16, 16×16 (one 16-row
+//!    side: decode shapes), that is no larger than the problem rounded up
+//!    to a power of two (at least 16) along `m` and `n` and whose grid
+//!    fills at least one wave; the last fitting one when none does.
+//! 2. **Depth and pipeline**: `block_k` 32 (16 when `K ≤ 16`); 3 stages,
+//!    fewer when `K` has fewer tiles (a stage beyond the tile count only
+//!    costs shared memory).
+//! 3. If the choice does not validate (an operand not 16-byte aligned, as
+//!    when `K` is not a multiple of 8 for `x[m][k]`), the next tile is
+//!    tried; when none validates, the SIMT rules below apply.
+//!
+//! # SIMT
+//!
 //! Rules, in order:
 //! 1. **Block tile.** When both `M` and `N` are above 16, the first of
 //!    128×128 (8×8 per thread), 128×64, 64×128, 64×64 (4×4), 64×32, 32×64,
@@ -24,6 +44,7 @@
 //! 4. If a choice fails validation (it should not), smaller tiles are tried,
 //!    down to a 1×32 tile that fits every target.
 
+use super::mma::{self, MmaLayout, MmaTiles};
 use super::{Layout, MatmulPlan, Tiles};
 use crate::ir::Kernel;
 use crate::schedule::Schedule;
@@ -41,6 +62,27 @@ const LARGE: [(u32, u32, u32, u32); 7] = [
     (32, 32, 2, 2),
 ];
 
+/// Tensor-core tiles, preferred first: `(block_m, block_n, warp_m, warp_n)`.
+const MMA_TILES: [(u32, u32, u32, u32); 14] = [
+    (128, 128, 64, 64),
+    (128, 64, 64, 32),
+    (64, 128, 32, 64),
+    (64, 64, 32, 32),
+    (64, 32, 32, 16),
+    (32, 64, 16, 32),
+    (32, 32, 16, 16),
+    (16, 128, 16, 32),
+    (128, 16, 32, 16),
+    (16, 64, 16, 16),
+    (64, 16, 16, 16),
+    (16, 32, 16, 16),
+    (32, 16, 16, 16),
+    (16, 16, 16, 16),
+];
+
+/// Tensor-core pipeline depth when `K` has enough tiles.
+const MMA_STAGES: u32 = 3;
+
 /// A narrow side's extent at or below which its tile is never split.
 const NARROW: u32 = 16;
 
@@ -53,6 +95,9 @@ pub fn heuristic(kernel: &Kernel, plan: &MatmulPlan, target: SmVersion) -> Sched
         batch: plan.batch_count(kernel),
         sm_count: target.limits().sm_count,
     };
+    if let Some(tiles) = tensor_core(kernel, plan, target, &shape) {
+        return tiles.to_schedule();
+    }
     candidates(&shape)
         .into_iter()
         .find_map(|c| finish(kernel, plan, target, &shape, c))
@@ -66,6 +111,46 @@ pub fn heuristic(kernel: &Kernel, plan: &MatmulPlan, target: SmVersion) -> Sched
             vector_b: 1,
         })
         .to_schedule()
+}
+
+/// The tensor-core default (rules 1–3 of the tensor-core section), if one
+/// validates.
+fn tensor_core(
+    kernel: &Kernel,
+    plan: &MatmulPlan,
+    target: SmVersion,
+    s: &Shape,
+) -> Option<MmaTiles> {
+    if target.compute_capability() < (8, 0) || !mma::applies(kernel, plan) {
+        return None;
+    }
+    let (pm, pn) = (
+        s.m.next_power_of_two().max(16),
+        s.n.next_power_of_two().max(16),
+    );
+    let block_k = if s.k <= 16 { 16 } else { 32 };
+    let stages = s.k.div_ceil(block_k).clamp(1, MMA_STAGES);
+    let fits: Vec<_> = MMA_TILES
+        .iter()
+        .copied()
+        .filter(|(bm, bn, _, _)| *bm <= pm && *bn <= pn)
+        .collect();
+    let wave = fits
+        .iter()
+        .position(|c| s.fills_wave(*c))
+        .unwrap_or(fits.len().saturating_sub(1));
+    fits[wave..]
+        .iter()
+        .chain(&fits[..wave])
+        .map(|&(block_m, block_n, warp_m, warp_n)| MmaTiles {
+            block_m,
+            block_n,
+            block_k,
+            warp_m,
+            warp_n,
+            stages,
+        })
+        .find(|t| MmaLayout::new(kernel, plan, *t, target).is_ok())
 }
 
 struct Shape {

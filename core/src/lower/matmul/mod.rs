@@ -41,15 +41,25 @@
 //! elements at once when `n` is contiguous and the extents keep them
 //! aligned.
 //!
+//! # Tensor cores ([`mma`])
+//!
+//! Contractions of f16 or bf16 tensors also have a tensor-core lowering
+//! ([`Schedule::Mma`]): `mma.sync` on `ldmatrix` fragments, tiles moved by
+//! multi-stage `cp.async`. It shares the plan, the block numbering and the
+//! epilogue (`output`) with the SIMT lowering.
+//!
 //! The code is split by pass: `detect` (the plan), `layout` (checking a
 //! schedule against the kernel and the target), `stage` (moving tiles from
 //! global to shared memory), `emit` (the rest of the instruction list),
+//! `output` (the block's tile and the epilogue, shared with [`mma`]),
 //! `heuristic` (the default schedule).
 
 mod detect;
 mod emit;
 mod heuristic;
 pub(crate) mod layout;
+pub mod mma;
+mod output;
 mod stage;
 #[cfg(test)]
 mod tests;

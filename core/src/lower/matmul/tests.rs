@@ -298,12 +298,28 @@ fn heuristic_always_lowers() {
                     let lowered = lower(&kernel, &schedule, target)
                         .unwrap_or_else(|e| panic!("{b}×{m}×{n}×{k} {dtype} on {target}: {e}"));
                     let blocks = u64::from(lowered.launch.grid[0]);
-                    let tiles = Tiles::from_schedule(&schedule).expect("a matmul schedule");
+                    let (block_m, block_n) = match Tiles::from_schedule(&schedule) {
+                        Some(t) => (t.block_m, t.block_n),
+                        None => {
+                            let t = mma::MmaTiles::from_schedule(&schedule)
+                                .expect("a contraction schedule");
+                            (t.block_m, t.block_n)
+                        }
+                    };
+                    // 16-bit operands aligned for 16-byte copies get tensor cores.
+                    let tensor = dtype != "f32"
+                        && k.is_multiple_of(8)
+                        && (transposed || n.is_multiple_of(8));
+                    assert_eq!(
+                        schedule.kind() == crate::schedule::Class::Mma,
+                        tensor,
+                        "{b}×{m}×{n}×{k} {dtype}"
+                    );
                     assert_eq!(
                         blocks,
                         u64::from(b)
-                            * u64::from(m.div_ceil(tiles.block_m))
-                            * u64::from(n.div_ceil(tiles.block_n))
+                            * u64::from(m.div_ceil(block_m))
+                            * u64::from(n.div_ceil(block_n))
                     );
                 }
             }
@@ -328,11 +344,36 @@ fn heuristic_picks_sensible_tiles() {
         (64, 64, 4, 4)
     );
     assert_eq!((t.vector_a, t.vector_b), (1, 4));
-    let t = pick(1, 1, 4096, 4096, "bf16");
+    let t = pick(1, 1, 4096, 4095, "bf16");
     assert_eq!((t.block_m, t.block_n, t.thread_m), (1, 32, 1));
     assert_eq!(t.vector_b, 8);
-    let t = pick(1, 4096, 4096, 4096, "bf16");
-    assert_eq!((t.vector_a, t.vector_b), (8, 8));
+}
+
+#[test]
+fn heuristic_picks_tensor_cores_for_aligned_16_bit_operands() {
+    let pick = |m, n, k, dtype, transposed| {
+        let kernel = gemm(m, n, k, dtype, transposed);
+        mma::MmaTiles::from_schedule(&heuristic(&kernel, &plan(&kernel), SmVersion::Sm80))
+    };
+    let big = mma::MmaTiles {
+        block_m: 128,
+        block_n: 128,
+        block_k: 32,
+        warp_m: 64,
+        warp_n: 64,
+        stages: 3,
+    };
+    assert_eq!(pick(4096, 4096, 4096, "bf16", false), Some(big));
+    assert_eq!(pick(4096, 11008, 4096, "f16", true), Some(big));
+    // Too few 128×128 tiles for the A100's 108 SMs: smaller ones.
+    let mid = pick(512, 512, 4096, "bf16", false).expect("tensor cores");
+    assert_eq!((mid.block_m, mid.block_n), (64, 32));
+    // A decode shape keeps its 16-row side whole; two k tiles, two stages.
+    let decode = pick(1, 4096, 64, "bf16", false).expect("tensor cores");
+    assert_eq!((decode.block_m, decode.warp_m, decode.stages), (16, 16, 2));
+    // A K that breaks 16-byte alignment of `x[m][k]` rows, and f32, stay SIMT.
+    assert_eq!(pick(64, 64, 4095, "bf16", false), None);
+    assert_eq!(pick(64, 64, 64, "f32", false), None);
 }
 
 #[test]

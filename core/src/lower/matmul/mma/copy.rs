@@ -1,0 +1,257 @@
+//! Moving one operand's tiles from global to shared memory with 16-byte
+//! `cp.async` copies.
+//!
+//! Each thread owns the same chunks of every tile: `passes` chunks, chunk
+//! `tid + pass · threads` in row-major order of the shared tile (so
+//! consecutive threads copy consecutive 16 bytes of a row, coalesced).
+//! Since rows hold at most 32 chunks and blocks at least 32 threads (both
+//! powers of two), a thread's chunks share their column and are
+//! `threads / row_chunks` rows apart. Global addresses advance by `block_k`
+//! along `k` per tile; shared addresses move to the tile's ring slot.
+//!
+//! Rows past `M` (`N`) are clamped to the last one; chunks past `K` read
+//! nothing and are zero-filled (source size 0).
+
+use super::layout::{CHUNK, MmaLayout, MmaStaging};
+use crate::ir::Kernel;
+use crate::lower::matmul::output::Tile;
+use crate::lower::matmul::{MatmulOperand, MatmulPlan, Side};
+use crate::ptx::Builder;
+use crate::ptx::inst::{Addr, ArithOp, Cmp, CpAsyncCache, Op, Operand, Reg, RegClass, Ty};
+
+/// Copies one operand's tiles into the ring.
+#[derive(Debug)]
+pub(super) struct Copier<'a> {
+    staging: &'a MmaStaging,
+    operand: &'a MatmulOperand,
+    block_k: u32,
+    /// Rows between a thread's consecutive chunks.
+    rows_per_pass: u32,
+    /// Per pass: where the chunk is read, in the current tile.
+    access: Vec<Addr>,
+    /// The distinct base registers of `access`, advanced once per tile.
+    pointers: Vec<Reg>,
+    /// Shared address of pass 0's chunk in slot 0 (window included).
+    shared: Reg,
+    /// Per pass: the chunk's `k` within the tile, when `k` can overhang.
+    k_local: Vec<Option<Reg>>,
+    /// `K - k0` (compared as s32), when `k` can overhang.
+    k_end: Option<Reg>,
+    /// Whether the thread copies, when the tile has fewer chunks than the
+    /// block has threads.
+    active: Option<Reg>,
+}
+
+impl<'a> Copier<'a> {
+    /// Computes the thread's addresses and the predicates that stay fixed
+    /// over the `k` loop.
+    pub fn new(
+        b: &mut Builder,
+        kernel: &Kernel,
+        plan: &'a MatmulPlan,
+        layout: &'a MmaLayout,
+        side: Side,
+        tile: &Tile,
+        smem: Reg,
+    ) -> Copier<'a> {
+        let operand = side.operand(plan);
+        let (staging, x0, x_extent) = match side {
+            Side::A => (&layout.a, tile.m0, layout.m_extent),
+            Side::B => (&layout.b, tile.n0, layout.n_extent),
+        };
+        let threads = layout.threads;
+        let row_chunks = staging.row_chunks();
+        let row = b.u32_op(ArithOp::Div, tile.tid, imm(row_chunks));
+        let col = b.u32_op(ArithOp::Rem, tile.tid, imm(row_chunks));
+        let col = b.u32_op(ArithOp::Mul, col, imm(CHUNK));
+        let rows_per_pass = threads / row_chunks;
+
+        let shared = b.u32_mad(row, imm(staging.pitch), col);
+        let shared = b.u32_mad(shared, imm(2), smem);
+        let shared = b.u32_op(ArithOp::Add, shared, imm(staging.offset));
+
+        let (x_local, k_local) = if staging.k_major {
+            (row, col)
+        } else {
+            (col, row)
+        };
+        let mut fixed = None;
+        for (v, stride) in plan.batch.iter().zip(&operand.stride_batch) {
+            if *stride != 0 && kernel.extent(*v) > 1 {
+                let index = tile.env.index[v];
+                fixed = Some(match fixed {
+                    None => b.u32_op(ArithOp::Mul, index, imm_u64(*stride)),
+                    Some(acc) => b.u32_mad(index, imm_u64(*stride), acc),
+                });
+            }
+        }
+        let base = tile.env.inputs[operand.tensor.0];
+        let pointer = |b: &mut Builder, x: Reg, k: Reg| {
+            let offset = b.u32_mad(
+                x,
+                imm_u64(operand.stride_x),
+                fixed.map_or(imm(0), Operand::Reg),
+            );
+            let offset = b.u32_mad(k, imm_u64(operand.stride_k), offset);
+            b.global_addr(base, offset, 2)
+        };
+        let x = b.u32_op(ArithOp::Add, x0, x_local);
+        let x_overhangs = !x_extent.is_multiple_of(staging.block_x);
+        let mut access = Vec::new();
+        let mut pointers = Vec::new();
+        if staging.k_major && x_overhangs {
+            // Each pass reads another row: clamp each.
+            for pass in 0..staging.passes {
+                let at = b.u32_op(ArithOp::Add, x, imm(pass * rows_per_pass));
+                let at = b.u32_op(ArithOp::Min, at, imm(x_extent - 1));
+                let ptr = pointer(b, at, k_local);
+                pointers.push(ptr);
+                access.push(Addr {
+                    base: ptr,
+                    offset: 0,
+                });
+            }
+        } else {
+            // The chunk's `x` is fixed over the passes (clamped to the last
+            // whole chunk: extents are multiples of 8).
+            let x = if x_overhangs {
+                b.u32_op(ArithOp::Min, x, imm(x_extent - CHUNK))
+            } else {
+                x
+            };
+            let first = pointer(b, x, k_local);
+            pointers.push(first);
+            let stride = if staging.k_major {
+                operand.stride_x
+            } else {
+                operand.stride_k
+            };
+            for pass in 0..staging.passes {
+                let bytes = u64::from(pass * rows_per_pass) * stride * 2;
+                // PTX address offsets are 32-bit.
+                access.push(if bytes <= i32::MAX as u64 {
+                    Addr {
+                        base: first,
+                        offset: bytes as i64,
+                    }
+                } else {
+                    let ptr = b.reg(RegClass::B64);
+                    b.push(Op::Arith {
+                        op: ArithOp::Add,
+                        ty: Ty::U64,
+                        dst: ptr,
+                        a: first.into(),
+                        b: Operand::Int(bytes as i64),
+                    });
+                    pointers.push(ptr);
+                    Addr {
+                        base: ptr,
+                        offset: 0,
+                    }
+                });
+            }
+        }
+
+        let active = staging
+            .partial
+            .then(|| b.setp(Cmp::Lt, Ty::U32, tile.tid, imm(staging.rows * row_chunks)));
+        let block_k = layout.tiles.block_k;
+        let k_overhangs = !layout.k_extent.is_multiple_of(block_k);
+        let k_local = (0..staging.passes)
+            .map(|pass| {
+                k_overhangs.then(|| match (staging.k_major, pass) {
+                    (true, _) | (false, 0) => k_local,
+                    (false, _) => b.u32_op(ArithOp::Add, k_local, imm(pass * rows_per_pass)),
+                })
+            })
+            .collect();
+        let k_end = k_overhangs.then(|| b.u32_imm(layout.k_extent));
+        Copier {
+            staging,
+            operand,
+            block_k,
+            rows_per_pass,
+            access,
+            pointers,
+            shared,
+            k_local,
+            k_end,
+            active,
+        }
+    }
+
+    /// Starts the copies of the current tile into the ring slot at byte
+    /// offset `slot` (a register), without committing them.
+    pub fn issue(&self, b: &mut Builder, slot: Reg) {
+        let s = self.staging;
+        let rows_per_pass = self.rows_per_pass;
+        let dst_base = b.u32_op(ArithOp::Add, self.shared, slot);
+        let mut last_k: Option<(Reg, Reg)> = None;
+        for pass in 0..s.passes {
+            let src_bytes = match (self.k_local[pass as usize], self.k_end) {
+                (Some(k), Some(end)) => Some(match last_k {
+                    Some((prev, bytes)) if prev == k => bytes,
+                    _ => {
+                        let inside = b.setp(Cmp::Lt, Ty::S32, k, end);
+                        let bytes = b.reg(RegClass::B32);
+                        b.push(Op::Selp {
+                            ty: Ty::U32,
+                            dst: bytes,
+                            a: Operand::Int(16),
+                            b: Operand::Int(0),
+                            cond: inside,
+                        });
+                        last_k = Some((k, bytes));
+                        bytes
+                    }
+                }),
+                _ => None,
+            };
+            let op = Op::CpAsync {
+                cache: CpAsyncCache::Cg,
+                dst: Addr {
+                    base: dst_base,
+                    offset: i64::from(pass * rows_per_pass * s.pitch * 2),
+                },
+                src: self.access[pass as usize],
+                bytes: 16,
+                src_bytes,
+            };
+            match self.active {
+                Some(p) => b.push_guarded(p, false, op),
+                None => b.push(op),
+            }
+        }
+    }
+
+    /// Moves on to the next `k` tile.
+    pub fn advance(&self, b: &mut Builder) {
+        let bytes = u64::from(self.block_k) * self.operand.stride_k * 2;
+        for ptr in &self.pointers {
+            b.push(Op::Arith {
+                op: ArithOp::Add,
+                ty: Ty::U64,
+                dst: *ptr,
+                a: (*ptr).into(),
+                b: Operand::Int(bytes as i64),
+            });
+        }
+        if let Some(end) = self.k_end {
+            b.push(Op::Arith {
+                op: ArithOp::Sub,
+                ty: Ty::U32,
+                dst: end,
+                a: end.into(),
+                b: imm(self.block_k),
+            });
+        }
+    }
+}
+
+fn imm(value: u32) -> Operand {
+    Operand::Int(i64::from(value))
+}
+
+fn imm_u64(value: u64) -> Operand {
+    Operand::Int(value as i64)
+}

@@ -1,0 +1,289 @@
+//! Emits a tensor-core contraction's instruction list for a checked
+//! [`MmaLayout`] (the kernel's shape is in the [module docs](super)).
+//!
+//! Fragment layouts (lane `l`, `g = l / 4`, `t = l % 4`): an `ldmatrix.x4`
+//! of A at lane addresses "row `l % 8` of matrix `l / 8`", matrices ordered
+//! (rows 0–7, k 0–7), (rows 8–15, k 0–7), (rows 0–7, k 8–15), (rows 8–15,
+//! k 8–15), yields exactly the m16n8k16 A fragment; for B, the matrices
+//! (k 0–7, n 0–7), (k 8–15, n 0–7), (k 0–7, n 8–15), (k 8–15, n 8–15) yield
+//! the B fragments of two n8 tiles. Which of a matrix's dimensions is its
+//! stored row depends on the operand's contiguous dimension; `.trans`
+//! makes both cases hand out the same fragment. Accumulator register `i`
+//! holds row `g + 8 (i / 2)`, column `2t + i % 2` of its 16×8 tile.
+
+use super::MmaLayout;
+use super::copy::Copier;
+use super::layout::MmaStaging;
+use crate::ir::Kernel;
+use crate::lower::matmul::output::{Outputs, Tile, epilogue};
+use crate::lower::matmul::{MatmulPlan, Side};
+use crate::lower::{Launch, Lowered, entry_name};
+use crate::ptx::Builder;
+use crate::ptx::inst::{Addr, ArithOp, Cmp, Op, Operand, Reg, Ty};
+
+pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &MmaLayout) -> Lowered {
+    let t = layout.tiles;
+    let mut b = Builder::new();
+    let tile = Tile::decode(&mut b, kernel, plan, t.block_m, t.block_n);
+    let smem = b.shared_base();
+    let a = Copier::new(&mut b, kernel, plan, layout, Side::A, &tile, smem);
+    let bs = Copier::new(&mut b, kernel, plan, layout, Side::B, &tile, smem);
+
+    let lane = b.u32_op(ArithOp::Rem, tile.tid, imm(32));
+    let warp = b.u32_op(ArithOp::Div, tile.tid, imm(32));
+    let warp_n = b.u32_op(ArithOp::Rem, warp, imm(layout.warps_n));
+    let warp_m = b.u32_op(ArithOp::Div, warp, imm(layout.warps_n));
+    let wm0 = b.u32_op(ArithOp::Mul, warp_m, imm(t.warp_m));
+    let wn0 = b.u32_op(ArithOp::Mul, warp_n, imm(t.warp_n));
+    let a_lane = lane_address(&mut b, &layout.a, Side::A, lane, wm0, smem);
+    let b_lane = lane_address(&mut b, &layout.b, Side::B, lane, wn0, smem);
+
+    let acc = main_loop(&mut b, layout, [&a, &bs], [a_lane, b_lane]);
+
+    // Accumulator register 2h + e of tile (i, j) is output row
+    // 16i + 8h + g, column 8j + 2t + e of the warp's sub-tile.
+    let g = b.u32_op(ArithOp::Div, lane, imm(4));
+    let t4 = b.u32_op(ArithOp::Rem, lane, imm(4));
+    let m_base = b.u32_op(ArithOp::Add, tile.m0, wm0);
+    let m_base = b.u32_op(ArithOp::Add, m_base, g);
+    let n_base = b.u32_op(ArithOp::Add, tile.n0, wn0);
+    let n_base = b.u32_mad(t4, imm(2), n_base);
+    let ms: Vec<Reg> = (0..t.warp_m / 8)
+        .map(|r| offset(&mut b, m_base, 8 * r))
+        .collect();
+    let ns: Vec<Reg> = (0..t.warp_n / 4)
+        .map(|c| offset(&mut b, n_base, 8 * (c / 2) + c % 2))
+        .collect();
+    let sums: Vec<Vec<Reg>> = (0..ms.len())
+        .map(|r| {
+            (0..ns.len())
+                .map(|c| acc[r / 2][c / 2][2 * (r % 2) + c % 2])
+                .collect()
+        })
+        .collect();
+    let bound = |extent: u32, block: u32| (!extent.is_multiple_of(block)).then_some(extent);
+    let outputs = Outputs {
+        acc: &sums,
+        ms: &ms,
+        ns: &ns,
+        m_bound: bound(layout.m_extent, t.block_m),
+        n_bound: bound(layout.n_extent, t.block_n),
+        run: 2,
+    };
+    epilogue(&mut b, kernel, plan, &tile, &outputs);
+
+    Lowered {
+        ptx: b.finish(
+            entry_name(kernel),
+            kernel.inputs.len() + 1,
+            layout.threads,
+            layout.shared_bytes,
+        ),
+        launch: Launch {
+            // At most one block per output element, and lowering checked
+            // that the output has fewer than 2^31 elements.
+            grid: [tile.grid as u32, 1, 1],
+            block: [layout.threads, 1, 1],
+            dynamic_shared_bytes: layout.shared_bytes,
+        },
+    }
+}
+
+/// The shared address (slot 0) this lane hands `ldmatrix.x4` for the
+/// 16×16 (`x` × `k`) fragment at the warp's origin `x0`, first k-step.
+fn lane_address(b: &mut Builder, s: &MmaStaging, side: Side, lane: Reg, x0: Reg, smem: Reg) -> Reg {
+    let matrix = b.u32_op(ArithOp::Shr, lane, Operand::Int(3));
+    let row = b.u32_op(ArithOp::And, lane, Operand::Int(7));
+    let low = b.u32_op(ArithOp::And, matrix, Operand::Int(1));
+    let high = b.u32_op(ArithOp::Shr, matrix, Operand::Int(1));
+    // Which bit of the matrix index moves along `x` and which along `k`.
+    let (x_bit, k_bit) = match side {
+        Side::A => (low, high),
+        Side::B => (high, low),
+    };
+    // The matrix's stored rows run along the non-contiguous dimension.
+    let (x, k) = if s.k_major {
+        let x = b.u32_mad(x_bit, imm(8), row);
+        (x, b.u32_op(ArithOp::Mul, k_bit, imm(8)))
+    } else {
+        let k = b.u32_mad(k_bit, imm(8), row);
+        (b.u32_op(ArithOp::Mul, x_bit, imm(8)), k)
+    };
+    let x = b.u32_op(ArithOp::Add, x, x0);
+    let (stored_row, stored_col) = if s.k_major { (x, k) } else { (k, x) };
+    let element = b.u32_mad(stored_row, imm(s.pitch), stored_col);
+    let address = b.u32_mad(element, imm(2), smem);
+    b.u32_op(ArithOp::Add, address, imm(s.offset))
+}
+
+/// Byte offset of the 16×16 fragment `xt` (along `x`) at k-step `kk` from
+/// the first one.
+fn fragment_offset(s: &MmaStaging, xt: u32, kk: u32) -> i64 {
+    let (row, col) = if s.k_major {
+        (16 * xt, 16 * kk)
+    } else {
+        (16 * kk, 16 * xt)
+    };
+    i64::from((row * s.pitch + col) * 2)
+}
+
+/// Accumulators: `[i][j]` is the m16n8 tile `i` along `m`, `j` along `n`.
+type Accumulators = Vec<Vec<[Reg; 4]>>;
+
+/// The `k` loop over the ring of shared-memory slots.
+fn main_loop(
+    b: &mut Builder,
+    layout: &MmaLayout,
+    [a, bs]: [&Copier<'_>; 2],
+    [a_lane, b_lane]: [Reg; 2],
+) -> Accumulators {
+    let t = layout.tiles;
+    let acc: Accumulators = (0..t.warp_m / 16)
+        .map(|_| {
+            (0..t.warp_n / 8)
+                .map(|_| [(); 4].map(|()| b.f32_imm(0.0)))
+                .collect()
+        })
+        .collect();
+    let tiles = layout.k_extent.div_ceil(t.block_k);
+    let stages = t.stages;
+    let ring = stages * layout.slot_bytes;
+    let issue = |b: &mut Builder, slot: Reg| {
+        a.issue(b, slot);
+        bs.issue(b, slot);
+        a.advance(b);
+        bs.advance(b);
+    };
+    let next_slot = |b: &mut Builder, slot: Reg| {
+        b.push(Op::Arith {
+            op: ArithOp::Add,
+            ty: Ty::U32,
+            dst: slot,
+            a: slot.into(),
+            b: imm(layout.slot_bytes),
+        });
+        b.push(Op::Arith {
+            op: ArithOp::Rem,
+            ty: Ty::U32,
+            dst: slot,
+            a: slot.into(),
+            b: imm(ring),
+        });
+    };
+
+    let read = b.u32_imm(0);
+    let write = b.u32_imm((stages - 1) * layout.slot_bytes);
+    // The prologue fills all slots but one; every slot gets a group, empty
+    // or not, so that group counts stay uniform.
+    if stages > 1 {
+        let slot = b.u32_imm(0);
+        for s in 0..stages - 1 {
+            if s < tiles {
+                issue(b, slot);
+            }
+            b.cp_async_commit();
+            if s + 1 < stages - 1 {
+                next_slot(b, slot);
+            }
+        }
+    }
+
+    let counter = b.u32_imm(0);
+    let top = b.label();
+    b.place(top);
+    if stages == 1 {
+        issue(b, read);
+        b.cp_async_commit();
+        b.cp_async_wait(0);
+        b.push(Op::BarSync);
+    } else {
+        b.cp_async_wait(stages - 2);
+        // Tile kt is visible to the block, and every warp is done with
+        // slot kt - 1, which the next copies overwrite.
+        b.push(Op::BarSync);
+        if tiles > stages - 1 {
+            let skip = b.label();
+            let ahead = b.u32_op(ArithOp::Add, counter, imm(stages - 1));
+            let more = b.setp(Cmp::Lt, Ty::U32, ahead, imm(tiles));
+            b.bra_if(more, true, skip);
+            issue(b, write);
+            b.place(skip);
+        }
+        b.cp_async_commit();
+    }
+    compute(b, layout, &acc, read, [a_lane, b_lane]);
+    if stages == 1 {
+        // The next tile's copies must wait for every warp's reads.
+        b.push(Op::BarSync);
+    } else {
+        next_slot(b, read);
+        next_slot(b, write);
+    }
+    b.push(Op::Arith {
+        op: ArithOp::Add,
+        ty: Ty::U32,
+        dst: counter,
+        a: counter.into(),
+        b: Operand::Int(1),
+    });
+    let more = b.setp(Cmp::Lt, Ty::U32, counter, imm(tiles));
+    b.bra_if(more, false, top);
+    if stages > 1 {
+        b.cp_async_wait_all();
+    }
+    acc
+}
+
+/// One tile's `block_k / 16` steps of fragment loads and `mma`s, reading
+/// the slot at byte offset `slot`.
+fn compute(
+    b: &mut Builder,
+    layout: &MmaLayout,
+    acc: &Accumulators,
+    slot: Reg,
+    [a_lane, b_lane]: [Reg; 2],
+) {
+    let t = layout.tiles;
+    let a_base = b.u32_op(ArithOp::Add, a_lane, slot);
+    let b_base = b.u32_op(ArithOp::Add, b_lane, slot);
+    for kk in 0..t.block_k / 16 {
+        let a_frags: Vec<[Reg; 4]> = (0..t.warp_m / 16)
+            .map(|i| {
+                let addr = Addr {
+                    base: a_base,
+                    offset: fragment_offset(&layout.a, i, kk),
+                };
+                let r = b.ldmatrix(4, !layout.a.k_major, addr);
+                [r[0], r[1], r[2], r[3]]
+            })
+            .collect();
+        let b_frags: Vec<[Reg; 2]> = (0..t.warp_n / 16)
+            .flat_map(|j| {
+                let addr = Addr {
+                    base: b_base,
+                    offset: fragment_offset(&layout.b, j, kk),
+                };
+                let r = b.ldmatrix(4, !layout.b.k_major, addr);
+                [[r[0], r[1]], [r[2], r[3]]]
+            })
+            .collect();
+        for (row, a_frag) in acc.iter().zip(&a_frags) {
+            for (c, b_frag) in row.iter().zip(&b_frags) {
+                b.mma_acc(layout.kind, *c, *a_frag, *b_frag);
+            }
+        }
+    }
+}
+
+/// `base + delta`, with no instruction when `delta` is 0.
+fn offset(b: &mut Builder, base: Reg, delta: u32) -> Reg {
+    if delta == 0 {
+        base
+    } else {
+        b.u32_op(ArithOp::Add, base, imm(delta))
+    }
+}
+
+fn imm(value: u32) -> Operand {
+    Operand::Int(i64::from(value))
+}

@@ -1,0 +1,278 @@
+//! Checking a tensor-core schedule against a contraction and a target, and
+//! deriving everything the emitter needs from it.
+
+use super::MmaTiles;
+use crate::dtype::DType;
+use crate::ir::{Expr, Kernel};
+use crate::lower::matmul::{MatmulOperand, MatmulPlan, Side};
+use crate::lower::{Constraint, Violation, check_block};
+use crate::ptx::inst::MmaKind;
+use crate::target::SmVersion;
+
+/// Elements of one 16-byte `cp.async` chunk.
+pub(crate) const CHUNK: u32 = 8;
+
+/// Padding (in elements) of each shared-memory row: one chunk, which keeps
+/// rows 16-byte aligned and staggers them across the banks.
+const PAD: u32 = 8;
+
+/// Registers a thread may use (the hardware's per-thread maximum).
+const REGISTER_BUDGET: u32 = 255;
+
+/// How one operand's tile lies in shared memory and how threads copy it.
+///
+/// The tile is `block_x × block_k` (`x` is `m` for A, `n` for B), stored
+/// as `rows × pitch` 16-bit elements: rows along the operand's
+/// non-contiguous dimension, `pitch = cols + PAD`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct MmaStaging {
+    /// Whether the operand is contiguous along `k` (rows are `x`).
+    pub k_major: bool,
+    pub block_x: u32,
+    pub rows: u32,
+    /// Elements per row holding data.
+    pub cols: u32,
+    /// Elements per row, padding included.
+    pub pitch: u32,
+    /// Byte offset of the tile within a ring slot.
+    pub offset: u32,
+    /// 16-byte copies per thread per tile.
+    pub passes: u32,
+    /// Whether only the first `rows · cols / 8` threads copy (the tile has
+    /// fewer chunks than the block has threads).
+    pub partial: bool,
+}
+
+impl MmaStaging {
+    pub fn bytes(&self) -> u32 {
+        self.rows * self.pitch * 2
+    }
+
+    /// Chunks per row.
+    pub fn row_chunks(&self) -> u32 {
+        self.cols / CHUNK
+    }
+}
+
+/// Everything the emitter needs, derived from a checked schedule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct MmaLayout {
+    pub tiles: MmaTiles,
+    pub kind: MmaKind,
+    pub threads: u32,
+    /// Warps along `n`.
+    pub warps_n: u32,
+    pub a: MmaStaging,
+    pub b: MmaStaging,
+    /// Bytes of one ring slot (both tiles).
+    pub slot_bytes: u32,
+    pub shared_bytes: u32,
+    /// Registers per thread, as estimated when checking the tiles.
+    pub registers: u32,
+    pub m_extent: u32,
+    pub n_extent: u32,
+    pub k_extent: u32,
+}
+
+impl MmaLayout {
+    pub fn new(
+        kernel: &Kernel,
+        plan: &MatmulPlan,
+        tiles: MmaTiles,
+        target: SmVersion,
+    ) -> Result<MmaLayout, Violation> {
+        let kind = operand_kind(kernel, plan)?;
+        let MmaTiles {
+            block_m,
+            block_n,
+            block_k,
+            warp_m,
+            warp_n,
+            stages,
+        } = tiles;
+        for (name, value, low, high) in [
+            ("block_m", block_m, 16, 256),
+            ("block_n", block_n, 16, 256),
+            ("block_k", block_k, 16, 64),
+            ("warp_m", warp_m, 16, 128),
+            ("warp_n", warp_n, 16, 128),
+        ] {
+            if !value.is_power_of_two() || !(low..=high).contains(&value) {
+                return Err(Violation::new(
+                    Constraint::Range,
+                    format!("{name} = {value}; expected a power of two from {low} to {high}"),
+                ));
+            }
+        }
+        if !(1..=4).contains(&stages) {
+            return Err(Violation::new(
+                Constraint::Range,
+                format!("stages = {stages}; expected 1 to 4"),
+            ));
+        }
+        if warp_m > block_m || warp_n > block_n {
+            return Err(Violation::new(
+                Constraint::Tiling,
+                format!(
+                    "a warp's {warp_m}×{warp_n} tile does not fit the {block_m}×{block_n} block tile"
+                ),
+            ));
+        }
+        let threads = 32 * tiles.warps();
+        check_block(threads, target).map_err(|v| Violation {
+            reason: format!("32·(block_m/warp_m)·(block_n/warp_n) gives {}", v.reason),
+            ..v
+        })?;
+
+        let a = staging(kernel, plan, Side::A, tiles, threads)?;
+        let b = staging(kernel, plan, Side::B, tiles, threads)?;
+        let b = MmaStaging {
+            offset: a.bytes(),
+            ..b
+        };
+        let slot_bytes = a.bytes() + b.bytes();
+        let shared_bytes = stages * slot_bytes;
+        let max_shared = target.limits().max_shared_per_block;
+        if shared_bytes > max_shared {
+            return Err(Violation::new(
+                Constraint::SharedMemory,
+                format!(
+                    "{stages} stages of A and B tiles need {shared_bytes} bytes of shared memory; {target} allows {max_shared} per block"
+                ),
+            ));
+        }
+        // Accumulators live throughout; one k-step's A and B fragments, the
+        // copy pointers (64-bit) and the addressing around them come on top.
+        let accumulators = (warp_m / 16) * (warp_n / 8) * 4;
+        let fragments = (warp_m / 16) * 4 + (warp_n / 8) * 2;
+        let registers = accumulators + fragments + 2 * (a.passes + b.passes) + 32;
+        let budget = REGISTER_BUDGET.min(target.limits().registers_per_sm / threads);
+        if registers > budget {
+            return Err(Violation::new(
+                Constraint::Registers,
+                format!(
+                    "an estimated {registers} registers per thread ({accumulators} accumulators); at most {budget} fit with {threads} threads"
+                ),
+            ));
+        }
+        Ok(MmaLayout {
+            tiles,
+            kind,
+            threads,
+            warps_n: block_n / warp_n,
+            a,
+            b,
+            slot_bytes,
+            shared_bytes,
+            registers,
+            m_extent: kernel.extent(plan.m),
+            n_extent: kernel.extent(plan.n),
+            k_extent: kernel.extent(plan.k),
+        })
+    }
+}
+
+/// The `mma` form for the contraction's operands, or why tensor cores do
+/// not apply.
+pub(crate) fn operand_kind(kernel: &Kernel, plan: &MatmulPlan) -> Result<MmaKind, Violation> {
+    let plain = |o: &MatmulOperand| {
+        o.value == o.load
+            || matches!(kernel.expr(o.value), Expr::Cast(DType::F32, inner) if *inner == o.load)
+    };
+    let dtype = |o: &MatmulOperand| kernel.input(o.tensor).dtype;
+    let name = |o: &MatmulOperand| &kernel.input(o.tensor).name;
+    for o in [&plan.a, &plan.b] {
+        if !plain(o) {
+            return Err(Violation::new(
+                Constraint::Operands,
+                format!(
+                    "the factor reading `{}` is not a plain load (or a cast of one to f32)",
+                    name(o)
+                ),
+            ));
+        }
+    }
+    match (dtype(&plan.a), dtype(&plan.b)) {
+        (DType::F16, DType::F16) => Ok(MmaKind::F16),
+        (DType::Bf16, DType::Bf16) => Ok(MmaKind::Bf16),
+        (x, y) => Err(Violation::new(
+            Constraint::Operands,
+            format!(
+                "`{}` is {x} and `{}` is {y}; tensor cores need both f16 or both bf16",
+                name(&plan.a),
+                name(&plan.b)
+            ),
+        )),
+    }
+}
+
+/// Chooses how an operand is staged and checks that 16-byte copies reach
+/// it aligned.
+fn staging(
+    kernel: &Kernel,
+    plan: &MatmulPlan,
+    side: Side,
+    tiles: MmaTiles,
+    threads: u32,
+) -> Result<MmaStaging, Violation> {
+    let operand = side.operand(plan);
+    let (name, block_x, x_extent) = match side {
+        Side::A => ("A", tiles.block_m, kernel.extent(plan.m)),
+        Side::B => ("B", tiles.block_n, kernel.extent(plan.n)),
+    };
+    let k_extent = kernel.extent(plan.k);
+    // A dimension of extent 1 never moves the address: its stride is moot.
+    let live = |stride: u64, extent: u32| if extent > 1 { stride } else { 0 };
+    let (sx, sk) = (
+        live(operand.stride_x, x_extent),
+        live(operand.stride_k, k_extent),
+    );
+    let misaligned = |why: String| {
+        Err(Violation::new(
+            Constraint::Alignment,
+            format!("16-byte copies of {name} need aligned 8-element runs, but {why}"),
+        ))
+    };
+    let k_major = match (sk, sx) {
+        (1, _) | (0, 0) => true,
+        (_, 1) => false,
+        _ => return misaligned(format!("{name} is contiguous along neither k nor its row")),
+    };
+    let (contiguous, other) = if k_major {
+        (k_extent, (sx, x_extent))
+    } else {
+        (x_extent, (sk, k_extent))
+    };
+    if !contiguous.is_multiple_of(CHUNK) {
+        return misaligned(format!("its contiguous extent {contiguous} is not"));
+    }
+    let strides = std::iter::once(other).chain(
+        operand
+            .stride_batch
+            .iter()
+            .zip(&plan.batch)
+            .map(|(s, v)| (*s, kernel.extent(*v))),
+    );
+    if let Some((stride, _)) = strides
+        .filter(|(_, e)| *e > 1)
+        .find(|(s, _)| !s.is_multiple_of(u64::from(CHUNK)))
+    {
+        return misaligned(format!("its stride {stride} is not a multiple of 8"));
+    }
+    let (rows, cols) = if k_major {
+        (block_x, tiles.block_k)
+    } else {
+        (tiles.block_k, block_x)
+    };
+    let chunks = rows * cols / CHUNK;
+    Ok(MmaStaging {
+        k_major,
+        block_x,
+        rows,
+        cols,
+        pitch: cols + PAD,
+        offset: 0,
+        passes: chunks.div_ceil(threads),
+        partial: chunks < threads,
+    })
+}

@@ -1,0 +1,147 @@
+//! The tensor-core contraction lowering: `mma.sync` m16n8k16 on fragments
+//! read by `ldmatrix`, operand tiles moved by multi-stage `cp.async`.
+//!
+//! # When it applies ([`layout`])
+//!
+//! Both factors are plain loads (a cast to f32 allowed, which widening
+//! makes exact) of f16 or bf16 tensors of the same dtype: the tensor cores
+//! multiply the stored values and accumulate in f32, which is what the
+//! reference computes. Other prologues (a scale, an f32 operand) are the
+//! SIMT lowering's ([`Constraint::Operands`](crate::lower::Constraint)).
+//! Every global access is a 16-byte `cp.async` of eight elements, so each
+//! operand must be contiguous along `k` or along its row, with that extent
+//! and every other stride a multiple of 8 elements
+//! ([`Constraint::Alignment`](crate::lower::Constraint)).
+//!
+//! # The schedule ([`MmaTiles`])
+//!
+//! A block computes a `block_m × block_n` tile of one batch element (blocks
+//! numbered like the SIMT lowering's) with `(block_m / warp_m) · (block_n /
+//! warp_n)` warps; each warp owns a `warp_m × warp_n` sub-tile, held as
+//! `(warp_m / 16) · (warp_n / 8)` m16n8k16 accumulator fragments (four f32
+//! registers per lane each).
+//!
+//! Shape of the kernel:
+//!
+//! ```text
+//! decode tile and batch from ctaid.x; per-thread copy pointers, per-lane ldmatrix addresses
+//! prologue: cp.async tiles 0 .. stages-1 into ring slots 0 .. stages-2, one group each
+//! loop over the K tiles (kt):
+//!     cp.async.wait_group stages-2          (tile kt has landed, for this thread)
+//!     bar.sync                               (… for every thread; slot (kt-1) is free)
+//!     cp.async tile kt+stages-1 into slot (kt+stages-1) % stages (when there is one); commit
+//!     block_k/16 steps: ldmatrix.x4 A and B fragments from slot kt % stages, mma.sync each pair
+//! epilogue: evaluate the root per in-range output from the accumulators, store
+//! ```
+//!
+//! With one stage the loop loads, waits, synchronizes, computes and
+//! synchronizes again (nothing overlaps). Every thread runs the whole loop
+//! (collectives are reached by all); only the copies of a tile with fewer
+//! 16-byte chunks than threads and the epilogue's stores are predicated.
+//!
+//! # Shared memory
+//!
+//! Each operand tile keeps its global layout in shared memory: rows along
+//! its non-contiguous dimension, `contiguous extent + 8` elements per row.
+//! Which dimension is contiguous decides the `ldmatrix` form: A as `m × k`
+//! (`k` contiguous) and B as `[N][K]` load without `.trans`; A as `[K][M]`
+//! and B as `[K][N]` load with `.trans`, which hands each lane the same
+//! fragment. The 8-element (16-byte) padding keeps rows 16-byte aligned
+//! for `cp.async` and `ldmatrix`, and shifts consecutive rows by four
+//! banks, so the eight rows an `ldmatrix` phase reads cover all 32 banks:
+//! conflict-free, at the cost of `8 / extent` more memory (an XOR swizzle
+//! would save that memory but costs address arithmetic per access).
+//!
+//! # Edges
+//!
+//! Rows past `M` or `N` are clamped to the last one, like the SIMT path:
+//! they only reach accumulators of outputs that are never stored. Elements
+//! past `K` are zero-filled by `cp.async`'s source size (0 bytes read), so
+//! they add nothing.
+//!
+//! The code is split by pass: `layout` (checking a schedule), `copy`
+//! (global → shared with `cp.async`), `emit` (the rest).
+
+mod copy;
+mod emit;
+pub(crate) mod layout;
+#[cfg(test)]
+mod tests;
+
+use super::MatmulPlan;
+use crate::ir::Kernel;
+use crate::lower::{Lowered, Violation};
+use crate::schedule::Schedule;
+use crate::target::SmVersion;
+
+pub(crate) use layout::MmaLayout;
+
+/// The knobs of [`Schedule::Mma`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MmaTiles {
+    pub block_m: u32,
+    pub block_n: u32,
+    pub block_k: u32,
+    pub warp_m: u32,
+    pub warp_n: u32,
+    /// Shared-memory buffers in the ring (1: no overlap).
+    pub stages: u32,
+}
+
+impl MmaTiles {
+    pub fn from_schedule(schedule: &Schedule) -> Option<MmaTiles> {
+        match *schedule {
+            Schedule::Mma {
+                block_m,
+                block_n,
+                block_k,
+                warp_m,
+                warp_n,
+                stages,
+            } => Some(MmaTiles {
+                block_m,
+                block_n,
+                block_k,
+                warp_m,
+                warp_n,
+                stages,
+            }),
+            _ => None,
+        }
+    }
+
+    pub fn to_schedule(self) -> Schedule {
+        Schedule::Mma {
+            block_m: self.block_m,
+            block_n: self.block_n,
+            block_k: self.block_k,
+            warp_m: self.warp_m,
+            warp_n: self.warp_n,
+            stages: self.stages,
+        }
+    }
+
+    /// Warps per block.
+    pub fn warps(self) -> u32 {
+        (self.block_m / self.warp_m.max(1)) * (self.block_n / self.warp_n.max(1))
+    }
+}
+
+/// Whether the tensor-core lowering applies to the contraction's operands
+/// (see [`layout`]); the schedule's own constraints are checked by
+/// [`MmaLayout::new`].
+pub fn applies(kernel: &Kernel, plan: &MatmulPlan) -> bool {
+    layout::operand_kind(kernel, plan).is_ok()
+}
+
+/// Lowers a contraction on tensor cores with the given tiles, after
+/// checking them.
+pub(crate) fn lower(
+    kernel: &Kernel,
+    plan: &MatmulPlan,
+    tiles: MmaTiles,
+    target: SmVersion,
+) -> Result<Lowered, Violation> {
+    let layout = MmaLayout::new(kernel, plan, tiles, target)?;
+    Ok(emit::emit(kernel, plan, &layout))
+}

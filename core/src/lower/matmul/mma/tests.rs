@@ -1,0 +1,257 @@
+use quote::quote;
+
+use super::*;
+use crate::lower::matmul::detect;
+use crate::lower::{Constraint, LowerError, lower, validate};
+use crate::ptx::inst::{MmaKind, Op};
+use crate::schedule::Class;
+use crate::space::{Rejection, Space};
+use crate::syntax::parse_kernel;
+
+/// `out[m][n] = Σ_k x·w` with `x: (M, K)` and `w: (K, N)`, or `(N, K)` when
+/// `transposed`.
+fn gemm(m: u32, n: u32, k: u32, dtype: &str, transposed: bool) -> Kernel {
+    let t = quote::format_ident!("{dtype}");
+    let item = if transposed {
+        quote! {
+            fn gemm(x: Tensor<#t, (M, K)>, w: Tensor<#t, (N, K)>) -> Tensor<f32, (M, N)> {
+                compute(|m, n| sum(K, |k| x[m][k] * w[n][k]))
+            }
+        }
+    } else {
+        quote! {
+            fn gemm(x: Tensor<#t, (M, K)>, w: Tensor<#t, (K, N)>) -> Tensor<f32, (M, N)> {
+                compute(|m, n| sum(K, |k| x[m][k] * w[k][n]))
+            }
+        }
+    };
+    parse_kernel(quote!(shape(M = #m, N = #n, K = #k)), item).expect("valid kernel")
+}
+
+fn tiles(block: (u32, u32, u32), warp: (u32, u32), stages: u32) -> MmaTiles {
+    MmaTiles {
+        block_m: block.0,
+        block_n: block.1,
+        block_k: block.2,
+        warp_m: warp.0,
+        warp_n: warp.1,
+        stages,
+    }
+}
+
+/// The constraint `t` breaks for `k` on `target`, with its reason.
+fn rejection(k: &Kernel, t: MmaTiles, target: SmVersion) -> (Constraint, String) {
+    match validate(k, &t.to_schedule(), target) {
+        Err(LowerError::Invalid {
+            constraint, reason, ..
+        }) => (constraint, reason),
+        other => panic!("{t:?} not rejected: {other:?}"),
+    }
+}
+
+#[test]
+fn validation_names_the_constraint_broken() {
+    let k = gemm(1024, 1024, 1024, "bf16", false);
+    let sm80 = SmVersion::Sm80;
+    let cases = [
+        (tiles((96, 128, 32), (32, 32), 3), Constraint::Range),
+        (tiles((128, 128, 8), (64, 64), 3), Constraint::Range),
+        (tiles((128, 128, 32), (64, 8), 3), Constraint::Range),
+        (tiles((128, 128, 32), (64, 64), 5), Constraint::Range),
+        (tiles((32, 128, 32), (64, 32), 2), Constraint::Tiling),
+        (tiles((256, 256, 32), (16, 16), 2), Constraint::Threads),
+        (
+            tiles((256, 256, 64), (128, 64), 4),
+            Constraint::SharedMemory,
+        ),
+        (tiles((256, 128, 32), (128, 64), 2), Constraint::Registers),
+    ];
+    for (t, constraint) in cases {
+        let (c, reason) = rejection(&k, t, sm80);
+        assert_eq!(c, constraint, "{t:?}: {reason}");
+        assert!(!reason.is_empty());
+    }
+    // 4 stages of 128×128×64 tiles: over sm_86's 99 KiB, within sm_80's.
+    let deep = tiles((128, 128, 64), (64, 64), 4);
+    MmaLayout::new(&k, &detect(&k).expect("a contraction"), deep, sm80).expect("valid");
+    assert_eq!(
+        rejection(&k, deep, SmVersion::Sm86).0,
+        Constraint::SharedMemory
+    );
+}
+
+#[test]
+fn operands_and_alignment_decide_where_tensor_cores_apply() {
+    let good = tiles((64, 64, 32), (32, 32), 2);
+    let cases = [
+        (gemm(64, 64, 64, "f32", false), Constraint::Operands),
+        // `x[m][k]` rows 36 elements apart are not 16-byte aligned.
+        (gemm(64, 64, 36, "bf16", false), Constraint::Alignment),
+        (gemm(64, 36, 64, "f16", false), Constraint::Alignment),
+    ];
+    for (k, constraint) in cases {
+        assert_eq!(rejection(&k, good, SmVersion::Sm80).0, constraint);
+    }
+    let mixed = parse_kernel(
+        quote!(shape(M = 64, N = 64, K = 64)),
+        quote! {
+            fn mixed(x: Tensor<f16, (M, K)>, w: Tensor<bf16, (K, N)>) -> Tensor<f32, (M, N)> {
+                compute(|m, n| sum(K, |k| (x[m][k] as f32) * (w[k][n] as f32)))
+            }
+        },
+    )
+    .expect("valid kernel");
+    let scaled = parse_kernel(
+        quote!(shape(M = 64, N = 64, K = 64)),
+        quote! {
+            fn scaled(x: Tensor<f16, (M, K)>, w: Tensor<f16, (K, N)>) -> Tensor<f32, (M, N)> {
+                compute(|m, n| sum(K, |k| (x[m][k] as f32) * (2.0 * w[k][n])))
+            }
+        },
+    )
+    .expect("valid kernel");
+    let cast = parse_kernel(
+        quote!(shape(M = 64, N = 64, K = 64)),
+        quote! {
+            fn cast(x: Tensor<f16, (M, K)>, w: Tensor<f16, (K, N)>) -> Tensor<f32, (M, N)> {
+                compute(|m, n| sum(K, |k| (x[m][k] as f32) * (w[k][n] as f32)))
+            }
+        },
+    )
+    .expect("valid kernel");
+    for k in [&mixed, &scaled] {
+        let (c, reason) = rejection(k, good, SmVersion::Sm80);
+        assert_eq!(c, Constraint::Operands, "{reason}");
+        assert!(Space::of(k, SmVersion::Sm80).family(Class::Mma).is_none());
+    }
+    validate(&cast, &good.to_schedule(), SmVersion::Sm80).expect("casts to f32 are exact");
+}
+
+#[test]
+fn spaces_offer_tensor_cores_and_reject_misaligned_ones_by_name() {
+    let k = gemm(65, 33, 40, "bf16", true);
+    let space = Space::of(&k, SmVersion::Sm80);
+    let family = space.family(Class::Mma).expect("a tensor-core family");
+    let names: Vec<&str> = family.knobs.iter().map(|k| k.name).collect();
+    assert_eq!(names, Class::Mma.knobs());
+    assert_eq!(family.knobs[0].values, [16, 32, 64, 128]);
+    assert_eq!(family.knobs[2].values, [16, 32, 64]);
+    assert_eq!(family.knobs[5].values, [1, 2, 3, 4]);
+    let survey = space.survey(&k, SmVersion::Sm80);
+    assert!(survey.valid.iter().any(|p| p.kind() == Class::Mma));
+
+    let odd = gemm(64, 64, 20, "f16", false);
+    let space = Space::of(&odd, SmVersion::Sm80);
+    let family = space.family(Class::Mma).expect("a tensor-core family");
+    for i in 0..family.size() {
+        let point = family.point(i);
+        let (why, _) = space
+            .reject(&odd, &point, SmVersion::Sm80)
+            .expect("no tensor-core point is valid");
+        assert!(
+            matches!(
+                why,
+                Rejection::Constraint(
+                    Constraint::Alignment
+                        | Constraint::Range
+                        | Constraint::Tiling
+                        | Constraint::Threads
+                        | Constraint::Registers
+                )
+            ),
+            "{point:?}: {why:?}"
+        );
+    }
+}
+
+/// The `.trans` flags of a lowered kernel's `ldmatrix.x4`s, in order, runs
+/// of one flag merged.
+fn ldmatrix_forms(k: &Kernel, t: MmaTiles) -> Vec<bool> {
+    let lowered = lower(k, &t.to_schedule(), SmVersion::Sm80).expect("lowers");
+    let mut forms: Vec<bool> = lowered
+        .ptx
+        .body
+        .iter()
+        .filter_map(|i| match &i.op {
+            Op::Ldmatrix { trans, dsts, .. } => {
+                assert_eq!(dsts.len(), 4);
+                Some(*trans)
+            }
+            _ => None,
+        })
+        .collect();
+    forms.dedup();
+    forms
+}
+
+#[test]
+fn the_contiguous_dimension_decides_the_ldmatrix_form() {
+    let t = tiles((64, 64, 32), (32, 32), 2);
+    // A (k-contiguous) without .trans, then B as [K][N] with it.
+    assert_eq!(
+        ldmatrix_forms(&gemm(64, 64, 64, "bf16", false), t),
+        [false, true, false, true]
+    );
+    // B as [N][K]: no .trans anywhere.
+    assert_eq!(ldmatrix_forms(&gemm(64, 64, 64, "bf16", true), t), [false]);
+}
+
+#[test]
+fn emits_one_mma_per_fragment_pair_and_a_pipelined_loop() {
+    let k = gemm(4096, 11008, 4096, "bf16", false);
+    let t = tiles((128, 128, 32), (64, 64), 3);
+    let lowered = lower(&k, &t.to_schedule(), SmVersion::Sm80).expect("lowers");
+    let count = |f: &dyn Fn(&Op) -> bool| lowered.ptx.body.iter().filter(|i| f(&i.op)).count();
+    // (64/16)·(64/8) tiles, two k-steps of 16.
+    assert_eq!(
+        count(&|op| matches!(
+            op,
+            Op::Mma {
+                kind: MmaKind::Bf16,
+                ..
+            }
+        )),
+        4 * 8 * 2
+    );
+    // A 128×32 and a 32×128 tile are 512 chunks each: 4 per thread of 128,
+    // in the prologue's two tiles and the loop's one.
+    assert_eq!(count(&|op| matches!(op, Op::CpAsync { .. })), 3 * 8);
+    assert_eq!(count(&|op| matches!(op, Op::BarSync)), 1);
+    assert_eq!(count(&|op| matches!(op, Op::CpAsyncWait { pending: 1 })), 1);
+    assert_eq!(lowered.launch.block, [128, 1, 1]);
+    assert_eq!(lowered.launch.grid, [32 * 86, 1, 1]);
+    // Three slots of (128·(32+8) + 32·(128+8)) bf16: above 48 KiB, so the
+    // launch needs the opt-in maximum.
+    assert_eq!(
+        lowered.launch.dynamic_shared_bytes,
+        3 * 2 * (128 * 40 + 32 * 136)
+    );
+    let text = crate::ptx::print(&lowered.ptx, SmVersion::Sm80);
+    assert!(text.contains("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"));
+    assert!(text.contains("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"));
+    assert!(text.contains("cp.async.cg.shared.global"));
+}
+
+#[test]
+fn validation_fails_exactly_where_lowering_does() {
+    let kernels = [
+        gemm(33, 40, 24, "bf16", false),
+        gemm(7, 7, 40, "f16", true),
+        gemm(64, 64, 20, "bf16", false),
+    ];
+    for k in &kernels {
+        for target in [SmVersion::Sm80, SmVersion::Sm86] {
+            let space = Space::of(k, target);
+            let family = space.family(Class::Mma).expect("a tensor-core family");
+            for i in (0..family.size()).step_by(7) {
+                let point = family.point(i);
+                let checked = validate(k, &point, target);
+                let lowered = lower(k, &point, target);
+                assert_eq!(checked.is_ok(), lowered.is_ok(), "{point:?}");
+                if let (Err(c), Err(l)) = (checked, lowered) {
+                    assert_eq!(c, l);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,196 @@
+//! A block's output tile, shared by the SIMT and tensor-core lowerings:
+//! which tile and batch element a block computes ([`Tile::decode`]), and
+//! the epilogue that evaluates the root per output with the accumulator
+//! standing for the reduction and stores it ([`epilogue`]).
+
+use super::MatmulPlan;
+use super::stage::and;
+use crate::dtype::DType;
+use crate::ir::Kernel;
+use crate::lower::expr::{self, Env};
+use crate::ptx::Builder;
+use crate::ptx::inst::{Addr, ArithOp, Cmp, Op, Operand, Reg, Space, Special, Ty};
+
+/// Where a block's tile lies, and what every thread needs to address the
+/// inputs and the output.
+#[derive(Debug)]
+pub(super) struct Tile {
+    pub tid: Reg,
+    /// The first `m` and `n` of the tile.
+    pub m0: Reg,
+    pub n0: Reg,
+    /// Input pointers and the batch variables' indices.
+    pub env: Env,
+    /// The output pointer.
+    pub out: Reg,
+    /// Blocks in the grid.
+    pub grid: u64,
+}
+
+impl Tile {
+    /// Decodes `ctaid.x`: tiles along `n` vary fastest, then along `m`, then
+    /// the batch.
+    pub fn decode(
+        b: &mut Builder,
+        kernel: &Kernel,
+        plan: &MatmulPlan,
+        block_m: u32,
+        block_n: u32,
+    ) -> Tile {
+        let tid = b.special(Special::TidX);
+        let ctaid = b.special(Special::CtaidX);
+        let tiles_n = plan.n_extent(kernel).div_ceil(block_n);
+        let tiles_m = plan.m_extent(kernel).div_ceil(block_m);
+        let (n_tile, rest) = split(b, ctaid, tiles_n);
+        let (m_tile, batch) = split(b, rest, tiles_m);
+        let m0 = b.u32_op(ArithOp::Mul, m_tile, imm(block_m));
+        let n0 = b.u32_op(ArithOp::Mul, n_tile, imm(block_n));
+
+        let mut env = Env {
+            inputs: (0..kernel.inputs.len()).map(|i| b.param_ptr(i)).collect(),
+            ..Env::default()
+        };
+        let out = b.param_ptr(kernel.inputs.len());
+        let mut rest = batch;
+        for (i, v) in plan.batch.iter().enumerate().rev() {
+            let index = if i == 0 {
+                rest
+            } else {
+                let (index, outer) = split(b, rest, kernel.extent(*v));
+                rest = outer;
+                index
+            };
+            env.index.insert(*v, index);
+        }
+        Tile {
+            tid,
+            m0,
+            n0,
+            env,
+            out,
+            grid: u64::from(tiles_m) * u64::from(tiles_n) * plan.batch_count(kernel),
+        }
+    }
+}
+
+/// A thread's accumulators and the output coordinates they belong to.
+#[derive(Debug)]
+pub(super) struct Outputs<'r> {
+    /// `acc[i][j]` is the sum for output `(ms[i], ns[j])`.
+    pub acc: &'r [Vec<Reg>],
+    pub ms: &'r [Reg],
+    pub ns: &'r [Reg],
+    /// The extent to check a coordinate against, when the tiles can
+    /// overhang it.
+    pub m_bound: Option<u32>,
+    pub n_bound: Option<u32>,
+    /// How many consecutive entries of `ns` (from every multiple of it) are
+    /// consecutive outputs, stored at once where the output allows it.
+    pub run: u32,
+}
+
+/// Evaluates the root for each of the thread's in-range outputs, with the
+/// accumulator standing for the reduction, and stores it.
+pub(super) fn epilogue(
+    b: &mut Builder,
+    kernel: &Kernel,
+    plan: &MatmulPlan,
+    tile: &Tile,
+    outputs: &Outputs<'_>,
+) {
+    let dtype = kernel.output.dtype;
+    let vars = kernel.output_vars();
+    let strides = kernel.strides_of(&kernel.output);
+    let k_extent = plan.k_extent(kernel);
+    let group = store_group(kernel, plan, outputs.run) as usize;
+    // Computed where they are used: the hardware has few predicate
+    // registers.
+    let inside = |b: &mut Builder, at: Reg, bound: Option<u32>| {
+        bound.map(|extent| b.setp(Cmp::Lt, Ty::U32, at, imm(extent)))
+    };
+    for (m, row) in outputs.ms.iter().zip(outputs.acc) {
+        let m_ok = inside(b, *m, outputs.m_bound);
+        for j0 in (0..outputs.ns.len()).step_by(group) {
+            // With groups, `N` is a multiple of the group and groups start
+            // aligned: the first element's predicate covers the group.
+            let skip = b.label();
+            let n_ok = inside(b, outputs.ns[j0], outputs.n_bound);
+            if let Some(ok) = and(b, m_ok, n_ok) {
+                b.bra_if(ok, true, skip);
+            }
+            let at = |n: Reg| {
+                let mut e = tile.env.clone();
+                e.index.insert(plan.m, *m);
+                e.index.insert(plan.n, n);
+                e
+            };
+            let mut values = Vec::new();
+            for (n, sum) in outputs.ns[j0..j0 + group].iter().zip(&row[j0..]) {
+                let mut e = at(*n);
+                let reduced = if plan.mean {
+                    let scale = Operand::F32(1.0 / k_extent as f32);
+                    b.f32_op(ArithOp::Mul, *sum, scale)
+                } else {
+                    *sum
+                };
+                e.reduced.insert(plan.reduce, reduced);
+                values.push(expr::emit(b, kernel, &mut e, kernel.root).reg());
+            }
+            let flat = expr::flat_index(b, &at(outputs.ns[j0]), &vars, &strides);
+            let base = b.global_addr(tile.out, flat, dtype.size());
+            let addr = Addr { base, offset: 0 };
+            if let [value] = values[..] {
+                b.store(Space::Global, dtype, addr, value);
+            } else {
+                let (ty, srcs) = match dtype {
+                    DType::F32 => (Ty::F32, values.iter().map(|v| (*v).into()).collect()),
+                    _ => (
+                        Ty::B16,
+                        values.iter().map(|v| b.narrow(dtype, *v).into()).collect(),
+                    ),
+                };
+                b.push(Op::St {
+                    space: Space::Global,
+                    ty,
+                    addr,
+                    srcs,
+                });
+            }
+            b.place(skip);
+        }
+    }
+}
+
+/// How many consecutive `n` outputs one store instruction writes: the run
+/// when `n` is the output's contiguous dimension and every run stays
+/// aligned, else 1.
+fn store_group(kernel: &Kernel, plan: &MatmulPlan, run: u32) -> u32 {
+    if run == 1 || !plan.n_extent(kernel).is_multiple_of(run) {
+        return 1;
+    }
+    let vars = kernel.output_vars();
+    let strides = kernel.strides_of(&kernel.output);
+    let aligned = vars.iter().zip(&strides).all(|(v, s)| {
+        if *v == plan.n {
+            *s == 1
+        } else {
+            kernel.extent(*v) == 1 || s.is_multiple_of(u64::from(run))
+        }
+    });
+    if aligned { run } else { 1 }
+}
+
+/// `(value % count, value / count)`, with no arithmetic when `count` is 1.
+fn split(b: &mut Builder, value: Reg, count: u32) -> (Reg, Reg) {
+    if count == 1 {
+        return (b.u32_imm(0), value);
+    }
+    (
+        b.u32_op(ArithOp::Rem, value, imm(count)),
+        b.u32_op(ArithOp::Div, value, imm(count)),
+    )
+}
+
+fn imm(value: u32) -> Operand {
+    Operand::Int(i64::from(value))
+}
