@@ -1,0 +1,188 @@
+//! Scoring a strategy on a replayed space, over many seeds.
+//!
+//! Per seed, with a budget of `B` evaluations:
+//! - `evals`: the 1-based index of the first evaluation whose time is within
+//!   5% of the space's optimum (`time ≤ 1.05 · optimum`), or `None` if none
+//!   is within `B`;
+//! - `auc`: `(1/B) · Σ_{i=1..B} optimum / best_i`, where `best_i` is the best
+//!   time after `i` evaluations (the term is 0 before the first successful
+//!   measurement).
+//!
+//! A run stops once it measures the optimum itself (nothing can improve
+//! then): the remaining terms of the `auc` are 1, exactly as if it had gone
+//! on. The summary's quantiles treat an unreached seed as +∞; they
+//! interpolate linearly between order statistics (numpy's default) and are
+//! `None` when an unreached seed takes part.
+
+use crate::replay::Replay;
+use crate::session::{Budget, Session};
+use crate::strategy::Strategy;
+
+/// "Within 5%": the tolerance on the optimum that counts as found.
+pub const TOLERANCE: f64 = 1.05;
+
+/// One seed's result.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SeedScore {
+    pub evals: Option<usize>,
+    pub auc: f64,
+}
+
+/// The result over all seeds.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Summary {
+    pub seeds: u64,
+    pub budget: usize,
+    pub evals: Vec<Option<usize>>,
+    pub median: Option<f64>,
+    pub q1: Option<f64>,
+    pub q3: Option<f64>,
+    pub success_fraction: f64,
+    pub auc: f64,
+}
+
+/// Runs `strategy` once per seed `0..seeds` with `budget` evaluations.
+/// `None` when the space has no successful measurement.
+pub fn score(
+    replay: &Replay,
+    strategy: &dyn Strategy,
+    seeds: u64,
+    budget: usize,
+) -> Option<Summary> {
+    let optimum = replay.optimum()?;
+    let per_seed: Vec<SeedScore> = (0..seeds)
+        .map(|seed| score_seed(replay, strategy, seed, budget, optimum))
+        .collect();
+    Some(summarise(&per_seed, seeds, budget))
+}
+
+fn score_seed(
+    replay: &Replay,
+    strategy: &dyn Strategy,
+    seed: u64,
+    budget: usize,
+    optimum: f64,
+) -> SeedScore {
+    let mut measurer = replay;
+    let mut session = Session::new(
+        replay.space(),
+        &mut measurer,
+        Budget {
+            evaluations: budget,
+            stop_at: Some(optimum),
+        },
+    );
+    strategy.run(&mut session, seed);
+    let history = session.into_history();
+    let mut evals = None;
+    let mut best = f64::INFINITY;
+    let mut sum = 0.0;
+    for i in 0..budget {
+        if let Some(t) = history
+            .get(i)
+            .and_then(|e| e.outcome.as_ref().ok())
+            .map(|m| m.time)
+        {
+            best = best.min(t);
+            if evals.is_none() && t <= TOLERANCE * optimum {
+                evals = Some(i + 1);
+            }
+        }
+        if best.is_finite() {
+            sum += optimum / best;
+        }
+    }
+    SeedScore {
+        evals,
+        auc: if budget == 0 {
+            0.0
+        } else {
+            sum / budget as f64
+        },
+    }
+}
+
+fn summarise(per_seed: &[SeedScore], seeds: u64, budget: usize) -> Summary {
+    let evals: Vec<Option<usize>> = per_seed.iter().map(|s| s.evals).collect();
+    let mut sorted: Vec<f64> = evals
+        .iter()
+        .map(|e| e.map_or(f64::INFINITY, |v| v as f64))
+        .collect();
+    sorted.sort_by(f64::total_cmp);
+    let n = per_seed.len();
+    Summary {
+        seeds,
+        budget,
+        median: quantile(&sorted, 0.5),
+        q1: quantile(&sorted, 0.25),
+        q3: quantile(&sorted, 0.75),
+        success_fraction: if n == 0 {
+            0.0
+        } else {
+            evals.iter().filter(|e| e.is_some()).count() as f64 / n as f64
+        },
+        auc: if n == 0 {
+            0.0
+        } else {
+            per_seed.iter().map(|s| s.auc).sum::<f64>() / n as f64
+        },
+        evals,
+    }
+}
+
+/// The `q`-quantile of sorted values by linear interpolation; `None` when it
+/// involves an infinite value (or there are no values).
+pub fn quantile(sorted: &[f64], q: f64) -> Option<f64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let h = (sorted.len() - 1) as f64 * q;
+    let lo = h.floor() as usize;
+    let frac = h - lo as f64;
+    let value = if frac == 0.0 {
+        sorted[lo]
+    } else {
+        sorted[lo] + frac * (sorted[lo + 1] - sorted[lo])
+    };
+    value.is_finite().then_some(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantiles_interpolate_and_refuse_infinity() {
+        let v = [1.0, 2.0, 3.0, 4.0];
+        assert_eq!(quantile(&v, 0.5), Some(2.5));
+        assert_eq!(quantile(&v, 0.25), Some(1.75));
+        assert_eq!(quantile(&[1.0, 2.0, f64::INFINITY], 0.5), Some(2.0));
+        assert_eq!(quantile(&[1.0, 2.0, f64::INFINITY], 0.75), None);
+        assert_eq!(quantile(&[], 0.5), None);
+    }
+
+    #[test]
+    fn summary_counts_unreached_seeds() {
+        let seeds = [
+            SeedScore {
+                evals: Some(3),
+                auc: 0.5,
+            },
+            SeedScore {
+                evals: None,
+                auc: 0.1,
+            },
+            SeedScore {
+                evals: Some(1),
+                auc: 0.9,
+            },
+        ];
+        let s = summarise(&seeds, 3, 10);
+        assert_eq!(s.evals, vec![Some(3), None, Some(1)]);
+        assert_eq!(s.median, Some(3.0));
+        assert_eq!(s.q3, None);
+        assert_eq!(s.q1, Some(2.0));
+        assert!((s.success_fraction - 2.0 / 3.0).abs() < 1e-12);
+        assert!((s.auc - 0.5).abs() < 1e-12);
+    }
+}

@@ -1,0 +1,157 @@
+//! One search run: the space, the measurer, the budget and the history.
+//!
+//! Strategies measure only through [`Session::measure`], which enforces the
+//! two rules every strategy keeps: a point is never measured twice (asking
+//! again returns the recorded outcome for free) and no evaluation is made
+//! past the budget.
+
+use std::collections::HashMap;
+
+use crate::measure::{Measurer, Outcome};
+use crate::space::{Point, Space};
+
+/// When a run stops.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Budget {
+    /// The most evaluations (measurements, rejections included).
+    pub evaluations: usize,
+    /// Stop as soon as a time at or below this is measured (for scoring on a
+    /// replay, where nothing can beat the known optimum).
+    pub stop_at: Option<f64>,
+}
+
+impl Budget {
+    pub fn evaluations(evaluations: usize) -> Self {
+        Budget {
+            evaluations,
+            stop_at: None,
+        }
+    }
+}
+
+/// One evaluation, in the order made.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Evaluation {
+    pub point: Point,
+    pub outcome: Outcome,
+}
+
+/// A run in progress.
+pub struct Session<'a> {
+    space: &'a Space,
+    measurer: &'a mut dyn Measurer,
+    budget: Budget,
+    history: Vec<Evaluation>,
+    seen: HashMap<Point, usize>,
+    best: Option<usize>,
+    done: bool,
+}
+
+impl std::fmt::Debug for Session<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("budget", &self.budget)
+            .field("evaluations", &self.history.len())
+            .field("best", &self.best())
+            .finish()
+    }
+}
+
+impl<'a> Session<'a> {
+    pub fn new(space: &'a Space, measurer: &'a mut dyn Measurer, budget: Budget) -> Self {
+        Session {
+            space,
+            measurer,
+            budget,
+            history: Vec::new(),
+            seen: HashMap::new(),
+            best: None,
+            done: budget.evaluations == 0,
+        }
+    }
+
+    pub fn space(&self) -> &'a Space {
+        self.space
+    }
+
+    /// Whether the run must stop: budget spent or target reached.
+    pub fn is_done(&self) -> bool {
+        self.done
+    }
+
+    /// Evaluations left.
+    pub fn remaining(&self) -> usize {
+        if self.done {
+            0
+        } else {
+            self.budget.evaluations - self.history.len()
+        }
+    }
+
+    /// Measures a point, or returns its earlier outcome without spending an
+    /// evaluation. `None` when the point is new and the run is done.
+    pub fn measure(&mut self, point: &Point) -> Option<&Outcome> {
+        if let Some(&i) = self.seen.get(point) {
+            return Some(&self.history[i].outcome);
+        }
+        if self.done {
+            return None;
+        }
+        let outcome = self.measurer.measure(self.space, point);
+        let index = self.history.len();
+        if let Ok(m) = &outcome {
+            let better = self
+                .best
+                .is_none_or(|b| m.time < self.time_of(b).unwrap_or(f64::INFINITY));
+            if better {
+                self.best = Some(index);
+            }
+            if self.budget.stop_at.is_some_and(|t| m.time <= t) {
+                self.done = true;
+            }
+        }
+        self.history.push(Evaluation {
+            point: point.clone(),
+            outcome,
+        });
+        self.seen.insert(point.clone(), index);
+        if self.history.len() >= self.budget.evaluations {
+            self.done = true;
+        }
+        Some(&self.history[index].outcome)
+    }
+
+    /// The time measured for a point, if measured and successful.
+    pub fn time(&self, point: &Point) -> Option<f64> {
+        self.seen.get(point).and_then(|&i| self.time_of(i))
+    }
+
+    fn time_of(&self, index: usize) -> Option<f64> {
+        self.history[index].outcome.as_ref().ok().map(|m| m.time)
+    }
+
+    /// Whether the point has been measured (or rejected).
+    pub fn is_measured(&self, point: &Point) -> bool {
+        self.seen.contains_key(point)
+    }
+
+    /// The best point so far and its time.
+    pub fn best(&self) -> Option<(&Point, f64)> {
+        self.best.map(|i| {
+            (
+                &self.history[i].point,
+                self.time_of(i).unwrap_or(f64::INFINITY),
+            )
+        })
+    }
+
+    /// Every evaluation, in order.
+    pub fn history(&self) -> &[Evaluation] {
+        &self.history
+    }
+
+    /// Ends the session, returning its history.
+    pub fn into_history(self) -> Vec<Evaluation> {
+        self.history
+    }
+}

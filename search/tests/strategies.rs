@@ -1,0 +1,226 @@
+//! Every strategy on a small synthetic space: it finds the optimum, never
+//! measures a point twice, is reproducible per seed, keeps to its budget and
+//! counts rejections as evaluations without ever choosing one.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use ktune_search::measure::{Measurement, Outcome, Rejection};
+use ktune_search::session::{Budget, Evaluation, Session};
+use ktune_search::space::{Knob, Point, Space, Value};
+use ktune_search::strategy::{Bounded, CoordinateDescent, Evolutionary, Random, Strategy};
+
+/// Four knobs, 360 combinations, the 72 with `a·b > 64` invalid.
+fn space() -> Space {
+    Space::with_constraint(
+        vec![
+            Knob::ints("a", &[1, 2, 4, 8, 16, 32]),
+            Knob::ints("b", &[1, 2, 4, 8, 16]),
+            Knob::new(
+                "c",
+                vec![
+                    Value::Str("x".into()),
+                    Value::Str("y".into()),
+                    Value::Str("z".into()),
+                ],
+            ),
+            Knob::ints("d", &[0, 1, 2, 3]),
+        ],
+        |s, p| num(s, p, 0) * num(s, p, 1) <= 64.0,
+    )
+}
+
+fn num(s: &Space, p: &Point, knob: usize) -> f64 {
+    s.value(p, knob).as_f64().unwrap_or(f64::NAN)
+}
+
+/// A smooth time with its unique optimum at a=8, b=4, c=x, d=1 (time 1);
+/// c=z with d=3 fails to compile.
+fn time(s: &Space, p: &Point) -> Outcome {
+    let c = p.0[2];
+    let d = num(s, p, 3);
+    if c == 2 && d == 3.0 {
+        return Err(Rejection::CompileFailed("too many registers".into()));
+    }
+    let a = num(s, p, 0).log2();
+    let b = num(s, p, 1).log2();
+    Ok(Measurement::new(
+        1.0 + (a - 3.0).powi(2) + 0.5 * (b - 2.0).powi(2) + 0.3 * f64::from(c) + (d - 1.0).abs(),
+    ))
+}
+
+fn optimum() -> Point {
+    Point(vec![3, 2, 0, 1])
+}
+
+/// Runs a strategy, counting how often each point reached the measurer.
+fn run(
+    strategy: &dyn Strategy,
+    seed: u64,
+    budget: usize,
+) -> (Vec<Evaluation>, HashMap<Point, usize>) {
+    let space = space();
+    let mut calls: HashMap<Point, usize> = HashMap::new();
+    let mut measurer = |s: &Space, p: &Point| {
+        *calls.entry(p.clone()).or_default() += 1;
+        time(s, p)
+    };
+    let mut session = Session::new(&space, &mut measurer, Budget::evaluations(budget));
+    strategy.run(&mut session, seed);
+    let history = session.into_history();
+    (history, calls)
+}
+
+fn strategies() -> Vec<Box<dyn Strategy>> {
+    let all: Vec<Box<dyn Strategy>> = vec![
+        Box::new(Random),
+        Box::new(CoordinateDescent::default()),
+        Box::new(Bounded::new(
+            // A heuristic that knows a and b but not c and d.
+            Arc::new(|s: &Space, p: &Point| {
+                (num(s, p, 0) - 8.0).abs() + (num(s, p, 1) - 4.0).abs()
+            }),
+            40,
+        )),
+        Box::new(Evolutionary::knn()),
+    ];
+    #[cfg(feature = "xgboost")]
+    let all = {
+        use ktune_search::model::XgbObjective;
+        let mut all = all;
+        all.push(Box::new(Evolutionary::xgboost(XgbObjective::RankPairwise)));
+        all.push(Box::new(Evolutionary::xgboost(XgbObjective::Regression)));
+        all
+    };
+    all
+}
+
+fn best(history: &[Evaluation]) -> Option<(&Point, f64)> {
+    history
+        .iter()
+        .filter_map(|e| e.outcome.as_ref().ok().map(|m| (&e.point, m.time)))
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+}
+
+#[test]
+fn every_strategy_finds_the_optimum() {
+    let valid = space().valid_points().len();
+    for strategy in strategies() {
+        for seed in 0..3 {
+            let (history, _) = run(strategy.as_ref(), seed, valid);
+            let (point, t) = best(&history).expect("something measured");
+            assert_eq!(point, &optimum(), "{} seed {seed}", strategy.name());
+            assert_eq!(t, 1.0);
+        }
+    }
+}
+
+#[test]
+fn guided_strategies_find_the_optimum_early() {
+    // Far fewer evaluations than the space's 288 valid points.
+    let guided: Vec<Box<dyn Strategy>> = vec![
+        Box::new(CoordinateDescent::default()),
+        Box::new(Evolutionary::knn()),
+    ];
+    for strategy in guided {
+        for seed in 0..5 {
+            let (history, _) = run(strategy.as_ref(), seed, 80);
+            assert_eq!(
+                best(&history).map(|b| b.0),
+                Some(&optimum()),
+                "{} seed {seed}",
+                strategy.name()
+            );
+        }
+    }
+}
+
+#[test]
+fn no_point_is_measured_twice_and_the_budget_holds() {
+    for strategy in strategies() {
+        for budget in [1, 7, 50, 1000] {
+            let (history, calls) = run(strategy.as_ref(), 11, budget);
+            assert!(
+                history.len() <= budget,
+                "{}: {} > {budget}",
+                strategy.name(),
+                history.len()
+            );
+            assert!(
+                calls.values().all(|&n| n == 1),
+                "{} re-measured a point",
+                strategy.name()
+            );
+            assert_eq!(calls.len(), history.len());
+            assert!(history.iter().all(|e| space().is_valid(&e.point)));
+        }
+    }
+}
+
+#[test]
+fn runs_are_reproducible_per_seed() {
+    for strategy in strategies() {
+        let (a, _) = run(strategy.as_ref(), 5, 60);
+        let (b, _) = run(strategy.as_ref(), 5, 60);
+        assert_eq!(a, b, "{}", strategy.name());
+    }
+    let (a, _) = run(&Random, 1, 60);
+    let (b, _) = run(&Random, 2, 60);
+    assert_ne!(a, b);
+}
+
+#[test]
+fn rejections_count_as_evaluations_and_are_never_best() {
+    let (history, _) = run(&Random, 3, 1000);
+    let rejected = history.iter().filter(|e| e.outcome.is_err()).count();
+    // Every valid point was evaluated, the 24 with c=z, d=3 failing.
+    assert_eq!(history.len(), 288);
+    assert_eq!(rejected, 24);
+    let space = space();
+    let mut measurer = time;
+    let mut session = Session::new(&space, &mut measurer, Budget::evaluations(2));
+    let failing = Point(vec![0, 0, 2, 3]);
+    session.measure(&failing);
+    assert_eq!(session.best(), None);
+    assert_eq!(session.remaining(), 1);
+    session.measure(&Point(vec![0, 0, 0, 0]));
+    assert!(session.is_done());
+    assert_eq!(session.best().map(|b| b.1), Some(1.0 + 9.0 + 2.0 + 1.0));
+    // Asking again for a measured point is free; a new one is refused.
+    assert!(session.measure(&failing).is_some_and(|o| o.is_err()));
+    assert_eq!(session.measure(&Point(vec![1, 0, 0, 0])), None);
+}
+
+#[test]
+fn bounded_measures_the_best_scored_points_first() {
+    let strategy = Bounded::new(
+        Arc::new(|s: &Space, p: &Point| (num(s, p, 0) - 8.0).abs() + (num(s, p, 1) - 4.0).abs()),
+        5,
+    );
+    let (history, _) = run(&strategy, 0, 100);
+    assert_eq!(history.len(), 5);
+    // The five best-scored points all have a=8, b=4; ties keep the space's order.
+    let points: Vec<&Point> = history.iter().map(|e| &e.point).collect();
+    assert_eq!(
+        points,
+        vec![
+            &Point(vec![3, 2, 0, 0]),
+            &Point(vec![3, 2, 0, 1]),
+            &Point(vec![3, 2, 0, 2]),
+            &Point(vec![3, 2, 0, 3]),
+            &Point(vec![3, 2, 1, 0]),
+        ]
+    );
+}
+
+#[test]
+fn starts_are_measured_first() {
+    let mut strategy = Evolutionary::knn();
+    strategy.starts = vec![Point(vec![0, 0, 1, 1]), optimum()];
+    let (history, _) = run(&strategy, 4, 20);
+    assert_eq!(history[0].point, Point(vec![0, 0, 1, 1]));
+    assert_eq!(history[1].point, optimum());
+    let (history, _) = run(&CoordinateDescent::polish(Point(vec![5, 0, 2, 0])), 4, 200);
+    assert_eq!(history[0].point, Point(vec![5, 0, 2, 0]));
+    assert_eq!(best(&history).map(|b| b.0), Some(&optimum()));
+}
