@@ -33,6 +33,14 @@ pub enum Error {
     Kernel(Vec<Diagnostic>),
     #[error("`{path}`: [package.metadata.ktune] {message}")]
     Manifest { path: PathBuf, message: String },
+    #[error("cannot tune on `{device}`: {reason}")]
+    Device { device: String, reason: String },
+    #[error("{name}={value:?}: expected {expected}")]
+    Setting {
+        name: &'static str,
+        value: String,
+        expected: &'static str,
+    },
     #[error(
         "kernel `{name}` is defined twice: at {first} and at {second}; kernel names must be unique within a crate"
     )]

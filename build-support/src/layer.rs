@@ -1,18 +1,40 @@
 //! Tuning databases stacked in order of precedence.
 //!
-//! A build looks a kernel up in several databases: the crate's own
-//! (committed, `tuning/ktune.json`), those shipped by its dependency
-//! crates, and the per-user cache (`<cache dir>/ktune/<crate>/ktune.json`,
-//! results not yet committed). [`Layers`] holds them in that order, and for
-//! each key the first layer holding a [winner](ktune_core::db::Database::winner)
-//! decides: a layer's records never compete with another layer's, so a
-//! crate overrides a dependency's choice, or the cache's, by recording its
-//! own.
+//! A kernel is compiled by the build script of the crate that defines it,
+//! so its build looks it up in the databases that can speak for it, highest
+//! first:
 //!
-//! The build script stacks the crate's database over the user cache.
-//! Dependency layers need the dependency graph, which `cargo ktune`
-//! reads with `cargo metadata`; a build script cannot do that safely (it
-//! would run cargo inside cargo), so the build does not read them yet.
+//! 1. the **application**'s database, when the application declares one in
+//!    [`APP_DATABASE_ENV`] and it is not the crate's own: the application
+//!    overrides the choices of the libraries it depends on;
+//! 2. the **crate**'s own, committed database (`tuning/ktune.json`), which
+//!    a library ships with its kernels;
+//! 3. the per-user **cache** (`<cache dir>/ktune/<crate>/ktune.json`),
+//!    results not yet committed.
+//!
+//! [`Layers`] holds them in that order, and for each key the first layer
+//! holding a [winner](ktune_core::db::Database::winner) decides: a layer's
+//! records never compete with another layer's, so an application overrides
+//! a library's choice, and a crate the cache's, by recording its own.
+//!
+//! A dependency's build script cannot see the application's manifest, and
+//! a build script cannot run `cargo metadata` (cargo inside cargo); what
+//! Cargo does give every build script of a build is its configuration's
+//! `[env]`. So the application declares its database there, in its
+//! `.cargo/config.toml`:
+//!
+//! ```toml
+//! [env]
+//! KTUNE_APP_DATABASE = { value = "tuning/ktune.json", relative = true }
+//! ```
+//!
+//! `relative = true` makes Cargo pass an absolute path (relative paths are
+//! refused: each build script runs in its own crate's folder). Cargo reads
+//! that file only when it runs in the application's folder or below it
+//! (`--manifest-path` does not change that); the variable may also be set
+//! in the environment, which overrides the file. The application's records
+//! of other crates' kernels are simply not matched: records are keyed by
+//! the kernel's checksum and shape.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -24,10 +46,10 @@ use crate::error::Error;
 /// Which database a record comes from.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Layer {
+    /// The database the application declares for every crate of its build.
+    Application,
     /// The crate's own, committed database.
     Crate,
-    /// The database shipped by a dependency crate (by its name).
-    Dependency(String),
     /// The per-user cache of results not yet committed.
     UserCache,
 }
@@ -35,8 +57,8 @@ pub enum Layer {
 impl fmt::Display for Layer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
+            Layer::Application => f.write_str("application"),
             Layer::Crate => f.write_str("crate"),
-            Layer::Dependency(name) => write!(f, "dependency `{name}`"),
             Layer::UserCache => f.write_str("user cache"),
         }
     }
@@ -112,6 +134,58 @@ pub fn stack(database: PathBuf, user_cache_of: Option<&str>) -> Vec<(Layer, Path
         stack.push((Layer::UserCache, path));
     }
     stack
+}
+
+/// The variable that names the application's database, an absolute path,
+/// for the build scripts of every crate in the build.
+pub const APP_DATABASE_ENV: &str = "KTUNE_APP_DATABASE";
+
+/// The application's database, from [`APP_DATABASE_ENV`]: `None` when the
+/// variable is unset or empty, an error when it is not an absolute path.
+pub fn app_database() -> Result<Option<PathBuf>, Error> {
+    std::env::var_os(APP_DATABASE_ENV)
+        .filter(|value| !value.is_empty())
+        .map(|value| app_database_path(PathBuf::from(value)))
+        .transpose()
+}
+
+/// Checks that a declared application database is an absolute path.
+pub fn app_database_path(path: PathBuf) -> Result<PathBuf, Error> {
+    if path.is_absolute() {
+        Ok(path)
+    } else {
+        Err(Error::Setting {
+            name: APP_DATABASE_ENV,
+            value: path.display().to_string(),
+            expected: "an absolute path; in .cargo/config.toml write `KTUNE_APP_DATABASE = { value = \"tuning/ktune.json\", relative = true }`",
+        })
+    }
+}
+
+/// `stack` under the application's database `app`, unless `app` is one of
+/// its files (the application's own build, where it is the crate layer).
+pub fn under_application(
+    app: Option<PathBuf>,
+    stack: Vec<(Layer, PathBuf)>,
+) -> Vec<(Layer, PathBuf)> {
+    let Some(app) = app else {
+        return stack;
+    };
+    if stack.iter().any(|(_, path)| same_file(path, &app)) {
+        return stack;
+    }
+    let mut layers = vec![(Layer::Application, app)];
+    layers.extend(stack);
+    layers
+}
+
+/// Whether two paths name one file: equal once canonical, or, for files
+/// that do not exist yet, equal as written.
+fn same_file(a: &Path, b: &Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    }
 }
 
 /// The environment variables `dirs::cache_dir` reads on this platform: a

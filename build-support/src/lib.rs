@@ -42,12 +42,14 @@
 //!
 //! Measured schedules are read from the crate's database (default
 //! `tuning/ktune.json`, see [`Config::database`]) layered over the per-user
-//! cache (`<cache dir>/ktune/<crate>/ktune.json`, see [`layer`]). Besides
-//! the heuristic default of each target, every kernel gets one variant per
-//! GPU model holding a winner for its computation, shape and dtype, for
-//! that GPU's target; the runtime picks it on that model. Records measured
-//! on the virtual GPU are never embedded; stale and invalid records are
-//! reported with `cargo:warning` and not embedded (see [`select::tuned`]).
+//! cache (`<cache dir>/ktune/<crate>/ktune.json`), under the application's
+//! database when the application declares one in `KTUNE_APP_DATABASE`
+//! (see [`layer`]). Besides the heuristic default of each target, every
+//! kernel gets one variant per GPU model holding a winner for its
+//! computation, shape and dtype, for that GPU's target; the runtime picks
+//! it on that model. Records measured on the virtual GPU are never
+//! embedded; stale and invalid records are reported with `cargo:warning`
+//! and not embedded (see [`select::tuned`]).
 
 // The examples above are complete build scripts: their `fn main` is the point.
 #![allow(clippy::needless_doctest_main)]
@@ -185,9 +187,15 @@ impl Config {
             }
         }
 
-        let stack = layer::stack(
-            manifest_dir.join(self.database_path()),
-            metadata.name.as_deref().filter(|_| self.user_cache),
+        if self.cargo_instructions {
+            println!("cargo:rerun-if-env-changed={}", layer::APP_DATABASE_ENV);
+        }
+        let stack = layer::under_application(
+            layer::app_database()?,
+            layer::stack(
+                manifest_dir.join(self.database_path()),
+                metadata.name.as_deref().filter(|_| self.user_cache),
+            ),
         );
         if self.cargo_instructions {
             if self.user_cache {

@@ -140,7 +140,8 @@ pub struct Tuned {
 /// reported, not embedded; the next layer is not consulted, so that the
 /// report points at the record that has to be fixed. Records of the
 /// kernel's name that are not current are stale: counted in one warning,
-/// never used.
+/// never used (in the application's layer, only those with the kernel's
+/// checksum: another crate's kernel may have the same name).
 pub fn tuned(kernel: &Kernel, layers: &Layers) -> Tuned {
     let checksum = ktune_core::canon::checksum(kernel);
     let shape: BTreeMap<String, u32> = kernel
@@ -164,7 +165,11 @@ pub fn tuned(kernel: &Kernel, layers: &Layers) -> Tuned {
             .filter(|r| r.kernel == kernel.name)
         {
             if !is_current(r) {
-                stale += 1;
+                // The application's database holds other crates' kernels
+                // too: one of the same name is not a stale record of this.
+                if opened.layer != Layer::Application || r.checksum == checksum {
+                    stale += 1;
+                }
                 continue;
             }
             if r.shape == shape && r.dtype == kernel.output.dtype {

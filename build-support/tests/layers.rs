@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use ktune_build::layer::{Layer, Layers};
+use ktune_build::layer::{self, Layer, Layers};
 use ktune_build::{Config, Source, scan, select};
 use ktune_core::DType;
 use ktune_core::db::{ComputeCapability, Database, Gpu, MeasuredOn, Provenance, Record, Stats};
@@ -87,15 +87,15 @@ fn the_first_layer_with_a_winner_decides() {
     let k = kernel(dir.path());
     let mut layers = Layers::new();
     layers.push(
-        Layer::Crate,
-        "crate.json".into(),
+        Layer::Application,
+        "app.json".into(),
         database(vec![record(&k, "NVIDIA H200", (9, 0), 256, 5.0)]),
     );
     layers.push(
-        Layer::Dependency("lib".to_owned()),
+        Layer::Crate,
         "lib.json".into(),
         database(vec![
-            // Faster, but a lower layer: the crate's record decides.
+            // Faster, but a lower layer: the application's record decides.
             record(&k, "NVIDIA H200", (9, 0), 512, 1.0),
             record(&k, "NVIDIA A10", (8, 6), 128, 3.0),
         ]),
@@ -119,14 +119,14 @@ fn the_first_layer_with_a_winner_decides() {
                 "NVIDIA A10",
                 128,
                 Source::Database {
-                    layer: Layer::Dependency("lib".to_owned())
+                    layer: Layer::Crate
                 }
             ),
             (
                 "NVIDIA H200",
                 256,
                 Source::Database {
-                    layer: Layer::Crate
+                    layer: Layer::Application
                 }
             ),
         ]
@@ -197,4 +197,71 @@ fn unusable_records_are_reported_or_ignored_never_embedded() {
             .inputs
             .contains(&dir.path().join("tuning/ktune.json"))
     );
+}
+
+#[test]
+fn the_application_database_goes_on_top_unless_it_is_the_crate_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let own = dir.path().join("lib/tuning/ktune.json");
+    let app = dir.path().join("app/tuning/ktune.json");
+    let stack = layer::stack(own.clone(), None);
+    assert_eq!(
+        layer::under_application(Some(app.clone()), stack.clone()),
+        [(Layer::Application, app), (Layer::Crate, own.clone())]
+    );
+    assert_eq!(layer::under_application(None, stack.clone()), stack);
+    // The application's own build: its database is the crate layer, once.
+    std::fs::create_dir_all(own.parent().unwrap()).unwrap();
+    std::fs::write(&own, Database::new().to_text()).unwrap();
+    let same = dir.path().join("lib/../lib/tuning/ktune.json");
+    assert_eq!(layer::under_application(Some(same), stack.clone()), stack);
+}
+
+#[test]
+fn a_relative_application_database_is_refused() {
+    let error = layer::app_database_path("tuning/ktune.json".into())
+        .expect_err("a relative path is refused");
+    assert!(
+        error
+            .to_string()
+            .starts_with("KTUNE_APP_DATABASE=\"tuning/ktune.json\": expected an absolute path"),
+        "{error}"
+    );
+    let absolute = std::env::temp_dir().join("ktune.json");
+    assert_eq!(
+        layer::app_database_path(absolute.clone()).unwrap(),
+        absolute
+    );
+}
+
+#[test]
+fn other_kernels_of_the_same_name_in_the_application_database_are_not_stale() {
+    let dir = tempfile::tempdir().unwrap();
+    let k = kernel(dir.path());
+    let mut other_crates = record(&k, "NVIDIA H200", (9, 0), 128, 1.0);
+    other_crates.checksum = "0".repeat(32);
+    let mut old_generator = record(&k, "NVIDIA H200", (9, 0), 64, 1.0);
+    old_generator.provenance.generator_version = ktune_core::GENERATOR_VERSION + 1;
+    let mut layers = Layers::new();
+    layers.push(
+        Layer::Application,
+        "app.json".into(),
+        database(vec![other_crates.clone(), old_generator]),
+    );
+    let tuned = select::tuned(&k, &layers);
+    assert!(tuned.variants.is_empty());
+    assert_eq!(
+        tuned.warnings,
+        [
+            "kernel `scale`: 1 tuning record is stale (the kernel or ktune's code generator changed since it was tuned); run `cargo ktune db verify`"
+        ]
+    );
+
+    let mut layers = Layers::new();
+    layers.push(
+        Layer::Crate,
+        "crate.json".into(),
+        database(vec![other_crates]),
+    );
+    assert_eq!(select::tuned(&k, &layers).warnings.len(), 1);
 }

@@ -298,3 +298,34 @@ fn records_are_checked_against_the_kernels() {
     );
     assert_eq!(db.check_against(&[]).len(), 2);
 }
+
+#[test]
+fn a_record_is_checked_against_the_kernel_of_its_name_with_its_checksum() {
+    // An application's database is checked against its kernels and its
+    // dependencies': two crates may each have a kernel `add`.
+    let kernel = |body: &str| {
+        let item: proc_macro2::TokenStream = format!(
+            "fn add(a: Tensor<f32, (N,)>, b: Tensor<f32, (N,)>) -> Tensor<f32, (N,)> {{ compute(|i| {body}) }}"
+        )
+        .parse()
+        .unwrap();
+        let args: proc_macro2::TokenStream = "shape(N = 4096)".parse().unwrap();
+        ktune_core::syntax::parse_kernel(args, item).unwrap()
+    };
+    let application = kernel("a[i] + b[i]");
+    let library = kernel("a[i] * b[i]");
+    let mut r = record("add", 128, 10.0, 0.2, "2026-11-01T00:00:00Z");
+    r.checksum = ktune_core::canon::checksum(&library);
+    let both = [application.clone(), library.clone()];
+    assert_eq!(r.kernel_in(&both), Some(&library));
+    let db = db_of(vec![r.clone()]);
+    assert_eq!(db.check_against(&both), vec![]);
+    // With no kernel of its checksum, the first of its name: stale.
+    assert_eq!(
+        r.kernel_in(std::slice::from_ref(&application)),
+        Some(&application)
+    );
+    let problems = db.check_against(std::slice::from_ref(&application));
+    assert_eq!(problems.len(), 1);
+    assert_eq!(problems[0].kind, ProblemKind::Stale);
+}

@@ -84,7 +84,8 @@ impl Database {
         problems
     }
 
-    /// Checks each record against the crate's current kernels: a kernel
+    /// Checks each record against the current kernels (the crate's, and
+    /// for an application's database its dependencies'): a kernel
     /// that changed or vanished, a generator that changed, a shape that
     /// does not fit, a schedule that does not lower for the record's shape
     /// and GPU.
@@ -99,7 +100,7 @@ impl Database {
                     message,
                 })
             };
-            let Some(kernel) = kernels.iter().find(|k| k.name == r.kernel) else {
+            let Some(kernel) = r.kernel_in(kernels) else {
                 report(
                     ProblemKind::Orphan,
                     "no kernel of this name in the crate any more".to_owned(),
@@ -149,6 +150,17 @@ impl Record {
     /// the record names the kernel's dimensions.
     pub fn shaped(&self, kernel: &Kernel) -> Option<Kernel> {
         with_shape(kernel, self)
+    }
+
+    /// The kernel of `kernels` this record is for: of those with its name
+    /// (an application's database may hold several crates' kernels), the
+    /// one with its checksum, else the first.
+    pub fn kernel_in<'k>(&self, kernels: &'k [Kernel]) -> Option<&'k Kernel> {
+        let mut named = kernels.iter().filter(|k| k.name == self.kernel);
+        let first = named.clone().next();
+        named
+            .find(|k| crate::canon::checksum(k) == self.checksum)
+            .or(first)
     }
 }
 

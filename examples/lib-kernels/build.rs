@@ -1,0 +1,3 @@
+fn main() {
+    ktune_build::tune_crate();
+}
