@@ -63,6 +63,7 @@ pub mod ptxas;
 pub mod sass;
 pub mod scan;
 pub mod select;
+pub mod tune;
 
 use std::path::{Path, PathBuf};
 
@@ -76,6 +77,7 @@ pub use select::{Source, Variant};
 /// On error, prints what is wrong (file and line for kernel-language errors)
 /// and exits the build script with a failure, without a panic backtrace.
 pub fn tune_crate() {
+    ktune_measure::worker_main_if_requested();
     if let Err(e) = Config::new().build() {
         match e {
             Error::Kernel(_) => eprintln!("{e}"),
@@ -95,6 +97,7 @@ pub struct Config {
     database: Option<PathBuf>,
     user_cache: bool,
     cargo_instructions: bool,
+    search: bool,
 }
 
 /// What a build produced.
@@ -115,6 +118,7 @@ impl Config {
     pub fn new() -> Config {
         Config {
             user_cache: true,
+            search: true,
             cargo_instructions: true,
             ..Config::default()
         }
@@ -167,7 +171,14 @@ impl Config {
         self
     }
 
-    /// Runs: scan, choose, lower, write.
+    /// Whether to search on a miss (see [`tune`]; on by default, driven by
+    /// `KTUNE_*` variables and the crate's `max-autotune` feature).
+    pub fn search(mut self, on: bool) -> Config {
+        self.search = on;
+        self
+    }
+
+    /// Runs: scan, search on a miss, choose, lower, write.
     pub fn build(&self) -> Result<Report, Error> {
         let manifest_dir = dir_or_env(&self.manifest_dir, "CARGO_MANIFEST_DIR")?;
         let out_dir = dir_or_env(&self.out_dir, "OUT_DIR")?.join("ktune");
@@ -209,11 +220,40 @@ impl Config {
                 }
             }
         }
-        let layers = Layers::open(stack)?;
+        let mut layers = Layers::open(stack.clone())?;
 
         let mut declared = metadata.targets.clone();
         declared.extend(self.targets.iter().copied());
         let targets = select::targets(&declared);
+
+        let mut warnings = Vec::new();
+        if self.search {
+            if self.cargo_instructions {
+                for var in tune::ENV {
+                    println!("cargo:rerun-if-env-changed={var}");
+                }
+            }
+            let full = std::env::var_os("CARGO_FEATURE_MAX_AUTOTUNE").is_some();
+            let settings = tune::Settings::from_env(|v| std::env::var(v).ok(), full)?;
+            let places = tune::Places {
+                crate_database: manifest_dir.join(self.database_path()),
+                user_cache: stack
+                    .iter()
+                    .find(|(l, _)| *l == layer::Layer::UserCache)
+                    .map(|(_, p)| p.clone()),
+                work: work_dir(&out_dir),
+            };
+            let outcome = tune::run(&scan.kernels, &layers, &settings, &declared, &places)?;
+            if !outcome.tuned.is_empty() {
+                layers = Layers::open(stack)?;
+            }
+            if let Some(warning) = untuned_warning(&outcome.untuned) {
+                if self.cargo_instructions {
+                    println!("cargo:warning={warning}");
+                }
+                warnings.push(warning);
+            }
+        }
 
         std::fs::create_dir_all(&out_dir).map_err(|source| Error::Write {
             path: out_dir.clone(),
@@ -221,7 +261,6 @@ impl Config {
         })?;
         let mut written = Vec::new();
         let mut kernels = Vec::new();
-        let mut warnings = Vec::new();
         for found in &scan.kernels {
             let mut variants = select::variants(&found.kernel, &found.location, &targets)?;
             let tuned = select::tuned(&found.kernel, &layers);
@@ -268,6 +307,32 @@ impl Config {
                 .collect()
         }
     }
+}
+
+/// The one warning of a build that had no device to tune on.
+fn untuned_warning(untuned: &[String]) -> Option<String> {
+    const SHOWN: usize = 6;
+    if untuned.is_empty() {
+        return None;
+    }
+    let mut names = untuned[..untuned.len().min(SHOWN)].join(", ");
+    if untuned.len() > SHOWN {
+        names.push_str(&format!(" and {} more", untuned.len() - SHOWN));
+    }
+    Some(format!(
+        "ktune: no GPU to tune on: {} kernels use heuristic schedules ({names}); \
+         build where a GPU is, or set KTUNE_DEVICE=vgpu to run the search on the virtual GPU",
+        untuned.len()
+    ))
+}
+
+/// Where the search keeps journals and its log: `<target>/<profile>/ktune`
+/// when `out` (`$OUT_DIR/ktune`) lies in Cargo's layout, else beside `out`.
+fn work_dir(out: &Path) -> PathBuf {
+    out.ancestors()
+        .nth(4)
+        .filter(|profile| profile.join("build").is_dir())
+        .map_or_else(|| out.join("search"), |profile| profile.join("ktune"))
 }
 
 fn dir_or_env(dir: &Option<PathBuf>, var: &'static str) -> Result<PathBuf, Error> {

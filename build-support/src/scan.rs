@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use ktune_core::ir::Kernel;
 use ktune_core::syntax;
+use quote::ToTokens;
 use syn::visit::Visit;
 
 use crate::error::{Diagnostic, Error, Location};
@@ -14,6 +15,9 @@ use crate::error::{Diagnostic, Error, Location};
 pub struct Found {
     pub kernel: Kernel,
     pub location: Location,
+    /// The kernel's function with its attribute, as source text (what a
+    /// measurement worker parses again).
+    pub source: String,
 }
 
 /// The result of scanning: the kernels and every file read.
@@ -109,6 +113,7 @@ impl<'ast> Visit<'ast> for Visitor<'_> {
             Ok(kernel) => self.kernels.push(Found {
                 kernel,
                 location: location(self.file, item.sig.ident.span()),
+                source: item.to_token_stream().to_string(),
             }),
             Err(e) => self
                 .diagnostics

@@ -103,17 +103,27 @@ targets = ["sm_90"]
     }
 
     /// `cargo build -v --offline`; the lockfile pins every version to one
-    /// this workspace already uses, so nothing is downloaded.
+    /// this workspace already uses, so nothing is downloaded. No search on
+    /// a miss: `KTUNE_DEVICE=none`.
     fn build(&self) -> Build {
+        self.build_with(&[("KTUNE_DEVICE", "none")])
+    }
+
+    /// [`Scratch::build`] with `KTUNE_*` settings.
+    fn build_with(&self, settings: &[(&str, &str)]) -> Build {
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let Output { status, stderr, .. } = Command::new(cargo)
+        let mut command = Command::new(cargo);
+        command
             .args(["build", "-v", "--offline", "--color", "never"])
             .current_dir(&self.dir)
             .env("CARGO_TARGET_DIR", &self.target)
             .env_remove("CARGO_BUILD_TARGET_DIR")
-            .env_remove("RUSTC_WORKSPACE_WRAPPER")
-            .output()
-            .expect("cargo runs");
+            .env_remove("RUSTC_WORKSPACE_WRAPPER");
+        for var in ktune_build::tune::ENV {
+            command.env_remove(var);
+        }
+        command.envs(settings.iter().copied());
+        let Output { status, stderr, .. } = command.output().expect("cargo runs");
         Build {
             success: status.success(),
             stderr: String::from_utf8_lossy(&stderr).into_owned(),
@@ -352,4 +362,52 @@ fn kernel_language_error_is_located_not_a_panic() {
     for bad in ["panicked", "RUST_BACKTRACE"] {
         assert!(!build.stderr.contains(bad), "`{bad}` in:\n{}", build.stderr);
     }
+}
+
+#[test]
+fn a_build_on_the_virtual_gpu_searches_misses_and_then_hits_its_database() {
+    let scratch = Scratch::new("ktune-scratch-vgpu-search", TWO_KERNELS);
+    let database = scratch.dir.join("tuning/ktune.json");
+    let _ = std::fs::remove_file(&database);
+    let log = scratch.target.join("debug/ktune/tune.log");
+    let searches = || {
+        std::fs::read_to_string(&log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains("search of"))
+            .count()
+    };
+    let before = searches();
+    let settings = [
+        ("KTUNE_DEVICE", "vgpu"),
+        ("KTUNE_BUDGET", "2"),
+        ("KTUNE_WRITE", "crate"),
+    ];
+
+    let first = scratch.build_with(&settings);
+    assert!(first.success, "{}", first.stderr);
+    assert_eq!(searches(), before + 1, "one search for the two misses");
+    let text = std::fs::read_to_string(&database).expect("the search wrote the database");
+    let db = ktune_core::db::Database::parse(&text).expect("a valid database");
+    let mut kernels: Vec<&str> = db.records.iter().map(|r| r.kernel.as_str()).collect();
+    kernels.sort_unstable();
+    assert_eq!(kernels, ["double", "shifted"]);
+    for r in &db.records {
+        assert_eq!(r.provenance.measured_on, ktune_core::db::MeasuredOn::Vgpu);
+        assert_eq!(r.gpu.name, "ktune-vgpu (sm_90)");
+        assert!(r.stats.baseline_us.is_some_and(|b| b >= r.stats.median_us));
+    }
+    // Virtual-GPU records are never embedded as a GPU's variant.
+    for name in scratch.outputs().keys() {
+        assert!(!name.contains("vgpu"), "embedded {name}");
+    }
+
+    // The database changed during the build, so its script runs once more:
+    // every kernel is a hit, nothing is searched.
+    let second = scratch.build_with(&settings);
+    assert!(second.success, "{}", second.stderr);
+    assert_eq!(searches(), before + 1, "searched again:\n{}", second.stderr);
+    assert_eq!(std::fs::read_to_string(&database).expect("database"), text);
+    let third = scratch.build_with(&settings);
+    assert!(!ran_build_script(&third), "{}", third.stderr);
 }

@@ -1,0 +1,279 @@
+//! The search on a miss, with a stand-in device: which candidates it
+//! measures, what it records, how it treats rejected candidates, and that
+//! an interrupted search resumes from its journal.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use ktune_build::tune::{Bench, Effort, Journal, Progress, Settings, Timing, search};
+use ktune_core::SmVersion;
+use ktune_core::db::{ComputeCapability, Gpu, MeasuredOn};
+use ktune_core::ir::Kernel;
+use ktune_core::lower::heuristic;
+use ktune_core::schedule::Schedule;
+use ktune_core::syntax::parse_kernel;
+use ktune_search::measure::Rejection;
+use quote::quote;
+
+fn softmax() -> Kernel {
+    parse_kernel(
+        quote!(shape(R = 300, C = 1000)),
+        quote! {
+            fn softmax(x: Tensor<f32, (R, C)>) -> Tensor<f32, (R, C)> {
+                compute(|r, c| {
+                    let mx = max(C, |j| x[r][j]);
+                    exp(x[r][c] - mx) / sum(C, |j| exp(x[r][j] - mx))
+                })
+            }
+        },
+    )
+    .expect("valid kernel")
+}
+
+/// A device whose times are a fixed function of the schedule (fastest at
+/// 128 threads per row with vector 4), and which rejects every point with
+/// 2 threads per row, as a wrong kernel would be.
+#[derive(Default)]
+struct Fake {
+    measured: Vec<Schedule>,
+}
+
+impl Bench for Fake {
+    fn gpu(&self) -> Gpu {
+        Gpu {
+            name: "Fake GPU".into(),
+            compute_capability: ComputeCapability { major: 9, minor: 0 },
+            sm_count: 132,
+            driver: String::new(),
+            cuda: String::new(),
+            clocks_mhz: None,
+        }
+    }
+
+    fn measured_on(&self) -> MeasuredOn {
+        MeasuredOn::Gpu
+    }
+
+    fn target(&self) -> SmVersion {
+        SmVersion::Sm90
+    }
+
+    fn measure(&mut self, _: &Kernel, _: &str, schedule: &Schedule) -> Result<Timing, Rejection> {
+        self.measured.push(schedule.clone());
+        let Schedule::Rows {
+            threads_per_row,
+            rows_per_block,
+            vector,
+        } = *schedule
+        else {
+            panic!("a rows kernel");
+        };
+        if threads_per_row == 2 {
+            return Err(Rejection::WrongResult("element 7 differs".into()));
+        }
+        let t = 10.0
+            + f64::from(threads_per_row.abs_diff(128)) / 8.0
+            + f64::from(4 - vector)
+            + f64::from(rows_per_block) / 16.0;
+        Ok(Timing {
+            median_us: t,
+            low_us: t * 0.99,
+            high_us: t * 1.01,
+            samples: 20,
+        })
+    }
+}
+
+fn settings(effort: Effort) -> Settings {
+    Settings {
+        device: Some(ktune_measure::DeviceKind::Vgpu),
+        effort,
+        time: Duration::from_secs(600),
+        write_crate: false,
+    }
+}
+
+#[test]
+fn bounded_search_measures_the_default_and_the_models_best() {
+    let k = softmax();
+    let mut bench = Fake::default();
+    let tuned = search(
+        &k,
+        "",
+        &mut bench,
+        &settings(Effort::Bounded { candidates: 6 }),
+        &[],
+        &mut Journal::in_memory(),
+        &mut Progress::silent(),
+    )
+    .expect("something measured");
+    assert_eq!(bench.measured[0], heuristic(&k, SmVersion::Sm90));
+    assert!(bench.measured.len() <= 7, "{}", bench.measured.len());
+    let mut unique = bench.measured.clone();
+    unique.sort_by_key(Schedule::to_json);
+    unique.dedup();
+    assert_eq!(unique.len(), bench.measured.len(), "a point measured twice");
+    let best = bench
+        .measured
+        .iter()
+        .filter_map(|s| Fake::default().measure(&k, "", s).ok().map(|t| (s, t)))
+        .min_by(|a, b| a.1.median_us.total_cmp(&b.1.median_us))
+        .expect("a time");
+    assert_eq!(&tuned.record.schedule, best.0);
+    let stats = &tuned.record.stats;
+    assert_eq!(stats.median_us, best.1.median_us);
+    assert!(stats.baseline_us.is_some_and(|b| b >= stats.median_us));
+    assert_eq!(tuned.record.gpu.name, "Fake GPU");
+    assert_eq!(tuned.record.provenance.measured_on, MeasuredOn::Gpu);
+    assert_eq!(tuned.record.checksum, ktune_core::canon::checksum(&k));
+}
+
+#[test]
+fn full_search_rejects_wrong_candidates_with_their_reason_and_goes_on() {
+    let k = softmax();
+    let mut bench = Fake::default();
+    let tuned = search(
+        &k,
+        "",
+        &mut bench,
+        &settings(Effort::Full { evaluations: 40 }),
+        &[],
+        &mut Journal::in_memory(),
+        &mut Progress::silent(),
+    )
+    .expect("something measured");
+    assert!(bench.measured.len() <= 40);
+    assert!(tuned.evaluations <= 40);
+    for (schedule, why) in &tuned.rejected {
+        assert!(matches!(
+            schedule,
+            Schedule::Rows {
+                threads_per_row: 2,
+                ..
+            }
+        ));
+        assert!(why.contains("element 7 differs"), "{why}");
+    }
+    assert!(!matches!(
+        tuned.record.schedule,
+        Schedule::Rows {
+            threads_per_row: 2,
+            ..
+        }
+    ));
+    assert!(tuned.speedup().is_some_and(|s| s >= 1.0));
+}
+
+#[test]
+fn an_interrupted_search_resumes_from_its_journal() {
+    let k = softmax();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let effort = Effort::Full { evaluations: 24 };
+    let gpu = Fake::default().gpu();
+
+    let mut first = Fake::default();
+    let whole = search(
+        &k,
+        "",
+        &mut first,
+        &settings(effort),
+        &[],
+        &mut Journal::open(dir.path(), &k, &gpu),
+        &mut Progress::silent(),
+    )
+    .expect("something measured");
+
+    // The same search again: every point comes from the journal.
+    let mut again = Fake::default();
+    let journal = Journal::open(dir.path(), &k, &gpu);
+    assert_eq!(journal.len(), first.measured.len());
+    let mut journal = journal;
+    let resumed = search(
+        &k,
+        "",
+        &mut again,
+        &settings(effort),
+        &[],
+        &mut journal,
+        &mut Progress::silent(),
+    )
+    .expect("something measured");
+    assert!(again.measured.is_empty(), "{:?}", again.measured);
+    assert_eq!(resumed.record.schedule, whole.record.schedule);
+
+    // A journal cut short (the build was interrupted): only the rest is
+    // measured.
+    let path = std::fs::read_dir(dir.path())
+        .expect("journal dir")
+        .next()
+        .expect("a journal")
+        .expect("entry")
+        .path();
+    let text = std::fs::read_to_string(&path).expect("journal");
+    let lines: Vec<&str> = text.lines().collect();
+    let kept = lines.len() / 2;
+    std::fs::write(&path, lines[..kept].join("\n") + "\n{\"schedule\":").expect("cut");
+    let mut rest = Fake::default();
+    let cut = search(
+        &k,
+        "",
+        &mut rest,
+        &settings(effort),
+        &[],
+        &mut Journal::open(dir.path(), &k, &gpu),
+        &mut Progress::silent(),
+    )
+    .expect("something measured");
+    assert_eq!(rest.measured.len(), first.measured.len() - kept);
+    assert_eq!(cut.record.schedule, whole.record.schedule);
+    let earlier: HashSet<String> = first.measured.iter().map(Schedule::to_json).collect();
+    assert!(rest.measured.iter().all(|s| earlier.contains(&s.to_json())));
+}
+
+#[test]
+fn settings_come_from_the_environment_and_name_bad_values() {
+    let env = |pairs: &'static [(&'static str, &'static str)]| {
+        move |name: &str| {
+            pairs
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| (*v).to_owned())
+        }
+    };
+    let bounded = Settings::from_env(env(&[("KTUNE_DEVICE", "vgpu")]), false).expect("valid");
+    assert_eq!(bounded.device, Some(ktune_measure::DeviceKind::Vgpu));
+    assert_eq!(
+        bounded.effort,
+        Effort::Bounded {
+            candidates: ktune_build::tune::BOUNDED_CANDIDATES
+        }
+    );
+    assert!(!bounded.write_crate);
+
+    let full = Settings::from_env(
+        env(&[("KTUNE_DEVICE", "none"), ("KTUNE_BUDGET", "100")]),
+        true,
+    )
+    .expect("valid");
+    assert_eq!(full.device, None);
+    assert_eq!(full.effort, Effort::Full { evaluations: 100 });
+    assert!(full.write_crate);
+
+    let user = Settings::from_env(
+        env(&[("KTUNE_DEVICE", "vgpu"), ("KTUNE_WRITE", "user")]),
+        true,
+    )
+    .expect("valid");
+    assert!(!user.write_crate);
+
+    for (pairs, named) in [
+        (&[("KTUNE_DEVICE", "tpu")][..], "KTUNE_DEVICE"),
+        (&[("KTUNE_BUDGET", "0")][..], "KTUNE_BUDGET"),
+        (&[("KTUNE_SECONDS", "soon")][..], "KTUNE_SECONDS"),
+        (&[("KTUNE_WRITE", "disk")][..], "KTUNE_WRITE"),
+    ] {
+        let pairs: &'static [(&'static str, &'static str)] = pairs;
+        let err = Settings::from_env(env(pairs), false).expect_err("invalid");
+        assert!(err.to_string().contains(named), "{err}");
+    }
+}
