@@ -10,7 +10,9 @@ use std::path::{Path, PathBuf};
 use anyhow::{Result, bail};
 use clap::{Args, Subcommand};
 use ktune_core::db::{Database, MeasuredOn, Record};
+use ktune_core::ir::Kernel;
 
+use crate::status::load_with_dependencies;
 use crate::{CrateArgs, load_crate};
 
 #[derive(Subcommand)]
@@ -209,13 +211,19 @@ fn row(db: &Database, r: &Record) -> [String; 7] {
 }
 
 fn verify(args: &FileArgs) -> Result<()> {
-    let krate = load_crate(&args.krate)?;
+    let (krate, dependencies) = load_with_dependencies(&args.krate)?;
     let path = match &args.file {
         Some(file) => file.clone(),
         None => krate.root.join(ktune_build::db::DEFAULT_PATH),
     };
     let db = ktune_build::db::open(&path)?;
-    let kernels: Vec<_> = krate.kernels.iter().map(|f| f.kernel.clone()).collect();
+    // An application's database may hold records of its dependencies'
+    // kernels.
+    let kernels: Vec<Kernel> = std::iter::once(&krate)
+        .chain(&dependencies)
+        .flat_map(|c| &c.kernels)
+        .map(|f| f.kernel.clone())
+        .collect();
     let mut problems = db.check();
     problems.extend(db.check_against(&kernels));
     problems.sort_by_key(|p| (p.index, p.kind));

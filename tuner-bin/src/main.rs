@@ -1,24 +1,37 @@
 //! `cargo ktune`: the command line of ktune.
 //!
-//! - `cargo ktune status`: the kernels of a crate, their shapes, and the
-//!   schedule each variant would use and where it came from (heuristic, or
-//!   which database layer), with the targets no GPU was tuned for.
+//! - `cargo ktune status`: the kernels of a crate and of its dependencies
+//!   that tune their own, their shapes, and the schedule each variant would
+//!   use and where it came from (heuristic, or which database layer:
+//!   application, crate, user cache), with the targets no GPU was tuned for.
 //! - `cargo ktune ptx <kernel> [--target sm_90] [--schedule default|JSON]`:
 //!   the PTX a kernel ships, to read what runs.
 //! - `cargo ktune verify [--sample N] [--seed S] [--json]`: every variant
 //!   the build would ship, plus N sampled schedule points per kernel, run on
 //!   the virtual GPU and compared with the CPU evaluation of the kernel.
+//! - `cargo ktune space <kernel> [--target sm_90] [--top N] [--json]`: the
+//!   kernel's schedule space: its knobs and values, how many points are
+//!   valid and which constraints reject the others, and the heuristic
+//!   model's best-ranked points.
+//! - `cargo ktune inspect <kernel> [--target sm_90] [--schedule default|best|JSON] [--json]`:
+//!   registers, spills, shared memory, occupancy and the main loop's
+//!   instruction mix of the kernel's machine code (needs ptxas and nvdisasm).
+//! - `cargo ktune replay --space FILE --strategy NAME --seeds N --budget B [--json]`:
+//!   a search strategy scored on a recorded tuning space.
 //! - `cargo ktune db show|verify [--file F]`: the tuning database as a
 //!   table; its records checked against the crate's kernels and GPUs.
 
 mod db;
+mod inspect;
+mod replay;
+mod space;
+mod status;
 mod verify;
 
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
 use clap::{Args, Parser, Subcommand};
-use ktune_build::layer::{self, Layers};
 use ktune_build::scan::{self, Found};
 use ktune_build::{Source, manifest, select};
 use ktune_core::SmVersion;
@@ -50,8 +63,8 @@ pub(crate) struct CrateArgs {
 
 #[derive(Subcommand)]
 enum Command {
-    /// List the crate's kernels with their shapes and the schedule each
-    /// target would use.
+    /// List the kernels of the crate and of its dependencies with their
+    /// shapes, the schedule each target would use and its database layer.
     Status {
         #[command(flatten)]
         krate: CrateArgs,
@@ -89,6 +102,58 @@ enum Command {
         krate: CrateArgs,
     },
     /// Inspect and check the tuning database.
+    /// One kernel's schedule space: knobs, size, valid fraction, the
+    /// constraints that reject points, and the model's best-ranked points.
+    Space {
+        /// The kernel's name (its function name).
+        kernel: String,
+        #[arg(long, default_value = "sm_80")]
+        target: SmVersion,
+        /// How many of the model's best-ranked points to show.
+        #[arg(long, default_value_t = 5)]
+        top: usize,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        krate: CrateArgs,
+    },
+    /// Static measures of one kernel's machine code: registers, spills,
+    /// shared memory, occupancy, the main loop's instruction mix and load
+    /// widths (needs ptxas and nvdisasm: `cargo xtask setup`).
+    Inspect {
+        /// The kernel's name (its function name).
+        kernel: String,
+        #[arg(long, default_value = "sm_80")]
+        target: SmVersion,
+        /// `default` (the heuristic choice), `best` (the tuning database's
+        /// winner for the target) or a schedule as JSON.
+        #[arg(long, default_value = "default")]
+        schedule: String,
+        /// Print the measures as JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        krate: CrateArgs,
+    },
+    /// Score a search strategy on a recorded tuning space (a Kernel Tuner
+    /// cache file): evaluations to reach within 5% of the optimum, per seed.
+    Replay {
+        #[arg(long)]
+        space: PathBuf,
+        /// random, coordinate_descent, evolutionary (the default search),
+        /// evolutionary-knn, evolutionary-xgb-rank, evolutionary-xgb-reg.
+        #[arg(long, default_value = "evolutionary")]
+        strategy: String,
+        #[arg(long, default_value_t = 50)]
+        seeds: u64,
+        /// Evaluations per seed.
+        #[arg(long, default_value_t = 1000)]
+        budget: usize,
+        /// Print one JSON object.
+        #[arg(long)]
+        json: bool,
+    },
     Db {
         #[command(subcommand)]
         command: db::Command,
@@ -105,7 +170,7 @@ fn main() {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
-        Command::Status { krate } => status(&krate),
+        Command::Status { krate } => status::status(&krate),
         Command::Ptx {
             kernel,
             target,
@@ -127,7 +192,34 @@ fn run(cli: Cli) -> Result<()> {
                 device,
             },
         ),
+        Command::Space {
+            kernel,
+            target,
+            top,
+            json,
+            krate,
+        } => space::space(&krate, &kernel, target, top, json),
+        Command::Inspect {
+            kernel,
+            target,
+            schedule,
+            json,
+            krate,
+        } => inspect::inspect(&krate, &kernel, target, &schedule, json),
         Command::Db { command } => db::run(command),
+        Command::Replay {
+            space,
+            strategy,
+            seeds,
+            budget,
+            json,
+        } => replay::replay(&replay::Options {
+            space: &space,
+            strategy: &strategy,
+            seeds,
+            budget,
+            json,
+        }),
     }
 }
 
@@ -146,6 +238,14 @@ pub(crate) fn load_crate(args: &CrateArgs) -> Result<Crate> {
         cmd.manifest_path(path);
     }
     let meta = cmd.exec().context("cannot read the crate's metadata")?;
+    crate_of(selected(&meta, args)?)
+}
+
+/// The package `args` name in the workspace `meta` describes.
+pub(crate) fn selected<'a>(
+    meta: &'a cargo_metadata::Metadata,
+    args: &CrateArgs,
+) -> Result<&'a cargo_metadata::Package> {
     let packages = meta.workspace_packages();
     let package = match &args.package {
         Some(name) => packages
@@ -173,6 +273,11 @@ pub(crate) fn load_crate(args: &CrateArgs) -> Result<Crate> {
             }
         }
     };
+    Ok(package)
+}
+
+/// A package's kernels, found in its `src/`, and its ktune settings.
+pub(crate) fn crate_of(package: &cargo_metadata::Package) -> Result<Crate> {
     let manifest_path = package.manifest_path.clone().into_std_path_buf();
     let root = manifest_path
         .parent()
@@ -188,92 +293,30 @@ pub(crate) fn load_crate(args: &CrateArgs) -> Result<Crate> {
     })
 }
 
-fn status(args: &CrateArgs) -> Result<()> {
-    let krate = load_crate(args)?;
-    let targets = select::targets(&krate.metadata.targets);
-    let layers = Layers::open(layer::stack(
-        krate.root.join(ktune_build::db::DEFAULT_PATH),
-        Some(&krate.name),
-    ))?;
-    for opened in layers.iter() {
-        println!(
-            "{} database: {} ({} records)",
-            opened.layer,
-            opened.path.display(),
-            opened.database.records.len()
-        );
+impl Crate {
+    /// The kernel named `name`, or an error listing the crate's kernels.
+    pub(crate) fn kernel(&self, name: &str) -> Result<&Found> {
+        self.kernels
+            .iter()
+            .find(|f| f.kernel.name == name)
+            .with_context(|| {
+                let names: Vec<&str> = self
+                    .kernels
+                    .iter()
+                    .map(|f| f.kernel.name.as_str())
+                    .collect();
+                format!(
+                    "no kernel `{name}` in crate `{}`; its kernels: {}",
+                    self.name,
+                    names.join(", ")
+                )
+            })
     }
-    println!(
-        "crate `{}` ({}): {} kernels, targets {}",
-        krate.name,
-        krate.root.display(),
-        krate.kernels.len(),
-        targets
-            .iter()
-            .map(|t| t.name())
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
-    for found in &krate.kernels {
-        let k = &found.kernel;
-        let shape: Vec<String> = k
-            .dims
-            .iter()
-            .map(|d| format!("{}={}", d.name, d.size))
-            .collect();
-        println!(
-            "\n{}  ({})\n  shape: {}  output: {}",
-            k.name,
-            found.location,
-            shape.join(", "),
-            k.output.dtype
-        );
-        let mut variants = select::variants(k, &found.location, &targets)?;
-        let tuned = select::tuned(k, &layers);
-        variants.extend(tuned.variants);
-        for v in &variants {
-            println!(
-                "  {:<6} {:<24} {:<20} {}",
-                v.target.name(),
-                v.gpu.as_deref().unwrap_or("default"),
-                v.source.to_string(),
-                v.schedule.to_json()
-            );
-        }
-        let tuned_targets: Vec<SmVersion> = variants
-            .iter()
-            .filter(|v| v.gpu.is_some())
-            .map(|v| v.target)
-            .collect();
-        let missing: Vec<&str> = targets
-            .iter()
-            .filter(|t| !tuned_targets.contains(t))
-            .map(|t| t.name())
-            .collect();
-        if !missing.is_empty() {
-            println!("  not tuned for a GPU of: {}", missing.join(", "));
-        }
-        for warning in &tuned.warnings {
-            println!("  warning: {warning}");
-        }
-    }
-    Ok(())
 }
 
 fn ptx(args: &CrateArgs, name: &str, target: SmVersion, schedule: &str) -> Result<()> {
     let krate = load_crate(args)?;
-    let Some(found) = krate.kernels.iter().find(|f| f.kernel.name == name) else {
-        let names: Vec<&str> = krate
-            .kernels
-            .iter()
-            .map(|f| f.kernel.name.as_str())
-            .collect();
-        bail!(
-            "no kernel `{name}` in crate `{}`; its kernels: {}",
-            krate.name,
-            names.join(", ")
-        );
-    };
+    let found = krate.kernel(name)?;
     let variant = if schedule == "default" {
         select::variants(&found.kernel, &found.location, &[target])?.remove(0)
     } else {

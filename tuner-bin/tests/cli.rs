@@ -205,3 +205,68 @@ fn verify_on_a_gpu_is_not_available_yet() {
         "{err}"
     );
 }
+
+#[test]
+fn space_reports_knobs_validity_and_the_models_ranking() {
+    let manifest = demo_manifest();
+    let manifest = manifest.to_str().unwrap();
+    let out = cargo_ktune(&[
+        "space",
+        "ffn_up",
+        "--target",
+        "sm_90",
+        "--manifest-path",
+        manifest,
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    for expected in [
+        "kernel `ffn_up` on sm_90",
+        "matmul schedules (",
+        "block_m",
+        "vector_b",
+        "valid (",
+        "rejected by:",
+        "threads",
+        "default (heuristic):",
+        "model's best:",
+    ] {
+        assert!(
+            text.contains(expected),
+            "`{expected}` missing from:\n{text}"
+        );
+    }
+
+    let out = cargo_ktune(&[
+        "space",
+        "softmax",
+        "--top",
+        "3",
+        "--json",
+        "--manifest-path",
+        manifest,
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("JSON");
+    assert_eq!(report["families"][0]["class"], "rows");
+    let size = report["size"].as_u64().expect("size");
+    let valid = report["valid"].as_u64().expect("valid");
+    let rejected: u64 = report["rejected"]
+        .as_array()
+        .expect("rejections")
+        .iter()
+        .map(|r| r["points"].as_u64().expect("count"))
+        .sum();
+    assert_eq!(valid + rejected, size);
+    let best = report["best"].as_array().expect("best");
+    assert_eq!(best.len(), 3);
+    let seconds: Vec<f64> = best
+        .iter()
+        .map(|p| p["estimate"]["seconds"].as_f64().expect("seconds"))
+        .collect();
+    assert!(seconds.windows(2).all(|w| w[0] <= w[1]), "{seconds:?}");
+
+    let unknown = cargo_ktune(&["space", "nope", "--manifest-path", manifest]);
+    assert!(!unknown.status.success());
+    assert!(stderr(&unknown).contains("no kernel `nope`"));
+}

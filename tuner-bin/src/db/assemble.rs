@@ -30,10 +30,7 @@ pub(super) fn check(db: &Database, kernels: &[Kernel], skip: &[usize]) -> Outcom
         if skip.contains(&index) {
             continue;
         }
-        let shaped = kernels
-            .iter()
-            .find(|k| k.name == r.kernel)
-            .and_then(|k| r.shaped(k));
+        let shaped = r.kernel_in(kernels).and_then(|k| r.shaped(k));
         let (Some(shaped), Some(target)) = (shaped, r.gpu.compute_capability.target()) else {
             continue;
         };

@@ -5,7 +5,7 @@ use ktune_core::db::{Database, ProblemKind, Record};
 use ktune_core::ir::Kernel;
 
 use super::{FileArgs, median, open_existing, path, print_table, shape};
-use crate::load_crate;
+use crate::status::linked_kernels;
 
 pub(super) struct Options {
     pub(super) stale: bool,
@@ -27,8 +27,7 @@ enum Why {
 pub(super) fn run(args: &FileArgs, options: &Options) -> Result<()> {
     let path = path(args)?;
     let kernels: Option<Vec<Kernel>> = if options.stale {
-        let krate = load_crate(&args.krate)?;
-        Some(krate.kernels.into_iter().map(|f| f.kernel).collect())
+        Some(linked_kernels(&args.krate)?)
     } else {
         None
     };
