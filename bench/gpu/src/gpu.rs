@@ -1,0 +1,261 @@
+//! The GPU: opening it (through ktune's runtime, which probes the driver
+//! so that nothing panics without one), device buffers, loading and
+//! launching lowered kernels, and timing with CUDA events.
+
+use std::sync::Arc;
+
+use anyhow::{Context, Result, anyhow, bail, ensure};
+use cudarc::driver::sys::{self, CUdevice_attribute, CUevent_flags, CUfunction_attribute};
+use cudarc::driver::{
+    CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtrMut, LaunchConfig,
+    PushKernelArg,
+};
+use cudarc::nvrtc::Ptx;
+use ktune_bench::plan::{Variant, target_for};
+use ktune_bench::report::GpuInfo;
+use ktune_core::ir::Kernel;
+use ktune_core::{DType, SmVersion};
+use ktune_vgpu::{POISON_16, POISON_F32};
+
+/// Bytes of the scratch buffer cleared before each batch of timed runs:
+/// the clear keeps the GPU busy while the batch is queued (about 0.6 ms at
+/// H200 bandwidth, against roughly 10–20 µs of CPU time to queue one run
+/// with its two events), so that the runs execute back to back rather than
+/// at the pace the CPU launches them.
+const QUEUE_AHEAD_BYTES: usize = 2 << 30;
+
+/// Timed runs queued behind one scratch clear.
+const BATCH: usize = 16;
+
+/// Why the GPU could not be opened.
+#[derive(Debug)]
+pub enum OpenError {
+    /// No driver or no device: the distinct exit code.
+    NoGpu(String),
+    Failed(anyhow::Error),
+}
+
+/// The first CUDA GPU, its default stream, and what the results file
+/// records about it.
+pub struct Gpu {
+    pub ctx: Arc<CudaContext>,
+    pub stream: Arc<CudaStream>,
+    pub target: SmVersion,
+    pub info: GpuInfo,
+    scratch: CudaSlice<u8>,
+}
+
+impl Gpu {
+    pub fn open() -> Result<Gpu, OpenError> {
+        let device = ktune::Device::cuda(0).map_err(|e| match e {
+            ktune::Error::NoDriver => {
+                OpenError::NoGpu("the CUDA driver library, libcuda.so, is not installed".into())
+            }
+            ktune::Error::NoDevice { .. } => OpenError::NoGpu("the CUDA driver sees no GPU".into()),
+            other => OpenError::Failed(anyhow!(other)),
+        })?;
+        let (Some(ctx), Some(stream)) = (device.context(), device.stream()) else {
+            return Err(OpenError::NoGpu("device 0 is not a CUDA device".into()));
+        };
+        Gpu::describe(ctx.clone(), stream.clone()).map_err(OpenError::Failed)
+    }
+
+    fn describe(ctx: Arc<CudaContext>, stream: Arc<CudaStream>) -> Result<Gpu> {
+        let name = ctx.name()?;
+        let (major, minor) = ctx.compute_capability()?;
+        let cc = (
+            u32::try_from(major).unwrap_or(0),
+            u32::try_from(minor).unwrap_or(0),
+        );
+        let Some(target) = target_for(cc.0, cc.1) else {
+            bail!(
+                "{name} has compute capability {major}.{minor}; ktune generates code for 8.0 and newer"
+            );
+        };
+        let attribute = |a| -> Result<u32> { Ok(u32::try_from(ctx.attribute(a)?).unwrap_or(0)) };
+        let mut version = 0;
+        // SAFETY: cuDriverGetVersion writes one int; the driver is loaded
+        // (the context exists).
+        unsafe { sys::cuDriverGetVersion(&mut version) }.result()?;
+        let info = GpuInfo {
+            name,
+            compute_capability: format!("{major}.{minor}"),
+            target: target.name().to_owned(),
+            sm_count: attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?,
+            l2_bytes: u64::from(attribute(
+                CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE,
+            )?),
+            memory_bytes: ctx.total_mem()? as u64,
+            driver_version: kernel_driver_version(),
+            cuda_version: format!("{}.{}", version / 1000, (version % 1000) / 10),
+            cublas_version: None,
+        };
+        // SAFETY: the scratch buffer is only ever written (cleared).
+        let scratch = unsafe { stream.alloc::<u8>(QUEUE_AHEAD_BYTES) }?;
+        Ok(Gpu {
+            ctx,
+            stream,
+            target,
+            info,
+            scratch,
+        })
+    }
+
+    pub fn upload(&self, bytes: &[u8]) -> Result<CudaSlice<u8>> {
+        Ok(self.stream.clone_htod(bytes)?)
+    }
+
+    pub fn copy(&self, src: &CudaSlice<u8>) -> Result<CudaSlice<u8>> {
+        Ok(self.stream.clone_dtod(src)?)
+    }
+
+    pub fn download(&self, buffer: &CudaSlice<u8>) -> Result<Vec<u8>> {
+        Ok(self.stream.clone_dtoh(buffer)?)
+    }
+
+    /// A buffer of `elements` elements of `dtype`, every one poisoned.
+    pub fn alloc_poisoned(&self, dtype: DType, elements: usize) -> Result<CudaSlice<u8>> {
+        // SAFETY: filled with the poison right away, before any read.
+        let mut buffer = unsafe { self.stream.alloc::<u8>(elements * dtype.size() as usize) }?;
+        self.poison(&mut buffer, dtype)?;
+        Ok(buffer)
+    }
+
+    /// Fills `buffer` with `dtype`'s poison pattern.
+    pub fn poison(&self, buffer: &mut CudaSlice<u8>, dtype: DType) -> Result<()> {
+        let bytes = buffer.len();
+        let (ptr, _written) = buffer.device_ptr_mut(&self.stream);
+        let stream = self.stream.cu_stream();
+        // SAFETY: the pointer covers `bytes` bytes, written as whole
+        // elements of the buffer's dtype.
+        match dtype {
+            DType::F32 => unsafe { sys::cuMemsetD32Async(ptr, POISON_F32, bytes / 4, stream) },
+            DType::F16 | DType::Bf16 => unsafe {
+                sys::cuMemsetD16Async(ptr, POISON_16, bytes / 2, stream)
+            },
+        }
+        .result()?;
+        Ok(())
+    }
+
+    /// Loads a lowered kernel as its own module.
+    pub fn load(&self, kernel: &Kernel, variant: &Variant) -> Result<Loaded> {
+        ensure!(
+            !variant.ptx.contains('\0'),
+            "the PTX of {} contains a NUL byte",
+            variant.schedule.to_json()
+        );
+        let module = self.ctx.load_module(Ptx::from_src(variant.ptx.as_str()))?;
+        let function = module.load_function(&variant.entry)?;
+        let launch = variant.launch;
+        if launch.dynamic_shared_bytes > 48 * 1024 {
+            // Blocks may use more than 48 KiB of dynamic shared memory only
+            // after opting in, with the context current.
+            self.ctx.bind_to_thread()?;
+            function.set_attribute(
+                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                i32::try_from(launch.dynamic_shared_bytes).unwrap_or(i32::MAX),
+            )?;
+        }
+        let tensor_bytes = kernel
+            .inputs
+            .iter()
+            .chain(std::iter::once(&kernel.output))
+            .map(|t| kernel.len_of(t) as usize * t.dtype.size() as usize)
+            .collect();
+        Ok(Loaded {
+            function,
+            config: LaunchConfig {
+                grid_dim: launch.grid.into(),
+                block_dim: launch.block.into(),
+                shared_mem_bytes: launch.dynamic_shared_bytes,
+            },
+            tensor_bytes,
+        })
+    }
+
+    /// Runs `run(i)` for `i` in `first..first + reps`, each between two
+    /// timing events, and returns each run's time in milliseconds.
+    pub fn time(
+        &mut self,
+        first: usize,
+        reps: usize,
+        mut run: impl FnMut(&Gpu, usize) -> Result<()>,
+    ) -> Result<Vec<f32>> {
+        let mut times = Vec::with_capacity(reps);
+        let mut done = 0;
+        while done < reps {
+            let batch = BATCH.min(reps - done);
+            let events = (0..batch)
+                .map(|_| -> Result<(CudaEvent, CudaEvent)> {
+                    let timing = Some(CUevent_flags::CU_EVENT_DEFAULT);
+                    Ok((self.ctx.new_event(timing)?, self.ctx.new_event(timing)?))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            self.stream.memset_zeros(&mut self.scratch)?;
+            for (i, (start, end)) in events.iter().enumerate() {
+                start.record(&self.stream)?;
+                run(self, first + done + i)?;
+                end.record(&self.stream)?;
+            }
+            self.stream
+                .synchronize()
+                .context("running timed launches")?;
+            for (start, end) in &events {
+                times.push(start.elapsed_ms(end)?);
+            }
+            done += batch;
+        }
+        Ok(times)
+    }
+}
+
+/// A kernel loaded on the GPU, with the byte length each of its tensors
+/// must have.
+pub struct Loaded {
+    function: CudaFunction,
+    config: LaunchConfig,
+    tensor_bytes: Vec<usize>,
+}
+
+impl Loaded {
+    /// Queues one launch: the inputs in the kernel's order, then the output.
+    pub fn launch(
+        &self,
+        stream: &CudaStream,
+        inputs: &[&CudaSlice<u8>],
+        output: &mut CudaSlice<u8>,
+    ) -> Result<()> {
+        let lens: Vec<usize> = inputs
+            .iter()
+            .map(|b| b.len())
+            .chain(std::iter::once(output.len()))
+            .collect();
+        ensure!(
+            lens == self.tensor_bytes,
+            "buffers of {lens:?} bytes for a kernel whose tensors have {:?}",
+            self.tensor_bytes
+        );
+        let mut builder = stream.launch_builder(&self.function);
+        for input in inputs {
+            builder.arg(*input);
+        }
+        builder.arg(output);
+        // SAFETY: the PTX was lowered by ktune for the kernel whose tensor
+        // sizes are `tensor_bytes` (checked above against the buffers): its
+        // entry takes one global pointer per tensor, inputs then output, and
+        // touches each only within its length. The output is borrowed
+        // mutably, so no input aliases it.
+        unsafe { builder.launch(self.config) }?;
+        Ok(())
+    }
+}
+
+/// The NVIDIA kernel module's version, from `/proc/driver/nvidia/version`
+/// ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.03 …").
+fn kernel_driver_version() -> Option<String> {
+    let text = std::fs::read_to_string("/proc/driver/nvidia/version").ok()?;
+    let line = text.lines().next()?;
+    let after = line.split("Kernel Module").nth(1)?;
+    after.split_whitespace().next().map(str::to_owned)
+}

@@ -1,0 +1,209 @@
+//! `ktune-bench`: ktune's kernels on a real GPU against cuBLAS and the
+//! copy bandwidth. See README.md beside this crate's Cargo.toml.
+//!
+//! Exit status: 0 when every case ran cleanly, 1 when a case recorded an
+//! error (or the dry run found a schedule that does not lower or
+//! assemble), 2 for a bad command line, 3 when there is no GPU.
+
+mod blas;
+mod gpu;
+mod run;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context, Result};
+use clap::Parser;
+use ktune_bench::cases;
+use ktune_bench::plan;
+use ktune_bench::report::{self, Results, iso_date};
+use ktune_core::SmVersion;
+
+use crate::blas::Blas;
+use crate::gpu::{Gpu, OpenError};
+use crate::run::{Policy, Runner};
+
+/// Exit status when there is no GPU to benchmark on.
+const EXIT_NO_GPU: u8 = 3;
+
+/// ktune's GPU benchmark: the default schedule and the best of a seeded
+/// sample of the schedule space, checked against a CPU reference and timed
+/// against cuBLAS (matmuls) or the device's copy bandwidth (row kernels).
+#[derive(Debug, Parser)]
+#[command(name = "ktune-bench", version)]
+struct Cli {
+    /// Cases or groups to run, comma-separated: `all`, or names from `--list`.
+    #[arg(long, default_value = "all")]
+    cases: String,
+    /// Schedules sampled from each case's space, besides the default.
+    #[arg(long, default_value_t = 32)]
+    sample: usize,
+    /// Seed of the sample and of the inputs.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Fewer timed runs (5 to 20 per measurement, 1 per screened schedule).
+    #[arg(long)]
+    quick: bool,
+    /// Wall-clock seconds for the whole run; each case gets an equal share
+    /// of what is left, and stops screening sampled schedules when its
+    /// share is spent (the baseline, default and best are always measured).
+    #[arg(long, default_value_t = 210.0)]
+    budget_s: f64,
+    /// The results file [default: $OUT/bench.json when OUT is set, else bench.json].
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Without a GPU: list the cases, their default schedule and sample,
+    /// lower each and assemble it with ptxas where one is found.
+    #[arg(long)]
+    dry_run: bool,
+    /// The target the dry run lowers for (a GPU run uses the GPU's own).
+    #[arg(long, default_value = "sm_90")]
+    target: SmVersion,
+    /// Print the selected cases as JSON (for torch_baseline.py) and exit.
+    #[arg(long)]
+    list: bool,
+}
+
+fn main() -> ExitCode {
+    match run(Cli::parse()) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("ktune-bench: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<ExitCode> {
+    let selected = cases::select(&cli.cases).map_err(anyhow::Error::msg)?;
+    if cli.list {
+        let list: Vec<serde_json::Value> = selected
+            .iter()
+            .map(|c| {
+                let shape: serde_json::Map<String, serde_json::Value> = c
+                    .shape
+                    .iter()
+                    .map(|(d, n)| ((*d).to_owned(), (*n).into()))
+                    .collect();
+                let dtype = c.dtype().map(|d| d.name()).unwrap_or_default();
+                serde_json::json!({
+                    "name": c.name, "group": c.group, "kind": c.kind,
+                    "dtype": dtype, "shape": shape, "baseline": c.kind.baseline(),
+                })
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&list)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    if cli.dry_run {
+        let ptxas = ktune_build::ptxas::find();
+        let summary = plan::dry_run(
+            &selected,
+            cli.target,
+            cli.sample,
+            cli.seed,
+            ptxas.as_deref(),
+            &mut std::io::stdout().lock(),
+        )?;
+        return Ok(if summary.failures.is_empty() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        });
+    }
+
+    let mut gpu = match Gpu::open() {
+        Ok(gpu) => gpu,
+        Err(OpenError::NoGpu(why)) => {
+            eprintln!(
+                "ktune-bench: no GPU to benchmark on ({why}); `ktune-bench --dry-run` checks the cases without one"
+            );
+            return Ok(ExitCode::from(EXIT_NO_GPU));
+        }
+        Err(OpenError::Failed(e)) => return Err(e.context("opening the GPU")),
+    };
+    let out = cli
+        .out
+        .or_else(|| std::env::var_os("OUT").map(|dir| PathBuf::from(dir).join("bench.json")))
+        .unwrap_or_else(|| PathBuf::from("bench.json"));
+    let blas = match Blas::open(&gpu) {
+        Ok((blas, version)) => {
+            gpu.info.cublas_version = Some(version);
+            Ok(blas)
+        }
+        Err(e) => {
+            eprintln!("ktune-bench: {e:#}; the matmul cases run without their baseline");
+            Err(format!("{e:#}"))
+        }
+    };
+    let policy = Policy::new(cli.quick);
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let mut results = Results {
+        tool: "ktune-bench",
+        ktune_version: env!("CARGO_PKG_VERSION"),
+        generator_version: ktune_core::GENERATOR_VERSION,
+        date: iso_date(now),
+        gpu: gpu.info.clone(),
+        settings: policy.settings(cli.sample, cli.seed, cli.quick, cli.budget_s),
+        cases: Vec::new(),
+    };
+    eprintln!(
+        "ktune-bench: {} (compute capability {}, {} SMs, {} MB L2, CUDA {}), {} cases, budget {} s",
+        gpu.info.name,
+        gpu.info.compute_capability,
+        gpu.info.sm_count,
+        gpu.info.l2_bytes >> 20,
+        gpu.info.cuda_version,
+        selected.len(),
+        cli.budget_s
+    );
+
+    let start = Instant::now();
+    let budget = Duration::from_secs_f64(cli.budget_s.max(0.0));
+    let mut runner = Runner {
+        gpu: &mut gpu,
+        blas: blas.as_ref().map_err(Clone::clone),
+        policy,
+        sample: cli.sample,
+        seed: cli.seed,
+    };
+    for (i, case) in selected.iter().enumerate() {
+        let left = budget.saturating_sub(start.elapsed());
+        let share = left / u32::try_from(selected.len() - i).unwrap_or(u32::MAX);
+        let began = Instant::now();
+        let result = runner.run(case, began + share);
+        eprintln!(
+            "ktune-bench: {} in {:.1} s: {} sampled screened, {} errors",
+            case.name,
+            began.elapsed().as_secs_f64(),
+            result.sampled.screened.len(),
+            result.errors.len()
+        );
+        for error in &result.errors {
+            eprintln!("  {error}");
+        }
+        results.cases.push(result);
+        write(&out, &results)?;
+    }
+    println!("{}", report::markdown(&results));
+    eprintln!("ktune-bench: results in {}", out.display());
+    let clean = results.cases.iter().all(|c| c.errors.is_empty());
+    Ok(if clean {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// Writes the results so far (after every case, so that a run cut short
+/// still leaves its measurements).
+fn write(path: &Path, results: &Results) -> Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let text = serde_json::to_string_pretty(results)?;
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+}

@@ -1,0 +1,239 @@
+//! What runs for a case: the default (heuristic) schedule and a seeded
+//! sample of the rest of the space, each lowered to PTX text; and the
+//! dry run, which shows all of it and assembles it with ptxas where one is
+//! installed, without a GPU.
+
+use std::io::{self, Write};
+use std::path::Path;
+
+use ktune_build::ptxas;
+use ktune_core::ir::Kernel;
+use ktune_core::lower::{self, Launch, LowerError};
+use ktune_core::schedule::Schedule;
+use ktune_core::{SmVersion, ptx, space};
+use rand::SeedableRng;
+use rand::rngs::SmallRng;
+use rand::seq::SliceRandom;
+
+use crate::cases::{Case, ParseError};
+
+/// A schedule lowered for a target: the PTX module's text and how to
+/// launch its one entry.
+#[derive(Debug, Clone)]
+pub struct Variant {
+    pub schedule: Schedule,
+    pub ptx: String,
+    pub entry: String,
+    pub launch: Launch,
+}
+
+impl Variant {
+    pub fn lower(
+        kernel: &Kernel,
+        schedule: &Schedule,
+        target: SmVersion,
+    ) -> Result<Self, LowerError> {
+        let lowered = lower::lower(kernel, schedule, target)?;
+        Ok(Variant {
+            schedule: schedule.clone(),
+            ptx: ptx::print(&lowered.ptx, target),
+            entry: lowered.ptx.entry.clone(),
+            launch: lowered.launch,
+        })
+    }
+}
+
+/// A case's kernel at its benchmark shape and the schedules measured.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub case: &'static Case,
+    pub kernel: Kernel,
+    pub target: SmVersion,
+    /// What ktune uses when nothing has been measured.
+    pub default: Schedule,
+    /// How many points the kernel's space has on the target.
+    pub space_size: usize,
+    /// `sample` points of the space other than the default, drawn with the
+    /// seed and put in a seeded random order, the order they are screened
+    /// in: when the time budget cuts screening short, what was screened is
+    /// still a random subset, not the start of the space's order.
+    pub sample: Vec<Schedule>,
+}
+
+impl Plan {
+    pub fn new(
+        case: &'static Case,
+        target: SmVersion,
+        sample: usize,
+        seed: u64,
+    ) -> Result<Plan, ParseError> {
+        let kernel = case.kernel()?;
+        let default = lower::heuristic(&kernel, target);
+        let mut points = space::candidates(&kernel, target);
+        let space_size = points.len();
+        points.retain(|p| *p != default);
+        let mut sample = space::sample(&points, sample, seed);
+        sample.shuffle(&mut SmallRng::seed_from_u64(seed));
+        Ok(Plan {
+            case,
+            kernel,
+            target,
+            default,
+            space_size,
+            sample,
+        })
+    }
+}
+
+/// The SM version ktune generates for a device of compute capability
+/// `(major, minor)`: its own, else the newest older one ktune knows (PTX
+/// for an older target runs on newer GPUs).
+pub fn target_for(major: u32, minor: u32) -> Option<SmVersion> {
+    SmVersion::ALL
+        .into_iter()
+        .filter(|sm| sm.compute_capability() <= (major, minor))
+        .max()
+}
+
+/// What a dry run found.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct DryRun {
+    /// Schedules lowered (the default and the sample of every case).
+    pub lowered: usize,
+    /// Of those, how many ptxas assembled (0 without ptxas).
+    pub assembled: usize,
+    /// One line per schedule that did not lower or assemble.
+    pub failures: Vec<String>,
+}
+
+/// Lists every case with its shape, default schedule and sample, lowering
+/// each schedule and, with `ptxas`, assembling it; writes the listing to
+/// `out`.
+pub fn dry_run(
+    cases: &[&'static Case],
+    target: SmVersion,
+    sample: usize,
+    seed: u64,
+    ptxas: Option<&Path>,
+    out: &mut dyn Write,
+) -> io::Result<DryRun> {
+    let mut summary = DryRun::default();
+    match ptxas {
+        Some(path) => writeln!(out, "target {target}; assembling with {}", path.display())?,
+        None => writeln!(
+            out,
+            "target {target}; no ptxas found (set KTUNE_PTXAS or run `cargo xtask setup`): lowering only"
+        )?,
+    }
+    for case in cases {
+        let plan = match Plan::new(case, target, sample, seed) {
+            Ok(plan) => plan,
+            Err(e) => {
+                writeln!(out, "{}: {e}", case.name)?;
+                summary.failures.push(e.to_string());
+                continue;
+            }
+        };
+        let kernel = &plan.kernel;
+        writeln!(
+            out,
+            "\n{} [{}] {:?} {}: {} ({:.1} GFLOP, {:.1} MB compulsory), baseline {:?}",
+            case.name,
+            case.group,
+            case.kind,
+            kernel
+                .inputs
+                .first()
+                .map_or(kernel.output.dtype, |t| t.dtype),
+            case.shape_text(),
+            kernel.flops() as f64 / 1e9,
+            kernel.compulsory_bytes() as f64 / 1e6,
+            case.kind.baseline(),
+        )?;
+        writeln!(
+            out,
+            "  space: {} points; sample: {} (seed {seed})",
+            plan.space_size,
+            plan.sample.len()
+        )?;
+        let chosen = std::iter::once(("default", &plan.default))
+            .chain(plan.sample.iter().map(|s| ("sample", s)));
+        for (role, schedule) in chosen {
+            let line = check_schedule(kernel, schedule, target, ptxas, &mut summary);
+            writeln!(out, "  {role:7} {} {line}", schedule.to_json())?;
+        }
+    }
+    writeln!(
+        out,
+        "\ndry run: {} schedules lowered, {} assembled, {} failed",
+        summary.lowered,
+        summary.assembled,
+        summary.failures.len()
+    )?;
+    for failure in &summary.failures {
+        writeln!(out, "  FAILED {failure}")?;
+    }
+    Ok(summary)
+}
+
+/// Lowers and (with ptxas) assembles one schedule; returns the listing's
+/// note for it and records the outcome in `summary`.
+fn check_schedule(
+    kernel: &Kernel,
+    schedule: &Schedule,
+    target: SmVersion,
+    ptxas: Option<&Path>,
+    summary: &mut DryRun,
+) -> String {
+    let variant = match Variant::lower(kernel, schedule, target) {
+        Ok(v) => v,
+        Err(e) => {
+            summary.failures.push(e.to_string());
+            return format!("does not lower: {e}");
+        }
+    };
+    summary.lowered += 1;
+    let Launch {
+        grid,
+        block,
+        dynamic_shared_bytes,
+    } = variant.launch;
+    let launch = format!(
+        "grid {}×{}×{} block {}×{}×{} smem {dynamic_shared_bytes}",
+        grid[0], grid[1], grid[2], block[0], block[1], block[2]
+    );
+    let Some(ptxas) = ptxas else {
+        return launch;
+    };
+    match ptxas::assemble(ptxas, &variant.ptx, target) {
+        Ok(report) => {
+            summary.assembled += 1;
+            let spills = if report.spills() {
+                format!(", SPILLS {}/{} B", report.spill_stores, report.spill_loads)
+            } else {
+                String::new()
+            };
+            format!("{launch}; ptxas: {} registers{spills}", report.registers)
+        }
+        Err(e) => {
+            let first = e.to_string().lines().next().unwrap_or_default().to_owned();
+            summary
+                .failures
+                .push(format!("{} {}: {first}", kernel.name, schedule.to_json()));
+            format!("{launch}; ptxas FAILED: {first}")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_fall_back_to_the_newest_older_one() {
+        assert_eq!(target_for(9, 0), Some(SmVersion::Sm90));
+        assert_eq!(target_for(10, 0), Some(SmVersion::Sm90));
+        assert_eq!(target_for(8, 7), Some(SmVersion::Sm86));
+        assert_eq!(target_for(7, 5), None);
+    }
+}

@@ -1,0 +1,318 @@
+//! The results file (JSON) and the Markdown table of ratios.
+//!
+//! Ratios are speed ratios, `baseline time / ktune time`: above 1 ktune is
+//! faster. For the row kernels the baseline is a device-to-device copy of
+//! the input's bytes, so the ratio is also the fraction of the measured
+//! copy bandwidth the kernel reaches.
+
+use std::fmt::Write as _;
+
+use ktune_core::schedule::Schedule;
+use serde::Serialize;
+
+use crate::cases::{Baseline, Kind};
+use crate::check::Check;
+
+/// Everything one run measured.
+#[derive(Debug, Clone, Serialize)]
+pub struct Results {
+    pub tool: &'static str,
+    pub ktune_version: &'static str,
+    pub generator_version: u32,
+    /// UTC, ISO 8601.
+    pub date: String,
+    pub gpu: GpuInfo,
+    pub settings: Settings,
+    pub cases: Vec<CaseResult>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct GpuInfo {
+    pub name: String,
+    /// `major.minor`.
+    pub compute_capability: String,
+    /// The SM version ktune generated code for.
+    pub target: String,
+    pub sm_count: u32,
+    pub l2_bytes: u64,
+    pub memory_bytes: u64,
+    /// The kernel driver's version (`/proc/driver/nvidia/version`), when
+    /// readable.
+    pub driver_version: Option<String>,
+    /// The CUDA version the driver supports (`cuDriverGetVersion`).
+    pub cuda_version: String,
+    /// cuBLAS's version, when it was loaded.
+    pub cublas_version: Option<String>,
+}
+
+/// How the run was configured (the command line, resolved).
+#[derive(Debug, Clone, Serialize)]
+pub struct Settings {
+    pub sample: usize,
+    pub seed: u64,
+    pub quick: bool,
+    /// Seconds of wall-clock time the run aimed to stay within.
+    pub budget_s: f64,
+    /// Timed runs per full measurement: at least this many ...
+    pub min_reps: usize,
+    /// ... and at most this many, fewer past `time_cap_ms` of runs.
+    pub max_reps: usize,
+    pub time_cap_ms: f64,
+    /// Timed runs per sampled schedule when screening for the best.
+    pub screen_reps: usize,
+}
+
+/// One case's measurements.
+#[derive(Debug, Clone, Serialize)]
+pub struct CaseResult {
+    pub name: &'static str,
+    pub group: &'static str,
+    pub kind: Kind,
+    pub dtype: String,
+    pub shape: Vec<(&'static str, u32)>,
+    /// Floating-point operations of one run (see `ir::Kernel::flops`).
+    pub flops: u64,
+    /// Bytes one run must read and write at least.
+    pub bytes: u64,
+    /// Copies of the inputs the timed runs rotate through, so that the
+    /// inputs of consecutive runs together exceed twice the L2 cache.
+    pub input_copies: usize,
+    pub default: Option<Measured>,
+    /// The fastest correct schedule of the sample, re-measured in full.
+    pub best: Option<Measured>,
+    pub baseline_kind: Baseline,
+    pub baseline: Option<Measured>,
+    pub sampled: Sampled,
+    pub ratios: Ratios,
+    /// What went wrong (driver errors, a missing baseline); the case's other
+    /// numbers stand.
+    pub errors: Vec<String>,
+}
+
+/// One measured thing: a ktune schedule or a baseline.
+#[derive(Debug, Clone, Serialize)]
+pub struct Measured {
+    /// The schedule, for ktune kernels.
+    pub schedule: Option<Schedule>,
+    pub times: Times,
+    pub tflops: f64,
+    /// Compulsory bytes over time (for a copy: bytes read plus written).
+    pub gbps: f64,
+    pub check: Option<Check>,
+}
+
+/// Times of the timed runs, in milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Times {
+    pub median_ms: f64,
+    pub p10_ms: f64,
+    pub p90_ms: f64,
+    pub min_ms: f64,
+    pub max_ms: f64,
+    pub reps: usize,
+}
+
+impl Times {
+    /// Summarizes run times (nearest-rank percentiles); `None` when empty.
+    pub fn from_ms(ms: &[f32]) -> Option<Times> {
+        let mut sorted: Vec<f64> = ms.iter().map(|t| f64::from(*t)).collect();
+        sorted.sort_by(f64::total_cmp);
+        let n = sorted.len();
+        let at = |q: f64| sorted[((q * (n - 1) as f64).round() as usize).min(n - 1)];
+        let median = if n == 0 {
+            return None;
+        } else if n % 2 == 1 {
+            sorted[n / 2]
+        } else {
+            (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
+        };
+        Some(Times {
+            median_ms: median,
+            p10_ms: at(0.1),
+            p90_ms: at(0.9),
+            min_ms: sorted[0],
+            max_ms: sorted[n - 1],
+            reps: n,
+        })
+    }
+}
+
+/// What became of the sampled schedules.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Sampled {
+    /// Schedules in the sample.
+    pub planned: usize,
+    /// Screened: run, checked and timed briefly.
+    pub screened: Vec<Screened>,
+    /// Left unmeasured because the case's share of the time budget ran out.
+    pub skipped_for_budget: usize,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Screened {
+    pub schedule: Schedule,
+    /// Median of the screening runs; absent when it failed.
+    pub median_ms: Option<f64>,
+    /// Why it was excluded (wrong output, failed to load or launch).
+    pub excluded: Option<String>,
+}
+
+/// Speed ratios against the baseline (`baseline / ktune`, median times).
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Ratios {
+    pub default_vs_baseline: Option<f64>,
+    pub best_vs_baseline: Option<f64>,
+}
+
+impl Ratios {
+    pub fn new(
+        default: Option<&Measured>,
+        best: Option<&Measured>,
+        baseline: Option<&Measured>,
+    ) -> Ratios {
+        let ratio = |m: Option<&Measured>| {
+            let base = baseline?.times.median_ms;
+            Some(base / m?.times.median_ms)
+        };
+        Ratios {
+            default_vs_baseline: ratio(default),
+            best_vs_baseline: ratio(best),
+        }
+    }
+}
+
+/// The Markdown table printed at the end of a run.
+pub fn markdown(results: &Results) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "ktune-bench on {} (sm {}), {}; ratios are baseline time / ktune time (> 1: ktune faster)\n",
+        results.gpu.name, results.gpu.compute_capability, results.date
+    );
+    out.push_str("| case | dtype | shape | baseline | baseline ms | default ms | best ms | default/base | best/base | rate (best) | notes |\n");
+    out.push_str("|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for case in &results.cases {
+        let ms = |m: &Option<Measured>| {
+            m.as_ref()
+                .map_or("—".to_owned(), |m| format!("{:.3}", m.times.median_ms))
+        };
+        let ratio = |r: Option<f64>| r.map_or("—".to_owned(), |r| format!("{r:.2}"));
+        let rate = case
+            .best
+            .as_ref()
+            .or(case.default.as_ref())
+            .map_or("—".to_owned(), |m| match case.kind {
+                Kind::Softmax | Kind::LayerNorm => format!("{:.0} GB/s", m.gbps),
+                Kind::Matmul | Kind::MatmulBiasGelu => format!("{:.1} TFLOP/s", m.tflops),
+            });
+        let wrong = case
+            .sampled
+            .screened
+            .iter()
+            .filter(|s| s.excluded.is_some())
+            .count();
+        let mut notes = Vec::new();
+        if wrong > 0 {
+            notes.push(format!("{wrong} sampled excluded"));
+        }
+        if case.sampled.skipped_for_budget > 0 {
+            notes.push(format!(
+                "{} skipped (budget)",
+                case.sampled.skipped_for_budget
+            ));
+        }
+        if !case.errors.is_empty() {
+            notes.push(format!("{} errors", case.errors.len()));
+        }
+        let shape: Vec<String> = case.shape.iter().map(|(_, n)| n.to_string()).collect();
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            case.name,
+            case.dtype,
+            shape.join("×"),
+            baseline_name(case.baseline_kind),
+            ms(&case.baseline),
+            ms(&case.default),
+            ms(&case.best),
+            ratio(case.ratios.default_vs_baseline),
+            ratio(case.ratios.best_vs_baseline),
+            rate,
+            notes.join("; "),
+        );
+    }
+    out
+}
+
+/// `unix_secs` as an ISO 8601 UTC date and time (`2026-11-29T12:00:00Z`).
+pub fn iso_date(unix_secs: u64) -> String {
+    let days = (unix_secs / 86_400) as i64;
+    let secs = unix_secs % 86_400;
+    // Days to the proleptic Gregorian calendar (H. Hinnant's civil_from_days).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60
+    )
+}
+
+fn baseline_name(baseline: Baseline) -> &'static str {
+    match baseline {
+        Baseline::Cublas => "cuBLAS",
+        Baseline::CublasThenBiasGelu => "cuBLAS + bias-gelu",
+        Baseline::Copy => "copy",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_and_medians() {
+        let t = Times::from_ms(&[5.0, 1.0, 3.0, 2.0, 4.0]).expect("non-empty");
+        assert_eq!(
+            (t.median_ms, t.min_ms, t.max_ms, t.reps),
+            (3.0, 1.0, 5.0, 5)
+        );
+        assert_eq!((t.p10_ms, t.p90_ms), (1.0, 5.0));
+        let even = Times::from_ms(&[1.0, 2.0, 3.0, 10.0]).expect("non-empty");
+        assert_eq!(even.median_ms, 2.5);
+        assert_eq!(Times::from_ms(&[]), None);
+    }
+
+    #[test]
+    fn dates_are_iso_utc() {
+        assert_eq!(iso_date(0), "1970-01-01T00:00:00Z");
+        assert_eq!(iso_date(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(iso_date(1_798_543_845), "2026-12-29T11:30:45Z");
+    }
+
+    #[test]
+    fn ratios_are_baseline_over_ktune() {
+        let measured = |ms: f32| Measured {
+            schedule: None,
+            times: Times::from_ms(&[ms]).expect("one"),
+            tflops: 0.0,
+            gbps: 0.0,
+            check: None,
+        };
+        let r = Ratios::new(Some(&measured(4.0)), None, Some(&measured(2.0)));
+        assert_eq!(r.default_vs_baseline, Some(0.5));
+        assert_eq!(r.best_vs_baseline, None);
+        assert_eq!(
+            Ratios::new(Some(&measured(1.0)), None, None).default_vs_baseline,
+            None
+        );
+    }
+}

@@ -1,0 +1,410 @@
+//! One case on the GPU: inputs (rotated through enough copies to defeat
+//! the L2), the baseline, the default schedule, the sample screened within
+//! the case's share of the time budget, and the best of it re-measured.
+
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail, ensure};
+use cudarc::driver::CudaSlice;
+use ktune_bench::cases::{BIAS_GELU, Baseline, Case, Kind, parse};
+use ktune_bench::check::{Check, HostTensor, Reference, random_inputs};
+use ktune_bench::plan::{Plan, Variant};
+use ktune_bench::report::{CaseResult, Measured, Ratios, Sampled, Screened, Settings, Times};
+use ktune_core::ir::Kernel;
+use ktune_core::lower;
+use ktune_core::schedule::Schedule;
+
+use crate::blas::{Blas, Product};
+use crate::gpu::{Gpu, Loaded};
+
+/// How many timed runs a measurement takes.
+#[derive(Debug, Clone, Copy)]
+pub struct Policy {
+    pub min_reps: usize,
+    pub max_reps: usize,
+    /// Time the timed runs of one full measurement aim to fill.
+    pub cap_ms: f64,
+    /// Timed runs per sampled schedule while screening.
+    pub screen_reps: usize,
+}
+
+impl Policy {
+    pub fn new(quick: bool) -> Policy {
+        if quick {
+            Policy {
+                min_reps: 5,
+                max_reps: 20,
+                cap_ms: 50.0,
+                screen_reps: 1,
+            }
+        } else {
+            Policy {
+                min_reps: 20,
+                max_reps: 200,
+                cap_ms: 400.0,
+                screen_reps: 3,
+            }
+        }
+    }
+
+    /// Timed runs for a kernel that took `probe_ms` in warm-up: enough to
+    /// fill the cap, at least `min_reps` unless that would take more than
+    /// twice the cap (then at least 3), at most `max_reps`.
+    pub fn reps(&self, probe_ms: f64) -> usize {
+        let probe = probe_ms.max(1e-4);
+        let fill = (self.cap_ms / probe) as usize;
+        let ceiling = ((2.0 * self.cap_ms / probe) as usize).max(3);
+        fill.clamp(self.min_reps, self.max_reps).min(ceiling)
+    }
+
+    pub fn settings(&self, sample: usize, seed: u64, quick: bool, budget_s: f64) -> Settings {
+        Settings {
+            sample,
+            seed,
+            quick,
+            budget_s,
+            min_reps: self.min_reps,
+            max_reps: self.max_reps,
+            time_cap_ms: self.cap_ms,
+            screen_reps: self.screen_reps,
+        }
+    }
+}
+
+/// What is timed: a ktune kernel or a baseline.
+#[derive(Clone, Copy)]
+enum Subject<'a> {
+    Ktune(&'a Loaded),
+    Cublas(&'a Blas, Product),
+    CublasThenBiasGelu(&'a Blas, Product, &'a Loaded),
+    Copy,
+}
+
+/// A case's device buffers: `sets` copies of the inputs, the output and,
+/// for the unfused baseline, the intermediate product.
+struct Buffers {
+    sets: Vec<Vec<CudaSlice<u8>>>,
+    output: CudaSlice<u8>,
+    intermediate: Option<CudaSlice<u8>>,
+}
+
+impl Subject<'_> {
+    /// Queues one run on input set `set`.
+    fn launch(&self, gpu: &Gpu, bufs: &mut Buffers, set: usize) -> Result<()> {
+        let inputs = &bufs.sets[set % bufs.sets.len()];
+        let output = &mut bufs.output;
+        match *self {
+            Subject::Ktune(kernel) => {
+                let inputs: Vec<&CudaSlice<u8>> = inputs.iter().collect();
+                kernel.launch(&gpu.stream, &inputs, output)
+            }
+            Subject::Cublas(blas, product) => blas.gemm(product, &inputs[0], &inputs[1], output),
+            Subject::CublasThenBiasGelu(blas, product, bias_gelu) => {
+                let h = bufs
+                    .intermediate
+                    .as_mut()
+                    .context("no buffer for the product")?;
+                blas.gemm(product, &inputs[0], &inputs[1], h)?;
+                bias_gelu.launch(&gpu.stream, &[&*h, &inputs[2]], output)
+            }
+            Subject::Copy => {
+                ensure!(
+                    output.len() >= inputs[0].len(),
+                    "the output is smaller than the copied input"
+                );
+                gpu.stream.memcpy_dtod(&inputs[0], output)?;
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Runs cases on one GPU.
+pub struct Runner<'g> {
+    pub gpu: &'g mut Gpu,
+    pub blas: Result<&'g Blas, String>,
+    pub policy: Policy,
+    pub sample: usize,
+    pub seed: u64,
+}
+
+impl Runner<'_> {
+    /// Measures `case`, screening sampled schedules only until `deadline`.
+    /// Failures are recorded in the result, never returned.
+    pub fn run(&mut self, case: &'static Case, deadline: Instant) -> CaseResult {
+        let mut result = CaseResult {
+            name: case.name,
+            group: case.group,
+            kind: case.kind,
+            dtype: String::new(),
+            shape: case.shape.to_vec(),
+            flops: 0,
+            bytes: 0,
+            input_copies: 0,
+            default: None,
+            best: None,
+            baseline_kind: case.kind.baseline(),
+            baseline: None,
+            sampled: Sampled::default(),
+            ratios: Ratios::default(),
+            errors: Vec::new(),
+        };
+        if let Err(e) = self.fill(case, deadline, &mut result) {
+            result.errors.push(format!("{e:#}"));
+        }
+        result.ratios = Ratios::new(
+            result.default.as_ref(),
+            result.best.as_ref(),
+            result.baseline.as_ref(),
+        );
+        result
+    }
+
+    fn fill(
+        &mut self,
+        case: &'static Case,
+        deadline: Instant,
+        result: &mut CaseResult,
+    ) -> Result<()> {
+        let plan = Plan::new(case, self.gpu.target, self.sample, self.seed)?;
+        let kernel = &plan.kernel;
+        result.dtype = case.dtype()?.name().to_owned();
+        result.flops = kernel.flops();
+        result.bytes = kernel.compulsory_bytes();
+
+        let host = random_inputs(kernel, self.seed);
+        let points = match case.kind {
+            Kind::Matmul | Kind::MatmulBiasGelu => 64,
+            Kind::Softmax | Kind::LayerNorm => 8,
+        };
+        let reference =
+            Reference::sample(kernel, case.kind.sampled_dims(), &host, points, self.seed)?;
+        let input_bytes: usize = host.iter().map(HostTensor::byte_len).sum();
+        let l2 = usize::try_from(self.gpu.info.l2_bytes).unwrap_or(0);
+        let copies = (2 * l2).div_ceil(input_bytes.max(1)).max(2);
+        result.input_copies = copies;
+        let first = host
+            .iter()
+            .map(|t| self.gpu.upload(&t.bytes()))
+            .collect::<Result<Vec<_>>>()?;
+        drop(host);
+        let mut sets = Vec::with_capacity(copies);
+        for _ in 1..copies {
+            sets.push(
+                first
+                    .iter()
+                    .map(|b| self.gpu.copy(b))
+                    .collect::<Result<Vec<_>>>()?,
+            );
+        }
+        sets.push(first);
+        let out_dtype = kernel.output.dtype;
+        let out_len = kernel.len_of(&kernel.output) as usize;
+        let mut bufs = Buffers {
+            sets,
+            output: self.gpu.alloc_poisoned(out_dtype, out_len)?,
+            intermediate: None,
+        };
+
+        match self.baseline(case, kernel, &mut bufs, &reference) {
+            Ok(measured) => result.baseline = Some(measured),
+            Err(e) => result.errors.push(format!("baseline: {e:#}")),
+        }
+        match self.ktune(kernel, &plan.default, &mut bufs, &reference) {
+            Ok(measured) => result.default = Some(measured),
+            Err(e) => result.errors.push(format!("default schedule: {e:#}")),
+        }
+
+        result.sampled.planned = plan.sample.len();
+        let mut best: Option<(f64, Loaded, Check, &Schedule)> = None;
+        for (i, schedule) in plan.sample.iter().enumerate() {
+            if Instant::now() >= deadline {
+                result.sampled.skipped_for_budget = plan.sample.len() - i;
+                break;
+            }
+            let screened = self.screen(kernel, schedule, &mut bufs, &reference);
+            let (median_ms, excluded) = match screened {
+                Ok((median, loaded, check)) => {
+                    if best.as_ref().is_none_or(|b| median < b.0) {
+                        best = Some((median, loaded, check, schedule));
+                    }
+                    (Some(median), None)
+                }
+                Err(e) => (None, Some(format!("{e:#}"))),
+            };
+            result.sampled.screened.push(Screened {
+                schedule: schedule.clone(),
+                median_ms,
+                excluded,
+            });
+        }
+        if let Some((_, loaded, check, schedule)) = best {
+            let times = self.measure(Subject::Ktune(&loaded), &mut bufs)?;
+            result.best = Some(measured(kernel, Some(schedule.clone()), times, Some(check)));
+        }
+        Ok(())
+    }
+
+    /// The baseline's measurement, its output checked where it computes the
+    /// kernel's result.
+    fn baseline(
+        &mut self,
+        case: &Case,
+        kernel: &Kernel,
+        bufs: &mut Buffers,
+        reference: &Reference,
+    ) -> Result<Measured> {
+        let blas = self.blas.clone();
+        let blas = || blas.map_err(anyhow::Error::msg);
+        match case.kind.baseline() {
+            Baseline::Copy => {
+                let times = self.measure(Subject::Copy, bufs)?;
+                let bytes = 2 * bufs.sets[0][0].len() as u64;
+                let median = times.median_ms;
+                let mut m = measured(kernel, None, times, None);
+                m.gbps = bytes as f64 / (median * 1e6);
+                Ok(m)
+            }
+            Baseline::Cublas => {
+                let subject = Subject::Cublas(blas()?, product(kernel)?);
+                let check = self.check(subject, bufs, reference)?;
+                let times = self.measure(subject, bufs)?;
+                Ok(measured(kernel, None, times, Some(check)))
+            }
+            Baseline::CublasThenBiasGelu => {
+                let p = product(kernel)?;
+                let shape = [("M", p.m as u32), ("N", p.n as u32)];
+                let epilogue = parse(BIAS_GELU, &shape).map_err(anyhow::Error::msg)?;
+                let schedule = lower::heuristic(&epilogue, self.gpu.target);
+                let variant = Variant::lower(&epilogue, &schedule, self.gpu.target)?;
+                let loaded = self.gpu.load(&epilogue, &variant)?;
+                bufs.intermediate = Some(self.gpu.alloc_poisoned(p.dtype, p.batch * p.m * p.n)?);
+                let subject = Subject::CublasThenBiasGelu(blas()?, p, &loaded);
+                let check = self.check(subject, bufs, reference)?;
+                let times = self.measure(subject, bufs)?;
+                bufs.intermediate = None;
+                Ok(measured(kernel, Some(schedule), times, Some(check)))
+            }
+        }
+    }
+
+    /// Lowers, loads, checks and fully measures one schedule.
+    fn ktune(
+        &mut self,
+        kernel: &Kernel,
+        schedule: &Schedule,
+        bufs: &mut Buffers,
+        reference: &Reference,
+    ) -> Result<Measured> {
+        let variant = Variant::lower(kernel, schedule, self.gpu.target)?;
+        let loaded = self.gpu.load(kernel, &variant)?;
+        let check = self.check(Subject::Ktune(&loaded), bufs, reference)?;
+        let times = self.measure(Subject::Ktune(&loaded), bufs)?;
+        Ok(measured(kernel, Some(schedule.clone()), times, Some(check)))
+    }
+
+    /// Lowers, loads and checks one sampled schedule and times it briefly.
+    fn screen(
+        &mut self,
+        kernel: &Kernel,
+        schedule: &Schedule,
+        bufs: &mut Buffers,
+        reference: &Reference,
+    ) -> Result<(f64, Loaded, Check)> {
+        let variant = Variant::lower(kernel, schedule, self.gpu.target)?;
+        let loaded = self.gpu.load(kernel, &variant)?;
+        let check = self.check(Subject::Ktune(&loaded), bufs, reference)?;
+        let subject = Subject::Ktune(&loaded);
+        let ms = self.gpu.time(1, self.policy.screen_reps, |gpu, i| {
+            subject.launch(gpu, bufs, i)
+        })?;
+        let times = Times::from_ms(&ms).context("no screening runs")?;
+        Ok((times.median_ms, loaded, check))
+    }
+
+    /// Runs `subject` once on a poisoned output and checks the result; a
+    /// wrong output is an error.
+    fn check(
+        &mut self,
+        subject: Subject<'_>,
+        bufs: &mut Buffers,
+        reference: &Reference,
+    ) -> Result<Check> {
+        self.gpu.poison(&mut bufs.output, reference.dtype)?;
+        subject.launch(self.gpu, bufs, 0)?;
+        let output = self
+            .gpu
+            .download(&bufs.output)
+            .context("running the checked launch")?;
+        let check = reference.check(&output);
+        if let Some(failure) = check.failure() {
+            bail!("wrong output: {failure}");
+        }
+        Ok(check)
+    }
+
+    /// Warm-up, then timed runs as the policy says, rotating input sets.
+    fn measure(&mut self, subject: Subject<'_>, bufs: &mut Buffers) -> Result<Times> {
+        let warm = self.gpu.time(0, 2, |gpu, i| subject.launch(gpu, bufs, i))?;
+        let probe = warm.iter().copied().fold(f32::INFINITY, f32::min);
+        let reps = self.policy.reps(f64::from(probe));
+        let ms = self
+            .gpu
+            .time(2, reps, |gpu, i| subject.launch(gpu, bufs, i))?;
+        Times::from_ms(&ms).context("no timed runs")
+    }
+}
+
+fn measured(
+    kernel: &Kernel,
+    schedule: Option<Schedule>,
+    times: Times,
+    check: Option<Check>,
+) -> Measured {
+    let ms = times.median_ms;
+    Measured {
+        schedule,
+        times,
+        tflops: kernel.flops() as f64 / (ms * 1e9),
+        gbps: kernel.compulsory_bytes() as f64 / (ms * 1e6),
+        check,
+    }
+}
+
+/// The kernel as a row-major product, for cuBLAS.
+fn product(kernel: &Kernel) -> Result<Product> {
+    let size = |name: &str| {
+        kernel
+            .dims
+            .iter()
+            .find(|d| d.name == name)
+            .map(|d| d.size as usize)
+    };
+    let dim =
+        |name: &str| size(name).with_context(|| format!("the kernel has no dimension {name}"));
+    Ok(Product {
+        batch: size("B").unwrap_or(1),
+        m: dim("M")?,
+        n: dim("N")?,
+        k: dim("K")?,
+        dtype: kernel.inputs.first().context("no inputs")?.dtype,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repeats_fill_the_cap_within_their_bounds() {
+        let policy = Policy::new(false);
+        assert_eq!(policy.reps(0.001), policy.max_reps);
+        assert_eq!(policy.reps(4.0), 100);
+        assert_eq!(policy.reps(30.0), policy.min_reps);
+        // 20 runs of 100 ms would take 5 times the cap: as many as fit in twice it.
+        assert_eq!(policy.reps(100.0), 8);
+        assert_eq!(policy.reps(10_000.0), 3);
+        let quick = Policy::new(true);
+        assert!((quick.min_reps..=quick.max_reps).contains(&quick.reps(1.0)));
+    }
+}

@@ -1,0 +1,75 @@
+//! The binary's command line: the dry run, the case list, and the
+//! distinct exit status without a GPU.
+
+use std::process::Command;
+
+fn bench() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_ktune-bench"))
+}
+
+#[test]
+fn without_a_gpu_it_says_so_and_exits_with_3() {
+    // An empty CUDA_VISIBLE_DEVICES hides every GPU, so this holds on GPU
+    // machines too: the driver, if present, reports no device.
+    let output = bench()
+        .env("CUDA_VISIBLE_DEVICES", "")
+        .args(["--cases", "decode_m1", "--quick"])
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("no GPU"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn dry_run_lists_the_default_and_the_sample() {
+    let output = bench()
+        .args([
+            "--dry-run",
+            "--cases",
+            "decode_m1,softmax_8192x4096",
+            "--sample",
+            "2",
+        ])
+        .output()
+        .expect("runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        stdout.contains("decode_m1") && stdout.contains("softmax_8192x4096"),
+        "{stdout}"
+    );
+    assert_eq!(stdout.matches("  default ").count(), 2, "{stdout}");
+    assert_eq!(stdout.matches("  sample ").count(), 4, "{stdout}");
+    assert!(stdout.contains("dry run: 6 schedules lowered"), "{stdout}");
+}
+
+#[test]
+fn list_prints_every_case_as_json() {
+    let output = bench().arg("--list").output().expect("runs");
+    assert!(output.status.success());
+    let list: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    let cases = list.as_array().expect("an array");
+    assert_eq!(cases.len(), ktune_bench::cases::CASES.len());
+    let sgemm = &cases[0];
+    assert_eq!(sgemm["name"], "sgemm_4096");
+    assert_eq!(sgemm["kind"], "matmul");
+    assert_eq!(sgemm["dtype"], "f32");
+    assert_eq!(sgemm["shape"]["K"], 4096);
+}
+
+#[test]
+fn unknown_cases_are_an_error_naming_the_known_ones() {
+    let output = bench()
+        .args(["--dry-run", "--cases", "nope"])
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("sgemm_4096"), "{stderr}");
+}
