@@ -319,10 +319,13 @@ fn untuned_warning(untuned: &[String]) -> Option<String> {
     if untuned.len() > SHOWN {
         names.push_str(&format!(" and {} more", untuned.len() - SHOWN));
     }
+    let count = match untuned.len() {
+        1 => "1 kernel uses".to_owned(),
+        n => format!("{n} kernels use"),
+    };
     Some(format!(
-        "ktune: no GPU to tune on: {} kernels use heuristic schedules ({names}); \
-         build where a GPU is, or set KTUNE_DEVICE=vgpu to run the search on the virtual GPU",
-        untuned.len()
+        "ktune: no GPU to tune on: {count} heuristic schedules ({names}); \
+         build where a GPU is, or set KTUNE_DEVICE=vgpu to run the search on the virtual GPU"
     ))
 }
 

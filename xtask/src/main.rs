@@ -1,15 +1,17 @@
 //! Project tasks, run as `cargo xtask <task>`:
 //!
 //! - `test`: installs what the tests need (ptxas, from the
-//!   `nvidia-cuda-nvcc-cu12` Python wheel, into `.venv/`), checks formatting
-//!   and lints, runs every test of the workspace, and shows the virtual-GPU
-//!   verification suite's summary.
+//!   `nvidia-cuda-nvcc-cu12` Python wheel, and nvdisasm, from
+//!   `nvidia-cuda-nvdisasm`, into `.venv/`; cmake and libclang-dev for
+//!   XGBoost), checks formatting and lints, runs every test of the
+//!   workspace, those of the search layer's XGBoost cost model, and shows
+//!   the virtual-GPU verification suite's summary.
 //! - `setup`: only the installation step.
 //! - `gpu-bundle`: builds (here, where Rust is) everything a GPU machine
 //!   without a Rust toolchain needs to check ktune on its GPU: the demo, the
-//!   GPU tests of the runtime, and `run.sh`, which runs them and writes what
-//!   they print, with the GPU, driver and date, into `$OUT` (default
-//!   `gpu-bundle/results`). Carry `gpu-bundle/` to the machine and run
+//!   GPU tests of the runtime, the benchmark (`bench/gpu/`), and `run.sh`,
+//!   which runs them and writes what they print, with the GPU, driver and
+//!   date, into `$OUT` (default `gpu-bundle/results`). Carry `gpu-bundle/` to the machine and run
 //!   `bash gpu-bundle/run.sh` there.
 
 use std::path::{Path, PathBuf};
@@ -18,6 +20,9 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 
 const NVCC_WHEEL: &str = "nvidia-cuda-nvcc-cu12";
+/// No `-cu12` build of nvdisasm is published; release 13's disassembles
+/// ptxas 12's sm_80 to sm_90 cubins.
+const NVDISASM_WHEEL: &str = "nvidia-cuda-nvdisasm==13.*";
 
 fn main() -> Result<()> {
     let root = workspace_root();
@@ -26,6 +31,8 @@ fn main() -> Result<()> {
         Some("setup") => {
             let ptxas = ensure_ptxas(&root)?;
             eprintln!("xtask: ptxas at {}", ptxas.display());
+            let nvdisasm = ensure_nvdisasm(&root)?;
+            eprintln!("xtask: nvdisasm at {}", nvdisasm.display());
             Ok(())
         }
         Some("test") => test(&root),
@@ -43,6 +50,8 @@ fn workspace_root() -> PathBuf {
 
 fn test(root: &Path) -> Result<()> {
     let ptxas = ensure_ptxas(root)?;
+    ensure_nvdisasm(root)?;
+    ensure_xgboost_build_tools()?;
     run(root, "cargo", &["fmt", "--all", "--check"], None)?;
     run(
         root,
@@ -67,6 +76,13 @@ fn test(root: &Path) -> Result<()> {
         eprintln!("xtask: no NVIDIA GPU: GPU tests are reported as ignored");
     }
     run(root, "cargo", &args, Some(&ptxas))?;
+    // The search layer's XGBoost cost model (XGBoost built from source).
+    run(
+        root,
+        "cargo",
+        &["test", "-p", "ktune-search", "--features", "xgboost"],
+        None,
+    )?;
     // Once more with its output shown: the suite's summary line belongs in
     // the log.
     run(
@@ -126,6 +142,21 @@ KTUNE_BACKEND=vgpu "$here/demo" 2>&1 | tee "$out/demo-vgpu.txt" || status=1
 for test in "$here"/tests/*; do
     "$test" --include-ignored 2>&1 | tee -a "$out/tests.txt" || status=1
 done
+# The benchmark (bench/gpu/README.md): at most 270 s, then torch at most
+# 140 s. cudarc loads cuBLAS as libcublas.so: link it from the Python
+# environment's nvidia-* wheels, whose folders also go on LD_LIBRARY_PATH.
+libs=$(mktemp -d)
+for site in $(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null); do
+    for lib in $(find "$site/nvidia" -name 'libcublas.so*' 2>/dev/null | sort -V); do
+        ln -sf "$lib" "$libs/libcublas.so"
+        LD_LIBRARY_PATH="$(dirname "$lib")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    done
+done
+export LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+timeout 270 "$here/ktune-bench" --budget-s 200 --out "$out/bench.json" 2>&1 | tee "$out/bench.txt" || status=1
+"$here/ktune-bench" --list > "$libs/cases.json"
+timeout 140 python3 "$here/torch_baseline.py" --cases-json "$libs/cases.json" --bench "$out/bench.json" \
+    --budget-s 100 --out "$out/torch.json" 2>&1 | tee -a "$out/bench.txt" || status=1
 echo "gpu-bundle: exit $status" | tee -a "$out/tests.txt"
 exit $status
 "#;
@@ -142,6 +173,19 @@ fn gpu_bundle(root: &Path) -> Result<()> {
     run(root, "cargo", &["build", "--release", "-p", "demo"], None)?;
     std::fs::copy(root.join("target/release/demo"), bundle.join("demo"))
         .context("cannot copy the demo")?;
+    run(
+        root,
+        "cargo",
+        &["build", "--release", "-p", "ktune-bench"],
+        None,
+    )?;
+    for (from, to) in [
+        ("target/release/ktune-bench", "ktune-bench"),
+        ("bench/gpu/torch_baseline.py", "torch_baseline.py"),
+    ] {
+        std::fs::copy(root.join(from), bundle.join(to))
+            .with_context(|| format!("cannot copy {from}"))?;
+    }
     eprintln!("xtask: cargo test --release -p ktune --no-run");
     let output = Command::new("cargo")
         .args([
@@ -205,6 +249,76 @@ fn ensure_ptxas(root: &Path) -> Result<PathBuf> {
     .with_context(|| format!("cannot install {NVCC_WHEEL}"))?;
     find_ptxas(&venv)
         .with_context(|| format!("{NVCC_WHEEL} installed, but its ptxas was not found"))
+}
+
+/// Installs nvdisasm into `.venv/` unless it is there, and returns its path.
+fn ensure_nvdisasm(root: &Path) -> Result<PathBuf> {
+    let venv = root.join(".venv");
+    if let Some(found) = find_nvdisasm(&venv) {
+        return Ok(found);
+    }
+    run(
+        root,
+        ".venv/bin/python",
+        &["-m", "pip", "install", "--quiet", NVDISASM_WHEEL],
+        None,
+    )
+    .with_context(|| format!("cannot install {NVDISASM_WHEEL}"))?;
+    find_nvdisasm(&venv)
+        .with_context(|| format!("{NVDISASM_WHEEL} installed, but its nvdisasm was not found"))
+}
+
+/// `<venv>/lib/python3*/site-packages/nvidia/*/bin/nvdisasm`: the folder
+/// under `nvidia/` depends on the wheel's release.
+fn find_nvdisasm(venv: &Path) -> Option<PathBuf> {
+    let lib = std::fs::read_dir(venv.join("lib")).ok()?;
+    lib.flatten()
+        .filter_map(|python| std::fs::read_dir(python.path().join("site-packages/nvidia")).ok())
+        .flat_map(|dirs| dirs.flatten())
+        .map(|component| component.path().join("bin/nvdisasm"))
+        .find(|p| p.is_file())
+}
+
+/// Makes sure cmake and libclang-dev (XGBoost's build needs them) are
+/// installed: with apt-get when missing and running as root, else an error
+/// that says what to install.
+fn ensure_xgboost_build_tools() -> Result<()> {
+    let installed = |package: &str| {
+        Command::new("dpkg-query")
+            .args(["-W", "-f", "${Status}", package])
+            .output()
+            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("install ok installed"))
+    };
+    let cmake = Command::new("cmake")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if cmake && installed("libclang-dev") {
+        return Ok(());
+    }
+    let root_user = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
+    if !root_user {
+        bail!(
+            "building XGBoost needs cmake and libclang-dev: install them (apt-get install -y cmake libclang-dev)"
+        );
+    }
+    eprintln!("xtask: installing cmake and libclang-dev for XGBoost");
+    for args in [
+        &["update"][..],
+        &["install", "-y", "cmake", "libclang-dev"][..],
+    ] {
+        let status = Command::new("apt-get")
+            .args(args)
+            .status()
+            .context("cannot run apt-get")?;
+        if !status.success() {
+            bail!("apt-get {} failed ({status})", args.join(" "));
+        }
+    }
+    Ok(())
 }
 
 fn find_ptxas(venv: &Path) -> Option<PathBuf> {
