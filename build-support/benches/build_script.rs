@@ -38,6 +38,7 @@ fn config(dir: &Path, out: &Path) -> Config {
         .manifest_dir(dir)
         .out_dir(out)
         .cargo_instructions(false)
+        .search(false)
         .user_cache(false)
 }
 

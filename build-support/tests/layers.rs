@@ -169,6 +169,7 @@ fn unusable_records_are_reported_or_ignored_never_embedded() {
         .out_dir(dir.path().join("out"))
         .user_cache(false)
         .cargo_instructions(false)
+        .search(false)
         .build()
         .expect("the build succeeds");
     let (_, variants) = &report.kernels[0];

@@ -56,6 +56,7 @@ fn assemble_crate(manifest_dir: &Path, expected_kernels: usize) {
         .manifest_dir(manifest_dir)
         .out_dir(out.path())
         .cargo_instructions(false)
+        .search(false)
         .target(SmVersion::Sm90)
         .build()
         .unwrap_or_else(|e| panic!("the build helper failed on {}: {e}", manifest_dir.display()));
