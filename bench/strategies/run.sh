@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Strategy benchmark: Kernel Tuner's search strategies and ktune's on the
+# recorded tuning spaces, same spaces, budget and seeds; writes
+# bench/results/strategies/{kernel_tuner,ktune}.jsonl and prints the table.
+#
+# Settings (environment):
+#   SEEDS=50 BUDGET=1000 JOBS=<cores>   runs per strategy, evaluations per run, Kernel Tuner worker processes
+#   SPACES_DIR=<repo>/../shared/data/tuning-spaces
+#   KT_STRATEGIES="random_sample ..."   Kernel Tuner strategies (default: all eight, cheapest first)
+#   KTUNE_STRATEGIES="random coordinate_descent evolutionary"
+#   PARTS="kernel_tuner ktune table"    which steps to run (the Kernel Tuner side takes hours)
+#   RESULTS_DIR=<repo>/bench/results/strategies
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+root=$(cd "$here/../.." && pwd)
+spaces_dir=$(cd "${SPACES_DIR:-$root/../shared/data/tuning-spaces}" && pwd)
+seeds=${SEEDS:-50}
+budget=${BUDGET:-1000}
+jobs=${JOBS:-$(nproc)}
+ktune_strategies=${KTUNE_STRATEGIES:-random coordinate_descent evolutionary}
+parts=" ${PARTS:-kernel_tuner ktune table} "
+out=${RESULTS_DIR:-$root/bench/results/strategies}
+venv="$here/.venv"
+mkdir -p "$out"
+
+has_part() { [[ "$parts" == *" $1 "* ]]; }
+
+if has_part kernel_tuner || has_part table; then
+    [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$here/requirements.txt"
+fi
+
+if has_part kernel_tuner; then
+    kt_args=()
+    if [ -n "${KT_STRATEGIES:-}" ]; then
+        read -r -a kt_list <<< "$KT_STRATEGIES"
+        kt_args=(--strategies "${kt_list[@]}")
+    fi
+    echo "Kernel Tuner: $seeds seeds, budget $budget, $jobs jobs" >&2
+    "$venv/bin/python" "$here/kernel_tuner_baseline.py" --spaces-dir "$spaces_dir" --seeds "$seeds" \
+        --budget "$budget" --jobs "$jobs" "${kt_args[@]}" --out "$out/kernel_tuner.jsonl"
+fi
+
+if has_part ktune; then
+    ktune=(cargo run --quiet --release --manifest-path "$root/Cargo.toml" -p cargo-ktune --features xgboost -- ktune replay)
+    if ! "${ktune[@]}" --help > /dev/null; then
+        echo "error: \`cargo ktune replay\` is not available in this checkout (see the cargo output above);" \
+             "it is needed for ktune's side of the benchmark" >&2
+        exit 1
+    fi
+    tmp="$out/ktune.jsonl.partial"
+    : > "$tmp"
+    # Run from the spaces folder so that each line names its space relative to it, as Kernel Tuner's lines do.
+    (
+        cd "$spaces_dir"
+        for space in */*.json.gz; do
+            for strategy in $ktune_strategies; do
+                echo "ktune: $space $strategy" >&2
+                "${ktune[@]}" --space "$space" --strategy "$strategy" --seeds "$seeds" --budget "$budget" --json >> "$tmp"
+            done
+        done
+    )
+    mv "$tmp" "$out/ktune.jsonl"
+fi
+
+if has_part table; then
+    tables=()
+    for f in "$out/ktune.jsonl" "$out/kernel_tuner.jsonl"; do
+        [ -f "$f" ] && tables+=("$f")
+    done
+    if [ ${#tables[@]} -eq 0 ]; then
+        echo "error: no results in $out to tabulate" >&2
+        exit 1
+    fi
+    "$venv/bin/python" "$here/table.py" "${tables[@]}"
+fi
