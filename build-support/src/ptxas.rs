@@ -7,7 +7,6 @@
 //! present. `cargo xtask test` installs it from the `nvidia-cuda-nvcc-cu12`
 //! Python wheel into the workspace's `.venv`.
 
-use std::ffi::OsString;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -29,7 +28,18 @@ const WHEEL_BIN: &str = "nvidia/cuda_nvcc/bin";
 /// Build scripts calling this should print
 /// `cargo:rerun-if-env-changed=KTUNE_PTXAS`.
 pub fn find() -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os(PTXAS_ENV).filter(|p| !p.is_empty()) {
+    find_tool(PTXAS_ENV, "ptxas", in_venv)
+}
+
+/// Finds the tool `name`: `$env` if set; else one that `in_venv` finds in a
+/// `.venv` in the current directory, the crate being built
+/// (`$CARGO_MANIFEST_DIR`) or any directory above them; else on `PATH`.
+pub(crate) fn find_tool(
+    env: &str,
+    name: &str,
+    in_venv: impl Fn(&Path) -> Option<PathBuf>,
+) -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os(env).filter(|p| !p.is_empty()) {
         return Some(PathBuf::from(path));
     }
     let starts = [
@@ -43,7 +53,10 @@ pub fn find() -> Option<PathBuf> {
             }
         }
     }
-    on_path(std::env::var_os("PATH")?)
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(executable(name)))
+        .find(|tool| tool.is_file())
 }
 
 /// `<venv>/lib/python3*/site-packages/nvidia/cuda_nvcc/bin/ptxas`, newest
@@ -68,13 +81,8 @@ fn in_venv(venv: &Path) -> Option<PathBuf> {
         .find(|ptxas| ptxas.is_file())
 }
 
-fn on_path(path: OsString) -> Option<PathBuf> {
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(executable("ptxas")))
-        .find(|ptxas| ptxas.is_file())
-}
-
-fn executable(name: &str) -> String {
+/// `name` with the platform's executable suffix.
+pub(crate) fn executable(name: &str) -> String {
     format!("{name}{}", std::env::consts::EXE_SUFFIX)
 }
 

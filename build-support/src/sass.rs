@@ -13,7 +13,6 @@
 //! workspace's `.venv`, where [`find_nvdisasm`] looks for it.
 
 use std::collections::BTreeMap;
-use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -55,21 +54,7 @@ impl Tools {
 /// the crate being built (`$CARGO_MANIFEST_DIR`) or any directory above
 /// them; else `nvdisasm` on `PATH`.
 pub fn find_nvdisasm() -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os(NVDISASM_ENV).filter(|p| !p.is_empty()) {
-        return Some(PathBuf::from(path));
-    }
-    let starts = [
-        std::env::current_dir().ok(),
-        std::env::var_os("CARGO_MANIFEST_DIR").map(PathBuf::from),
-    ];
-    for start in starts.iter().flatten() {
-        for dir in start.ancestors() {
-            if let Some(found) = in_venv(&dir.join(".venv")) {
-                return Some(found);
-            }
-        }
-    }
-    on_path(std::env::var_os("PATH")?)
+    ptxas::find_tool(NVDISASM_ENV, "nvdisasm", in_venv)
 }
 
 /// `<venv>/lib/python3*/site-packages/nvidia/*/bin/nvdisasm`: the wheel's
@@ -83,7 +68,7 @@ fn in_venv(venv: &Path) -> Option<PathBuf> {
                 .is_some_and(|n| n.to_string_lossy().starts_with("python3"))
         })
         .flat_map(|python| subfolders(&python.join("site-packages/nvidia")).collect::<Vec<_>>())
-        .map(|package| package.join("bin").join(executable()))
+        .map(|package| package.join("bin").join(ptxas::executable("nvdisasm")))
         .filter(|nvdisasm| nvdisasm.is_file())
         .collect();
     candidates.sort();
@@ -97,16 +82,6 @@ fn subfolders(dir: &Path) -> impl Iterator<Item = PathBuf> {
         .filter_map(|entry| entry.ok())
         .map(|entry| entry.path())
         .filter(|path| path.is_dir())
-}
-
-fn on_path(path: OsString) -> Option<PathBuf> {
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(executable()))
-        .find(|nvdisasm| nvdisasm.is_file())
-}
-
-fn executable() -> String {
-    format!("nvdisasm{}", std::env::consts::EXE_SUFFIX)
 }
 
 /// Why a kernel could not be inspected.
@@ -687,8 +662,11 @@ k:
         std::fs::create_dir_all(venv.join("lib/python3.12/site-packages/nvidia/cuda_nvcc/bin"))
             .expect("folders");
         assert_eq!(in_venv(&venv), None);
-        std::fs::write(bin.join(executable()), b"").expect("a file");
-        assert_eq!(in_venv(&venv), Some(bin.join(executable())));
+        std::fs::write(bin.join(ptxas::executable("nvdisasm")), b"").expect("a file");
+        assert_eq!(
+            in_venv(&venv),
+            Some(bin.join(ptxas::executable("nvdisasm")))
+        );
     }
 
     #[test]

@@ -11,9 +11,9 @@ use cudarc::driver::{
     PushKernelArg,
 };
 use cudarc::nvrtc::Ptx;
-use ktune_core::ir::{Expr, Kernel, ReduceOp};
+use ktune_core::ir::Kernel;
 use ktune_core::lower::{self, Lowered};
-use ktune_core::{DType, SmVersion, ptx};
+use ktune_core::{SmVersion, ptx};
 use ktune_vgpu::verify::{Reference, decode, encode, random_inputs};
 use ktune_vgpu::{first_poisoned, poisoned};
 
@@ -479,28 +479,7 @@ fn check_output(kernel: &Kernel, expected: &Expected, bytes: &[u8]) -> Result<()
 /// virtual GPU's verification allows between one run and the reference
 /// (each run rounds its sums in its own order).
 fn baseline_tolerance(kernel: &Kernel) -> f32 {
-    let summed: u64 = kernel
-        .exprs
-        .iter()
-        .filter_map(|e| match e {
-            Expr::Reduce {
-                op: ReduceOp::Sum | ReduceOp::Mean,
-                var,
-                ..
-            } => Some(u64::from(kernel.extent(*var))),
-            _ => None,
-        })
-        .sum();
-    let mut rel = 1e-5 + (summed as f32 + 2.0) * f32::EPSILON / 2.0;
-    let sixteen_bit = kernel.output.dtype != DType::F32
-        || kernel
-            .exprs
-            .iter()
-            .any(|e| matches!(e, Expr::Cast(DType::F16 | DType::Bf16, _)));
-    if sixteen_bit {
-        rel += DType::Bf16.tolerance();
-    }
-    2.0 * rel
+    2.0 * ktune_vgpu::verify::relative_tolerance(kernel)
 }
 
 /// `GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`, as nvidia-smi writes it.

@@ -379,7 +379,10 @@ fn contains_reduce(kernel: &Kernel, id: ktune_core::ir::ExprId) -> bool {
     }
 }
 
-fn relative_tolerance(kernel: &Kernel) -> f32 {
+/// The relative error a correct kernel's output may have against the CPU
+/// reference: f32 rounding growing with the summed extents, plus the
+/// 16-bit rounding when the kernel stores or casts to f16 or bf16.
+pub fn relative_tolerance(kernel: &Kernel) -> f32 {
     let summed: u64 = kernel
         .exprs
         .iter()
