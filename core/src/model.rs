@@ -327,7 +327,7 @@ fn contraction(
     let shared = sm_warps * (warp_shared_bytes / SHARED_BYTES_PER_CLOCK).max(shared_loads);
     let one_block = warps * instructions / ISSUE_PER_CLOCK + 2.0 * BARRIER_CYCLES;
     let latency = MEMORY_LATENCY_S * clock + one_block;
-    let (step_cycles, mut bound) = [
+    let (step_cycles, bound) = [
         (fma.max(issue), Bound::Compute),
         (shared, Bound::SharedMemory),
         (latency, Bound::Latency),
@@ -340,20 +340,14 @@ fn contraction(
 
     let waves = blocks as f64 / f64::from(resident * sm_count);
     let compute_s = waves.ceil() * steps * step_cycles / clock;
-    let size =
-        |operand: &matmul::MatmulOperand| f64::from(kernel.input(operand.tensor).dtype.size());
-    let l2_bytes = batch as f64
-        * (m as f64 * k as f64 * n.div_ceil(u64::from(tiles.block_n)) as f64 * size(&plan.a)
-            + n as f64 * k as f64 * m.div_ceil(u64::from(tiles.block_m)) as f64 * size(&plan.b));
-    let l2_s = l2_bytes / (hw.dram_bandwidth * L2_OVER_DRAM);
-    let dram_s = kernel.compulsory_bytes() as f64 / hw.dram_bandwidth;
-    let mut seconds = compute_s;
-    for (s, b) in [(l2_s, Bound::L2), (dram_s, Bound::Memory)] {
-        if s > seconds {
-            seconds = s;
-            bound = b;
-        }
-    }
+    let (seconds, bound) = with_memory(
+        kernel,
+        plan,
+        [m, n, k],
+        (tiles.block_m, tiles.block_n),
+        (compute_s, bound),
+        &hw,
+    );
     Estimate {
         seconds: seconds + LAUNCH_S,
         bound,
@@ -365,6 +359,32 @@ fn contraction(
         waves,
         intensity,
     }
+}
+
+/// A contraction's time given its compute time and bound: the slower of
+/// that, L2 traffic (each operand read once per block tile across it) and
+/// the kernel's compulsory DRAM bytes, with what bounds it.
+fn with_memory(
+    kernel: &Kernel,
+    plan: &MatmulPlan,
+    [m, n, k]: [u64; 3],
+    (block_m, block_n): (u32, u32),
+    compute: (f64, Bound),
+    hw: &Hardware,
+) -> (f64, Bound) {
+    let size =
+        |operand: &matmul::MatmulOperand| f64::from(kernel.input(operand.tensor).dtype.size());
+    let l2_bytes = plan.batch_count(kernel) as f64
+        * (m as f64 * k as f64 * n.div_ceil(u64::from(block_n)) as f64 * size(&plan.a)
+            + n as f64 * k as f64 * m.div_ceil(u64::from(block_m)) as f64 * size(&plan.b));
+    let l2_s = l2_bytes / (hw.dram_bandwidth * L2_OVER_DRAM);
+    let dram_s = kernel.compulsory_bytes() as f64 / hw.dram_bandwidth;
+    [(l2_s, Bound::L2), (dram_s, Bound::Memory)]
+        .into_iter()
+        .fold(
+            compute,
+            |slowest, c| if c.0 > slowest.0 { c } else { slowest },
+        )
 }
 
 fn tensor_core(
@@ -447,20 +467,14 @@ fn tensor_core(
 
     let waves = blocks as f64 / f64::from(resident * sm_count);
     let compute_s = waves.ceil() * steps * step_cycles / clock;
-    let size =
-        |operand: &matmul::MatmulOperand| f64::from(kernel.input(operand.tensor).dtype.size());
-    let l2_bytes = batch as f64
-        * (m as f64 * k as f64 * n.div_ceil(u64::from(tiles.block_n)) as f64 * size(&plan.a)
-            + n as f64 * k as f64 * m.div_ceil(u64::from(tiles.block_m)) as f64 * size(&plan.b));
-    let l2_s = l2_bytes / (hw.dram_bandwidth * L2_OVER_DRAM);
-    let dram_s = kernel.compulsory_bytes() as f64 / hw.dram_bandwidth;
-    let mut seconds = compute_s;
-    for (s, b) in [(l2_s, Bound::L2), (dram_s, Bound::Memory)] {
-        if s > seconds {
-            seconds = s;
-            bound = b;
-        }
-    }
+    let (seconds, bound) = with_memory(
+        kernel,
+        plan,
+        [m, n, k],
+        (tiles.block_m, tiles.block_n),
+        (compute_s, bound),
+        &hw,
+    );
     Estimate {
         seconds: seconds + LAUNCH_S,
         bound,
