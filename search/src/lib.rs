@@ -12,6 +12,8 @@
 //!   score, the best k), `CoordinateDescent`, and `Evolutionary` guided by a
 //!   `CostModel` (in [`model`]: k nearest neighbours, or XGBoost with the
 //!   `xgboost` feature).
+//! - [`scheduler`]: one evaluation budget spread over several searches
+//!   (a crate's kernels), more where the expected saving is larger.
 //! - [`score`]: a strategy run over many seeds on a replayed space,
 //!   summarised as evaluations to reach within 5% of the optimum.
 //!
@@ -38,6 +40,7 @@
 pub mod measure;
 pub mod model;
 pub mod replay;
+pub mod scheduler;
 pub mod score;
 pub mod session;
 pub mod space;

@@ -68,8 +68,8 @@ fn score_seed(
         replay.space(),
         &mut measurer,
         Budget {
-            evaluations: budget,
             stop_at: Some(optimum),
+            ..Budget::evaluations(budget)
         },
     );
     strategy.run(&mut session, seed);

@@ -3,9 +3,10 @@
 //! Strategies measure only through [`Session::measure`], which enforces the
 //! two rules every strategy keeps: a point is never measured twice (asking
 //! again returns the recorded outcome for free) and no evaluation is made
-//! past the budget.
+//! past the budget, in evaluations or in wall-clock time.
 
 use std::collections::HashMap;
+use std::time::Instant;
 
 use crate::measure::{Measurer, Outcome};
 use crate::space::{Point, Space};
@@ -18,6 +19,8 @@ pub struct Budget {
     /// Stop as soon as a time at or below this is measured (for scoring on a
     /// replay, where nothing can beat the known optimum).
     pub stop_at: Option<f64>,
+    /// No measurement starts after this instant.
+    pub deadline: Option<Instant>,
 }
 
 impl Budget {
@@ -25,6 +28,15 @@ impl Budget {
         Budget {
             evaluations,
             stop_at: None,
+            deadline: None,
+        }
+    }
+
+    /// This budget, also ending at `deadline`.
+    pub fn until(self, deadline: Instant) -> Self {
+        Budget {
+            deadline: Some(deadline),
+            ..self
         }
     }
 }
@@ -34,6 +46,9 @@ impl Budget {
 pub struct Evaluation {
     pub point: Point,
     pub outcome: Outcome,
+    /// What the strategy's cost model predicted for the point when it chose
+    /// it (lower is better; the model's own scale), if a model chose it.
+    pub predicted: Option<f64>,
 }
 
 /// A run in progress.
@@ -74,14 +89,15 @@ impl<'a> Session<'a> {
         self.space
     }
 
-    /// Whether the run must stop: budget spent or target reached.
+    /// Whether the run must stop: budget spent, deadline passed or target
+    /// reached.
     pub fn is_done(&self) -> bool {
-        self.done
+        self.done || self.budget.deadline.is_some_and(|d| Instant::now() >= d)
     }
 
     /// Evaluations left.
     pub fn remaining(&self) -> usize {
-        if self.done {
+        if self.is_done() {
             0
         } else {
             self.budget.evaluations - self.history.len()
@@ -91,10 +107,21 @@ impl<'a> Session<'a> {
     /// Measures a point, or returns its earlier outcome without spending an
     /// evaluation. `None` when the point is new and the run is done.
     pub fn measure(&mut self, point: &Point) -> Option<&Outcome> {
+        self.evaluate(point, None)
+    }
+
+    /// [`Session::measure`] for a point a cost model chose, recording the
+    /// model's prediction beside the outcome (for reports on the model).
+    pub fn measure_predicted(&mut self, point: &Point, predicted: f64) -> Option<&Outcome> {
+        self.evaluate(point, Some(predicted))
+    }
+
+    fn evaluate(&mut self, point: &Point, predicted: Option<f64>) -> Option<&Outcome> {
         if let Some(&i) = self.seen.get(point) {
             return Some(&self.history[i].outcome);
         }
-        if self.done {
+        if self.is_done() {
+            self.done = true;
             return None;
         }
         let outcome = self.measurer.measure(self.space, point);
@@ -113,6 +140,7 @@ impl<'a> Session<'a> {
         self.history.push(Evaluation {
             point: point.clone(),
             outcome,
+            predicted,
         });
         self.seen.insert(point.clone(), index);
         if self.history.len() >= self.budget.evaluations {

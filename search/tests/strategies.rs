@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use ktune_search::measure::{Measurement, Outcome, Rejection};
 use ktune_search::session::{Budget, Evaluation, Session};
@@ -189,6 +190,31 @@ fn rejections_count_as_evaluations_and_are_never_best() {
     // Asking again for a measured point is free; a new one is refused.
     assert!(session.measure(&failing).is_some_and(|o| o.is_err()));
     assert_eq!(session.measure(&Point(vec![1, 0, 0, 0])), None);
+}
+
+#[test]
+fn a_session_measures_nothing_after_its_deadline() {
+    let space = space();
+    let mut measurer = time;
+    let past = Instant::now() - Duration::from_millis(1);
+    let mut session = Session::new(&space, &mut measurer, Budget::evaluations(100).until(past));
+    assert!(session.is_done());
+    assert_eq!(session.measure(&Point(vec![0, 0, 0, 0])), None);
+    Random.run(&mut session, 1);
+    assert!(session.history().is_empty());
+    let soon = Instant::now() + Duration::from_secs(3600);
+    let mut session = Session::new(&space, &mut measurer, Budget::evaluations(5).until(soon));
+    Random.run(&mut session, 1);
+    assert_eq!(session.history().len(), 5);
+}
+
+#[test]
+fn the_evolutionary_search_records_its_models_predictions() {
+    let (history, _) = run(&Evolutionary::knn(), 4, 80);
+    let predicted = history.iter().filter(|e| e.predicted.is_some()).count();
+    // The first population is random; the model chooses most of the rest.
+    assert!(predicted > 20, "{predicted} of {} predicted", history.len());
+    assert!(history[..16].iter().all(|e| e.predicted.is_none()));
 }
 
 #[test]

@@ -205,7 +205,7 @@ impl Strategy for Evolutionary {
             let explore = ((self.batch as f64) * self.epsilon).round() as usize;
             let exploit = self.batch.saturating_sub(explore).max(1);
             for &i in order.iter().take(exploit) {
-                session.measure(&pool[i]);
+                session.measure_predicted(&pool[i], scores[i]);
             }
             for _ in 0..explore {
                 if let Some(p) = random_unmeasured(session, &mut rng) {
