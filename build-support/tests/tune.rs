@@ -3,9 +3,11 @@
 //! an interrupted search resumes from its journal.
 
 use std::collections::HashSet;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use ktune_build::tune::{Bench, Effort, Journal, Progress, Settings, Timing, search};
+use ktune_build::tune::{
+    Bench, Campaign, Effort, Journal, Method, Progress, Settings, Task, Timing, search,
+};
 use ktune_core::SmVersion;
 use ktune_core::db::{ComputeCapability, Gpu, MeasuredOn};
 use ktune_core::ir::Kernel;
@@ -16,8 +18,13 @@ use ktune_search::measure::Rejection;
 use quote::quote;
 
 fn softmax() -> Kernel {
+    softmax_of(300)
+}
+
+fn softmax_of(rows: u64) -> Kernel {
+    let rows = proc_macro2::Literal::u64_unsuffixed(rows);
     parse_kernel(
-        quote!(shape(R = 300, C = 1000)),
+        quote!(shape(R = #rows, C = 1000)),
         quote! {
             fn softmax(x: Tensor<f32, (R, C)>) -> Tensor<f32, (R, C)> {
                 compute(|r, c| {
@@ -58,12 +65,18 @@ impl Bench for Fake {
         SmVersion::Sm90
     }
 
-    fn measure(&mut self, _: &Kernel, _: &str, schedule: &Schedule) -> Result<Timing, Rejection> {
+    fn measure(
+        &mut self,
+        kernel: &Kernel,
+        _: &str,
+        schedule: &Schedule,
+    ) -> Result<Timing, Rejection> {
         self.measured.push(schedule.clone());
         let Schedule::Rows {
             threads_per_row,
             rows_per_block,
             vector,
+            ..
         } = *schedule
         else {
             panic!("a rows kernel");
@@ -71,10 +84,13 @@ impl Bench for Fake {
         if threads_per_row == 2 {
             return Err(Rejection::WrongResult("element 7 differs".into()));
         }
-        let t = 10.0
-            + f64::from(threads_per_row.abs_diff(128)) / 8.0
-            + f64::from(4 - vector)
-            + f64::from(rows_per_block) / 16.0;
+        // Proportional to the rows, as a real kernel's time would be.
+        let rows = kernel.dims[0].size as f64 / 300.0;
+        let t = rows
+            * (10.0
+                + f64::from(threads_per_row.abs_diff(128)) / 8.0
+                + f64::from(4 - vector)
+                + f64::from(rows_per_block) / 16.0);
         Ok(Timing {
             median_us: t,
             low_us: t * 0.99,
@@ -228,6 +244,53 @@ fn an_interrupted_search_resumes_from_its_journal() {
     assert_eq!(cut.record.schedule, whole.record.schedule);
     let earlier: HashSet<String> = first.measured.iter().map(Schedule::to_json).collect();
     assert!(rest.measured.iter().all(|s| earlier.contains(&s.to_json())));
+}
+
+#[test]
+fn a_campaign_spends_its_budget_where_the_time_is() {
+    let small = softmax_of(300);
+    let large = softmax_of(3000);
+    let target = SmVersion::Sm90;
+    let campaign = |evaluations, deadline| Campaign {
+        tasks: vec![
+            (Task::new(&small, "", target, &[]), 1.0),
+            (Task::new(&large, "", target, &[]), 1.0),
+        ],
+        method: Method::Evolutionary,
+        evaluations,
+        deadline,
+        journals: None,
+    };
+    let mut bench = Fake::default();
+    let hour = Instant::now() + Duration::from_secs(3600);
+    let result = campaign(96, hour).run(&mut bench, &mut Progress::silent());
+    assert_eq!(
+        bench.measured.len(),
+        96,
+        "the whole budget, each point once"
+    );
+    let distinct: HashSet<String> = bench.measured.iter().map(Schedule::to_json).collect();
+    let per_kernel: Vec<usize> = result
+        .runs
+        .iter()
+        .map(|r| r.tuned.as_ref().expect("tuned").evaluations)
+        .collect();
+    assert_eq!(per_kernel.iter().sum::<usize>(), 96);
+    // The large kernel takes ten times as long: most of the budget is its.
+    assert!(per_kernel[1] > per_kernel[0], "{per_kernel:?}");
+    assert!(distinct.len() <= 96);
+    for (run, kernel) in result.runs.iter().zip([&small, &large]) {
+        let tuned = run.tuned.as_ref().expect("tuned");
+        assert_eq!(tuned.history.len(), tuned.evaluations);
+        assert_eq!(tuned.history[0].schedule, heuristic(kernel, target));
+        assert_eq!(tuned.record.kernel, kernel.name);
+    }
+
+    // Past its deadline, a campaign measures nothing.
+    let mut idle = Fake::default();
+    let result = campaign(96, Instant::now()).run(&mut idle, &mut Progress::silent());
+    assert!(idle.measured.is_empty());
+    assert!(result.runs.iter().all(|r| r.tuned.is_none()));
 }
 
 #[test]

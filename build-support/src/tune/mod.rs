@@ -24,27 +24,24 @@
 //!   a search that was interrupted replays it instead of measuring again.
 //!   The strategies are seeded, so they ask for the same points again.
 
-use std::collections::HashMap;
-use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+mod campaign;
+mod journal;
+mod task;
+
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use ktune_core::db::{Clocks, ComputeCapability, Gpu, MeasuredOn, Provenance, Record, Stats};
+use ktune_core::db::{Clocks, ComputeCapability, Gpu, MeasuredOn};
 use ktune_core::ir::Kernel;
-use ktune_core::lower::heuristic;
-use ktune_core::model;
 use ktune_core::schedule::Schedule;
-use ktune_core::space::Space;
 use ktune_core::{GENERATOR_VERSION, SmVersion, canon};
-use ktune_search::measure::{Measurement, Outcome, Rejection};
-use ktune_search::session::{Budget, Session};
-use ktune_search::space::{Knob, Point, Value};
-use ktune_search::strategy::{Bounded, Evolutionary, Strategy};
+use ktune_measure::{DeviceInfo, DeviceKind, Job, Worker, WorkerConfig};
+use ktune_search::measure::Rejection;
 use serde::{Deserialize, Serialize};
 
-use ktune_measure::{DeviceInfo, DeviceKind, Job, Worker, WorkerConfig};
+pub use campaign::{Campaign, CampaignResult, KernelRun};
+pub use journal::{Journal, Observer, Progress};
+pub use task::{Method, Plan, Step, Task, Tuned, best_so_far};
 
 use crate::error::Error;
 use crate::layer::{Layer, Layers};
@@ -60,10 +57,6 @@ pub const SECONDS: u64 = 300;
 /// the kernel's real shape and so is far slower than a GPU.
 pub const VGPU_FULL_EVALUATIONS: usize = 16;
 pub const VGPU_SECONDS: u64 = 120;
-/// The seed of every search, so that a resumed search asks for the same
-/// points.
-const SEED: u64 = 0x006b_7475_6e65;
-
 /// The variables the search reads.
 pub const ENV: [&str; 4] = [
     "KTUNE_DEVICE",
@@ -157,6 +150,21 @@ impl Settings {
     }
 }
 
+impl Settings {
+    /// One kernel's search, starting at `start`.
+    pub fn plan(&self, start: Instant) -> Plan {
+        let (method, evaluations) = match self.effort {
+            Effort::Bounded { candidates } => (Method::Bounded, candidates + 1),
+            Effort::Full { evaluations } => (Method::Evolutionary, evaluations),
+        };
+        Plan {
+            method,
+            evaluations,
+            deadline: start + self.time,
+        }
+    }
+}
+
 /// A kernel's measured time: the median and an interval around it.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Timing {
@@ -184,24 +192,6 @@ pub trait Bench {
     ) -> Result<Timing, Rejection>;
 }
 
-/// What a kernel's search found.
-#[derive(Debug, Clone)]
-pub struct Tuned {
-    pub record: Record,
-    pub evaluations: usize,
-    /// Candidates rejected, with why.
-    pub rejected: Vec<(Schedule, String)>,
-    pub elapsed: Duration,
-}
-
-impl Tuned {
-    /// The winner's speed-up over the heuristic default.
-    pub fn speedup(&self) -> Option<f64> {
-        let stats = &self.record.stats;
-        stats.baseline_us.map(|b| b / stats.median_us)
-    }
-}
-
 /// Searches `kernel`'s space on `bench`'s device within `settings`, with
 /// `journal` holding what earlier, interrupted runs measured; the full
 /// search starts from `known` (the database's winners for other GPUs) and
@@ -213,344 +203,11 @@ pub fn search(
     settings: &Settings,
     known: &[Schedule],
     journal: &mut Journal,
-    progress: &mut Progress,
+    observer: &mut dyn Observer,
 ) -> Option<Tuned> {
-    let started = Instant::now();
-    let target = bench.target();
-    let core_space = Space::of(kernel, target);
-    let valid = core_space.survey(kernel, target).valid;
-    let mapping = Mapping::new(core_space);
-    let point_of = |s: &Schedule| mapping.point(s);
-    let schedule_of = |p: &Point| mapping.schedule(p);
-    let space = ktune_search::space::Space::listed(mapping.knobs(), valid.iter().map(point_of));
-
-    let default = heuristic(kernel, target);
-    let ranked = model::rank(kernel, target, &valid);
-    let estimates: HashMap<Point, f64> = ranked
-        .iter()
-        .map(|(s, e)| (point_of(s), e.seconds))
-        .collect();
-
-    let deadline = started + settings.time;
-    let mut rejected = Vec::new();
-    let mut measure = |_: &ktune_search::space::Space, p: &Point| -> Outcome {
-        let schedule = schedule_of(p);
-        let outcome = match journal.get(&schedule) {
-            Some(done) => done.clone(),
-            None if Instant::now() > deadline => {
-                Err("the search's time budget is spent".to_owned())
-            }
-            None => {
-                let result = bench
-                    .measure(kernel, source, &schedule)
-                    .map_err(|r| r.to_string());
-                journal.append(&schedule, &result);
-                match &result {
-                    Ok(t) => progress.line(&format!(
-                        "  {:>9.2} µs  {}",
-                        t.median_us,
-                        schedule.to_json()
-                    )),
-                    Err(why) => {
-                        progress.line(&format!("  rejected    {}: {why}", schedule.to_json()))
-                    }
-                }
-                result
-            }
-        };
-        match outcome {
-            Ok(t) => Ok(Measurement::new(t.median_us)),
-            Err(why) => {
-                rejected.push((schedule, why.clone()));
-                Err(Rejection::RuntimeFailed(why))
-            }
-        }
-    };
-    let evaluations = match settings.effort {
-        Effort::Bounded { candidates } => candidates + 1,
-        Effort::Full { evaluations } => evaluations,
-    };
-    let mut session = Session::new(&space, &mut measure, Budget::evaluations(evaluations));
-    let default_point = point_of(&default);
-    session.measure(&default_point);
-    match settings.effort {
-        Effort::Bounded { candidates } => {
-            let score = Arc::new(move |_: &ktune_search::space::Space, p: &Point| {
-                estimates.get(p).copied().unwrap_or(f64::INFINITY)
-            });
-            Bounded::new(score, candidates).run(&mut session, SEED);
-        }
-        Effort::Full { .. } => {
-            let mut strategy = full_strategy();
-            let valid_known = known.iter().filter(|s| valid.contains(s));
-            strategy.starts = std::iter::once(default_point.clone())
-                .chain(valid_known.map(point_of))
-                .chain(ranked.iter().take(4).map(|(s, _)| point_of(s)))
-                .collect();
-            strategy.run(&mut session, SEED);
-        }
-    }
-    let default_us = session.time(&default_point);
-    let evaluations = session.history().len();
-    let best = session.best().map(|(p, _)| p.clone());
-    drop(session);
-    let best = schedule_of(&best?);
-    let timing = journal.get(&best)?.clone().ok()?;
-    let record = record(kernel, best, timing, default_us, bench);
-    Some(Tuned {
-        record,
-        evaluations,
-        rejected,
-        elapsed: started.elapsed(),
-    })
-}
-
-/// A ktune space as the search sees it: a `class` knob choosing the
-/// family, then every family's knobs, named `<class>.<knob>`; a point of
-/// one family holds index 0 in the other families' knobs.
-struct Mapping {
-    space: Space,
-    /// Where each family's knobs start in a point.
-    offsets: Vec<usize>,
-}
-
-impl Mapping {
-    fn new(space: Space) -> Mapping {
-        let offsets = space
-            .families
-            .iter()
-            .scan(1, |next, f| {
-                let at = *next;
-                *next += f.knobs.len();
-                Some(at)
-            })
-            .collect();
-        Mapping { space, offsets }
-    }
-
-    fn knobs(&self) -> Vec<Knob> {
-        let classes = self
-            .space
-            .families
-            .iter()
-            .map(|f| Value::Str(f.class.name().to_owned()))
-            .collect();
-        std::iter::once(Knob::new("class", classes))
-            .chain(self.space.families.iter().flat_map(|f| {
-                f.knobs.iter().map(|k| {
-                    let values: Vec<i64> = k.values.iter().map(|v| i64::from(*v)).collect();
-                    Knob::ints(format!("{}.{}", f.class.name(), k.name), &values)
-                })
-            }))
-            .collect()
-    }
-
-    fn point(&self, schedule: &Schedule) -> Point {
-        let width = 1 + self
-            .space
-            .families
-            .iter()
-            .map(|f| f.knobs.len())
-            .sum::<usize>();
-        let mut point = vec![0; width];
-        if let Some(i) = self
-            .space
-            .families
-            .iter()
-            .position(|f| f.class == schedule.kind())
-        {
-            point[0] = i as u32;
-            let family = &self.space.families[i];
-            for (j, (value, knob)) in schedule.knob_values().iter().zip(&family.knobs).enumerate() {
-                point[self.offsets[i] + j] =
-                    knob.values.iter().position(|v| v == value).unwrap_or(0) as u32;
-            }
-        }
-        Point(point)
-    }
-
-    fn schedule(&self, point: &Point) -> Schedule {
-        let i = point.0[0] as usize;
-        let family = &self.space.families[i];
-        let values: Vec<u32> = family
-            .knobs
-            .iter()
-            .enumerate()
-            .map(|(j, k)| k.values[point.0[self.offsets[i] + j] as usize])
-            .collect();
-        family
-            .class
-            .schedule(&values)
-            .expect("a point of the family")
-    }
-}
-
-#[cfg(feature = "max-autotune")]
-fn full_strategy() -> Evolutionary {
-    Evolutionary::xgboost(ktune_search::model::XgbObjective::RankPairwise)
-}
-
-#[cfg(not(feature = "max-autotune"))]
-fn full_strategy() -> Evolutionary {
-    Evolutionary::knn()
-}
-
-fn record(
-    kernel: &Kernel,
-    schedule: Schedule,
-    timing: Timing,
-    baseline_us: Option<f64>,
-    bench: &dyn Bench,
-) -> Record {
-    Record {
-        kernel: kernel.name.clone(),
-        checksum: canon::checksum(kernel),
-        canonical: canon::canonical_form(kernel),
-        shape: kernel
-            .dims
-            .iter()
-            .map(|d| (d.name.clone(), d.size))
-            .collect(),
-        dtype: kernel.output.dtype,
-        gpu: bench.gpu(),
-        schedule,
-        stats: Stats {
-            median_us: timing.median_us,
-            low_us: timing.low_us,
-            high_us: timing.high_us,
-            samples: timing.samples,
-            baseline_us,
-            throughput: None,
-        },
-        provenance: Provenance {
-            ktune_version: env!("CARGO_PKG_VERSION").to_owned(),
-            generator_version: GENERATOR_VERSION,
-            measured_on: bench.measured_on(),
-            date: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
-        },
-    }
-}
-
-/// Measurements of one kernel on one device for one target, kept on disk
-/// so that an interrupted search resumes.
-#[derive(Debug)]
-pub struct Journal {
-    path: Option<PathBuf>,
-    entries: HashMap<Schedule, Result<Timing, String>>,
-}
-
-#[derive(Serialize, Deserialize)]
-struct Entry {
-    schedule: Schedule,
-    result: Result<Timing, String>,
-}
-
-impl Journal {
-    /// A journal that is not kept.
-    pub fn in_memory() -> Journal {
-        Journal {
-            path: None,
-            entries: HashMap::new(),
-        }
-    }
-
-    /// The journal of `kernel` on `gpu` under `dir`, with what it holds.
-    /// Lines that do not parse (a run killed mid-write) are skipped.
-    pub fn open(dir: &Path, kernel: &Kernel, gpu: &Gpu) -> Journal {
-        let shape: Vec<String> = kernel.dims.iter().map(|d| d.size.to_string()).collect();
-        let device: String = gpu
-            .name
-            .chars()
-            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-            .collect();
-        let path = dir.join(format!(
-            "{}-{}-{}-{}.jsonl",
-            kernel.name,
-            &canon::checksum(kernel)[..12],
-            shape.join("x"),
-            device
-        ));
-        let entries = File::open(&path)
-            .map(|f| {
-                BufReader::new(f)
-                    .lines()
-                    .map_while(Result::ok)
-                    .filter_map(|line| serde_json::from_str::<Entry>(&line).ok())
-                    .map(|e| (e.schedule, e.result))
-                    .collect()
-            })
-            .unwrap_or_default();
-        Journal {
-            path: Some(path),
-            entries,
-        }
-    }
-
-    pub fn get(&self, schedule: &Schedule) -> Option<&Result<Timing, String>> {
-        self.entries.get(schedule)
-    }
-
-    pub fn len(&self) -> usize {
-        self.entries.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
-
-    fn append(&mut self, schedule: &Schedule, result: &Result<Timing, String>) {
-        self.entries.insert(schedule.clone(), result.clone());
-        let Some(path) = &self.path else { return };
-        let line = serde_json::to_string(&Entry {
-            schedule: schedule.clone(),
-            result: result.clone(),
-        });
-        // The journal only saves work: a failure to keep it costs a
-        // re-measurement after an interruption, nothing else.
-        if let (Ok(line), Some(Ok(mut file))) = (
-            line,
-            path.parent()
-                .map(|d| std::fs::create_dir_all(d).and_then(|()| append_to(path))),
-        ) {
-            let _ = writeln!(file, "{line}");
-        }
-    }
-}
-
-fn append_to(path: &Path) -> std::io::Result<File> {
-    OpenOptions::new().create(true).append(true).open(path)
-}
-
-/// Where a search reports its progress: a log file under the target
-/// directory and, because Cargo hides build scripts' output, the terminal
-/// when there is one.
-#[derive(Debug, Default)]
-pub struct Progress {
-    log: Option<File>,
-    tty: Option<File>,
-}
-
-impl Progress {
-    /// Progress into `log` (appended) and the controlling terminal, if any.
-    pub fn open(log: &Path) -> Progress {
-        let log = log
-            .parent()
-            .and_then(|d| std::fs::create_dir_all(d).ok())
-            .and_then(|()| append_to(log).ok());
-        let tty = OpenOptions::new().write(true).open("/dev/tty").ok();
-        Progress { log, tty }
-    }
-
-    /// Progress nowhere.
-    pub fn silent() -> Progress {
-        Progress::default()
-    }
-
-    pub fn line(&mut self, text: &str) {
-        for sink in [&mut self.log, &mut self.tty].into_iter().flatten() {
-            let _ = writeln!(sink, "ktune: {text}");
-        }
-    }
+    let task = Task::new(kernel, source, bench.target(), known);
+    task.search(bench, &settings.plan(Instant::now()), journal, observer)
+        .ok()
 }
 
 /// Where a build's search keeps its files.
@@ -639,10 +296,27 @@ fn gpu_of(info: &DeviceInfo) -> Gpu {
     }
 }
 
-/// Measures through a [`Worker`] child process.
-struct WorkerBench {
+/// Measures through a [`Worker`] child process: the current executable,
+/// which must call [`ktune_measure::worker_main_if_requested`] first thing.
+#[derive(Debug)]
+pub struct WorkerBench {
     worker: Worker,
     device: DeviceTarget,
+}
+
+impl WorkerBench {
+    /// A worker measuring on `device`.
+    pub fn spawn(device: DeviceTarget) -> Result<WorkerBench, Error> {
+        let failed = |reason: String| Error::Device {
+            device: device.kind.to_string(),
+            reason,
+        };
+        let config = WorkerConfig::new(device.kind)
+            .map_err(|e| failed(e.to_string()))?
+            .timeout(MEASURE_TIMEOUT);
+        let worker = Worker::spawn(config).map_err(|e| failed(e.to_string()))?;
+        Ok(WorkerBench { worker, device })
+    }
 }
 
 impl Bench for WorkerBench {
@@ -761,17 +435,7 @@ pub fn run(
         device.target,
         destination.display()
     ));
-    let config = WorkerConfig::new(kind)
-        .map_err(|e| Error::Device {
-            device: kind.to_string(),
-            reason: e.to_string(),
-        })?
-        .timeout(MEASURE_TIMEOUT);
-    let worker = Worker::spawn(config).map_err(|e| Error::Device {
-        device: kind.to_string(),
-        reason: e.to_string(),
-    })?;
-    let mut bench = WorkerBench { worker, device };
+    let mut bench = WorkerBench::spawn(device)?;
     let mut outcome = Summary {
         written_to: Some(destination.clone()),
         ..Summary::default()

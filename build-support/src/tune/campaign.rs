@@ -1,0 +1,112 @@
+//! Tuning several kernels under one budget (`cargo ktune tune`): the
+//! scheduler of `ktune-search` hands out evaluations in rounds, more to the
+//! kernels where a measurement is expected to save the most time, and each
+//! round searches its kernel again with a larger allowance (the journal
+//! answers what the earlier rounds measured, so a round measures only new
+//! points).
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use ktune_search::scheduler::Scheduler;
+
+use super::Bench;
+use super::journal::{Journal, Observer};
+use super::task::{Method, Plan, Task, Tuned, best_so_far};
+
+/// Evaluations every kernel gets first (fewer when the budget is short).
+const WARMUP: usize = 8;
+/// Evaluations per later round (the evolutionary search's batch).
+const ROUND: usize = 8;
+
+/// Several kernels' searches under one budget.
+#[derive(Debug)]
+pub struct Campaign<'k> {
+    /// Each kernel's search and its weight (how often the application runs
+    /// it).
+    pub tasks: Vec<(Task<'k>, f64)>,
+    pub method: Method,
+    /// Evaluations over all kernels.
+    pub evaluations: usize,
+    /// No measurement starts after this.
+    pub deadline: Instant,
+    /// Where each kernel's journal is kept (none: in memory only).
+    pub journals: Option<PathBuf>,
+}
+
+/// What one kernel's part of a campaign found.
+#[derive(Debug)]
+pub struct KernelRun {
+    pub kernel: String,
+    pub weight: f64,
+    /// The last round's result (`None`: nothing could be measured).
+    pub tuned: Option<Tuned>,
+    /// Rounds this kernel was given.
+    pub rounds: usize,
+}
+
+/// What a campaign did.
+#[derive(Debug)]
+pub struct CampaignResult {
+    pub runs: Vec<KernelRun>,
+    pub elapsed: Duration,
+}
+
+impl Campaign<'_> {
+    /// Runs the campaign on `bench`, reporting to `observer`.
+    pub fn run(&self, bench: &mut dyn Bench, observer: &mut dyn Observer) -> CampaignResult {
+        let started = Instant::now();
+        let gpu = bench.gpu();
+        let mut journals: Vec<Journal> = self
+            .tasks
+            .iter()
+            .map(|(task, _)| match &self.journals {
+                Some(dir) => Journal::open(dir, task.kernel(), &gpu),
+                None => Journal::in_memory(),
+            })
+            .collect();
+        let weights: Vec<f64> = self.tasks.iter().map(|(_, w)| *w).collect();
+        let warmup = (self.evaluations / self.tasks.len().max(1)).clamp(1, WARMUP);
+        let mut scheduler = Scheduler::new(&weights, self.evaluations, warmup, ROUND);
+        let mut runs: Vec<KernelRun> = self
+            .tasks
+            .iter()
+            .map(|(task, weight)| KernelRun {
+                kernel: task.kernel().name.clone(),
+                weight: *weight,
+                tuned: None,
+                rounds: 0,
+            })
+            .collect();
+        while Instant::now() < self.deadline {
+            let Some((i, allowance)) = scheduler.next_round() else {
+                break;
+            };
+            let run = &mut runs[i];
+            run.rounds += 1;
+            observer.line(&format!(
+                "{}: round {}, up to {allowance} evaluations",
+                run.kernel, run.rounds
+            ));
+            let plan = Plan {
+                method: self.method,
+                evaluations: allowance,
+                deadline: self.deadline,
+            };
+            match self.tasks[i]
+                .0
+                .search(bench, &plan, &mut journals[i], observer)
+            {
+                Ok(tuned) => {
+                    scheduler.record(i, best_so_far(&tuned.history));
+                    run.tuned = Some(tuned);
+                }
+                Err(rejected) => scheduler.record(i, best_so_far(&rejected)),
+            }
+        }
+        CampaignResult {
+            runs,
+            elapsed: started.elapsed(),
+        }
+    }
+}

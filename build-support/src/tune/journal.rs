@@ -1,0 +1,159 @@
+//! What a search keeps and tells: the journal of a kernel's measurements
+//! (so that an interrupted search resumes) and the progress it reports.
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+
+use ktune_core::canon;
+use ktune_core::db::Gpu;
+use ktune_core::ir::Kernel;
+use ktune_core::schedule::Schedule;
+use serde::{Deserialize, Serialize};
+
+use super::Timing;
+
+/// Where a search reports what it measures.
+pub trait Observer {
+    /// A candidate was measured (not a journal's replay): its time or why
+    /// it was rejected.
+    fn measured(&mut self, schedule: &Schedule, result: &Result<Timing, String>);
+    /// A line of news.
+    fn line(&mut self, text: &str);
+}
+
+/// Measurements of one kernel on one device for one target, kept on disk
+/// so that an interrupted search resumes.
+#[derive(Debug)]
+pub struct Journal {
+    path: Option<PathBuf>,
+    entries: HashMap<Schedule, Result<Timing, String>>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Entry {
+    schedule: Schedule,
+    result: Result<Timing, String>,
+}
+
+impl Journal {
+    /// A journal that is not kept.
+    pub fn in_memory() -> Journal {
+        Journal {
+            path: None,
+            entries: HashMap::new(),
+        }
+    }
+
+    /// The journal of `kernel` on `gpu` under `dir`, with what it holds.
+    /// Lines that do not parse (a run killed mid-write) are skipped.
+    pub fn open(dir: &Path, kernel: &Kernel, gpu: &Gpu) -> Journal {
+        let shape: Vec<String> = kernel.dims.iter().map(|d| d.size.to_string()).collect();
+        let device: String = gpu
+            .name
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect();
+        let path = dir.join(format!(
+            "{}-{}-{}-{}.jsonl",
+            kernel.name,
+            &canon::checksum(kernel)[..12],
+            shape.join("x"),
+            device
+        ));
+        let entries = File::open(&path)
+            .map(|f| {
+                BufReader::new(f)
+                    .lines()
+                    .map_while(Result::ok)
+                    .filter_map(|line| serde_json::from_str::<Entry>(&line).ok())
+                    .map(|e| (e.schedule, e.result))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Journal {
+            path: Some(path),
+            entries,
+        }
+    }
+
+    pub fn get(&self, schedule: &Schedule) -> Option<&Result<Timing, String>> {
+        self.entries.get(schedule)
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    pub(super) fn append(&mut self, schedule: &Schedule, result: &Result<Timing, String>) {
+        self.entries.insert(schedule.clone(), result.clone());
+        let Some(path) = &self.path else { return };
+        let line = serde_json::to_string(&Entry {
+            schedule: schedule.clone(),
+            result: result.clone(),
+        });
+        // The journal only saves work: a failure to keep it costs a
+        // re-measurement after an interruption, nothing else.
+        if let (Ok(line), Some(Ok(mut file))) = (
+            line,
+            path.parent()
+                .map(|d| std::fs::create_dir_all(d).and_then(|()| append_to(path))),
+        ) {
+            let _ = writeln!(file, "{line}");
+        }
+    }
+}
+
+fn append_to(path: &Path) -> std::io::Result<File> {
+    OpenOptions::new().create(true).append(true).open(path)
+}
+
+/// Where a search reports its progress: a log file under the target
+/// directory and, because Cargo hides build scripts' output, the terminal
+/// when there is one.
+#[derive(Debug, Default)]
+pub struct Progress {
+    log: Option<File>,
+    tty: Option<File>,
+}
+
+impl Progress {
+    /// Progress into `log` (appended) and the controlling terminal, if any.
+    pub fn open(log: &Path) -> Progress {
+        let log = log
+            .parent()
+            .and_then(|d| std::fs::create_dir_all(d).ok())
+            .and_then(|()| append_to(log).ok());
+        let tty = OpenOptions::new().write(true).open("/dev/tty").ok();
+        Progress { log, tty }
+    }
+
+    /// Progress nowhere.
+    pub fn silent() -> Progress {
+        Progress::default()
+    }
+}
+
+impl Observer for Progress {
+    fn measured(&mut self, schedule: &Schedule, result: &Result<Timing, String>) {
+        match result {
+            Ok(t) => self.line(&format!(
+                "  {:>9.2} µs  {}",
+                t.median_us,
+                schedule.to_json()
+            )),
+            Err(why) => self.line(&format!("  rejected    {}: {why}", schedule.to_json())),
+        }
+    }
+
+    fn line(&mut self, text: &str) {
+        for sink in [&mut self.log, &mut self.tty].into_iter().flatten() {
+            let _ = writeln!(sink, "ktune: {text}");
+        }
+    }
+}
