@@ -18,14 +18,22 @@
 //!   instruction mix of the kernel's machine code (needs ptxas and nvdisasm).
 //! - `cargo ktune replay --space FILE --strategy NAME --seeds N --budget B [--json]`:
 //!   a search strategy scored on a recorded tuning space.
+//! - `cargo ktune tune [KERNEL…] [--device auto|gpu|vgpu] [--trials N] [--seconds S] [--strategy NAME] [--weight KERNEL=W] [--write crate|user] [--json]`:
+//!   the kernels' schedule spaces searched under one budget, spread over
+//!   the kernels where it saves the most; winners written to the database.
+//! - `cargo ktune report [--out FILE] [--json]`: the last `tune` run as an
+//!   HTML page with SVG plots (best so far against trials, the cost model's
+//!   predictions against the measurements, speed-ups over the default).
 //! - `cargo ktune db show|verify [--file F]`: the tuning database as a
 //!   table; its records checked against the crate's kernels and GPUs.
 
 mod db;
 mod inspect;
 mod replay;
+mod report;
 mod space;
 mod status;
+mod tune;
 mod verify;
 
 use std::path::PathBuf;
@@ -154,6 +162,54 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Search the kernels' schedule spaces under one budget of trials and
+    /// seconds, spread over the kernels where it saves the most time, and
+    /// write the winners to the database.
+    Tune {
+        /// Kernels to tune (default: all of the crate's).
+        kernels: Vec<String>,
+        /// Where to measure.
+        #[arg(long, value_enum, default_value = "auto")]
+        device: tune::Device,
+        /// Measurements over all kernels (default: 64 per kernel).
+        #[arg(long)]
+        trials: Option<usize>,
+        /// Wall-clock seconds for the whole run (default: 300 per kernel).
+        #[arg(long)]
+        seconds: Option<u64>,
+        /// evolutionary (a learned cost model; XGBoost when built with the
+        /// `xgboost` feature), bounded (the heuristic model's best),
+        /// coordinate_descent or random.
+        #[arg(long, default_value = "evolutionary")]
+        strategy: ktune_build::tune::Method,
+        /// KERNEL=W: the kernel runs W times as often as the others (its
+        /// time is worth W times as much); repeatable.
+        #[arg(long = "weight", value_parser = tune::parse_weight)]
+        weights: Vec<(String, f64)>,
+        /// Where the winners go.
+        #[arg(long, value_enum, default_value = "crate")]
+        write: tune::Destination,
+        /// Print the run as JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        krate: CrateArgs,
+    },
+    /// Write an HTML report of the last `tune` run, with SVG plots.
+    Report {
+        /// The page to write (default: `<target dir>/ktune/report.html`).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// The GPU benchmark's results (`ktune-bench` JSON) for speed-ups
+        /// over cuBLAS.
+        #[arg(long)]
+        bench: Option<PathBuf>,
+        /// Print the report's figures as JSON instead.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        krate: CrateArgs,
+    },
     Db {
         #[command(subcommand)]
         command: db::Command,
@@ -161,6 +217,8 @@ enum Command {
 }
 
 fn main() {
+    // `tune` measures in a child process that is this executable again.
+    ktune_measure::worker_main_if_requested();
     let Cargo::Ktune(cli) = Cargo::parse();
     if let Err(e) = run(cli) {
         eprintln!("error: {e:#}");
@@ -207,6 +265,35 @@ fn run(cli: Cli) -> Result<()> {
             krate,
         } => inspect::inspect(&krate, &kernel, target, &schedule, json),
         Command::Db { command } => db::run(command),
+        Command::Tune {
+            kernels,
+            device,
+            trials,
+            seconds,
+            strategy,
+            weights,
+            write,
+            json,
+            krate,
+        } => tune::tune(
+            &krate,
+            &tune::Options {
+                kernels,
+                device,
+                trials,
+                seconds,
+                strategy,
+                weights,
+                write,
+                json,
+            },
+        ),
+        Command::Report {
+            out,
+            bench,
+            json,
+            krate,
+        } => report::report(&krate, out, bench.as_deref(), json),
         Command::Replay {
             space,
             strategy,

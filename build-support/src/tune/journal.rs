@@ -133,6 +133,14 @@ impl Progress {
         Progress { log, tty }
     }
 
+    /// Progress into `log` (appended) only.
+    pub fn log_only(log: &Path) -> Progress {
+        Progress {
+            tty: None,
+            ..Progress::open(log)
+        }
+    }
+
     /// Progress nowhere.
     pub fn silent() -> Progress {
         Progress::default()

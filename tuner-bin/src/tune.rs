@@ -1,0 +1,386 @@
+//! `cargo ktune tune`: search the schedule spaces of a crate's kernels
+//! under one budget and write the winners to its database.
+//!
+//! The budget (trials and seconds) is spread over the kernels by the
+//! campaign's scheduler; measurements run in a worker process (this
+//! executable, started again), so a crashing candidate costs only itself.
+//! Every measurement goes to a journal under the target directory: a run
+//! that is interrupted and started again measures only what is new. The
+//! run's evaluations, in order, are kept for `cargo ktune report`.
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use clap::ValueEnum;
+use indicatif::{ProgressBar, ProgressStyle};
+use ktune_build::scan::Found;
+use ktune_build::tune::{
+    Campaign, CampaignResult, DeviceTarget, Method, Observer, Progress, Step, Task, Timing,
+    WorkerBench,
+};
+use ktune_core::canon;
+use ktune_core::db::{Gpu, MeasuredOn};
+use ktune_core::schedule::Schedule;
+use ktune_measure::DeviceKind;
+use serde::{Deserialize, Serialize};
+
+use crate::{CrateArgs, load_crate};
+
+/// Evaluations per kernel when no `--trials` is given.
+const TRIALS_PER_KERNEL: usize = 64;
+/// Seconds per kernel when no `--seconds` is given.
+const SECONDS_PER_KERNEL: u64 = 300;
+
+/// Where `tune` measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Device {
+    /// The GPU when there is one, else an error.
+    Auto,
+    /// The first CUDA GPU.
+    Gpu,
+    /// ktune's virtual GPU: verified candidates, estimated times; its
+    /// records are marked and never chosen for a real GPU.
+    Vgpu,
+}
+
+/// Where the winners go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Destination {
+    /// The crate's committed database.
+    Crate,
+    /// The per-user cache.
+    User,
+}
+
+/// The options of `cargo ktune tune`.
+#[derive(Debug)]
+pub struct Options {
+    /// Kernels to tune (empty: all of the crate's).
+    pub kernels: Vec<String>,
+    pub device: Device,
+    pub trials: Option<usize>,
+    pub seconds: Option<u64>,
+    pub strategy: Method,
+    /// `(kernel, weight)`: how often the application runs a kernel.
+    pub weights: Vec<(String, f64)>,
+    pub write: Destination,
+    pub json: bool,
+}
+
+/// Parses `NAME=WEIGHT`.
+pub fn parse_weight(text: &str) -> Result<(String, f64), String> {
+    let (name, weight) = text
+        .split_once('=')
+        .ok_or_else(|| format!("`{text}` is not NAME=WEIGHT"))?;
+    let weight: f64 = weight
+        .parse()
+        .ok()
+        .filter(|w: &f64| w.is_finite() && *w > 0.0)
+        .ok_or_else(|| {
+            format!("the weight of `{name}` must be a positive number, not `{weight}`")
+        })?;
+    Ok((name.to_owned(), weight))
+}
+
+/// What a `tune` run did, as `cargo ktune report` reads it back.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct History {
+    pub date: String,
+    pub krate: String,
+    pub gpu: Gpu,
+    pub measured_on: MeasuredOn,
+    pub target: String,
+    pub strategy: String,
+    pub trials: usize,
+    pub seconds: f64,
+    pub kernels: Vec<KernelHistory>,
+}
+
+/// One kernel's part of a run.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct KernelHistory {
+    pub kernel: String,
+    pub shape: Vec<(String, u32)>,
+    pub weight: f64,
+    pub rounds: usize,
+    pub default_us: Option<f64>,
+    pub best_us: Option<f64>,
+    pub best: Option<Schedule>,
+    pub steps: Vec<Step>,
+}
+
+/// The file a `tune` run's history is kept in.
+pub fn history_path(target_dir: &Path) -> PathBuf {
+    target_dir.join("ktune").join("tune-history.json")
+}
+
+/// The target directory of the crate `args` names.
+pub fn target_dir(args: &CrateArgs) -> Result<PathBuf> {
+    let mut cmd = cargo_metadata::MetadataCommand::new();
+    cmd.no_deps();
+    if let Some(path) = &args.manifest_path {
+        cmd.manifest_path(path);
+    }
+    let meta = cmd.exec().context("cannot read the crate's metadata")?;
+    Ok(meta.target_directory.into_std_path_buf())
+}
+
+pub fn tune(args: &CrateArgs, options: &Options) -> Result<()> {
+    let krate = load_crate(args)?;
+    let selected: Vec<&Found> = if options.kernels.is_empty() {
+        krate.kernels.iter().collect()
+    } else {
+        options
+            .kernels
+            .iter()
+            .map(|name| krate.kernel(name))
+            .collect::<Result<_>>()?
+    };
+    if selected.is_empty() {
+        bail!("crate `{}` has no #[tuned_kernel]s to tune", krate.name);
+    }
+    for (name, _) in &options.weights {
+        if !selected.iter().any(|f| f.kernel.name == *name) {
+            bail!("--weight names `{name}`, which is not among the kernels being tuned");
+        }
+    }
+    let kind = match options.device {
+        Device::Vgpu => DeviceKind::Vgpu,
+        Device::Gpu => DeviceKind::Gpu { ordinal: 0 },
+        Device::Auto => ktune_measure::detect().context(
+            "no GPU found; `--device vgpu` tunes on ktune's virtual GPU (verified candidates, \
+             estimated times, records marked and never chosen for a real GPU)",
+        )?,
+    };
+    let device = DeviceTarget::of(kind, &krate.metadata.targets)?;
+    let database = krate.root.join(ktune_build::db::DEFAULT_PATH);
+    let known = known_winners(&database)?;
+    let tasks: Vec<(Task<'_>, f64)> = selected
+        .iter()
+        .map(|f| {
+            let checksum = canon::checksum(&f.kernel);
+            let known: Vec<Schedule> = known
+                .iter()
+                .filter(|(c, _)| *c == checksum)
+                .map(|(_, s)| s.clone())
+                .collect();
+            let weight = options
+                .weights
+                .iter()
+                .find(|(n, _)| *n == f.kernel.name)
+                .map_or(1.0, |(_, w)| *w);
+            (
+                Task::new(&f.kernel, &f.source, device.target, &known),
+                weight,
+            )
+        })
+        .collect();
+    let trials = options.trials.unwrap_or(TRIALS_PER_KERNEL * tasks.len());
+    let seconds = options
+        .seconds
+        .unwrap_or(SECONDS_PER_KERNEL * tasks.len() as u64);
+    let target_dir = target_dir(args)?;
+    let work = target_dir.join("ktune");
+    let campaign = Campaign {
+        tasks,
+        method: options.strategy,
+        evaluations: trials,
+        deadline: Instant::now() + Duration::from_secs(seconds),
+        journals: Some(work.join("journal")),
+    };
+    eprintln!(
+        "tuning {} kernels of `{}` on {} ({}), {} strategy, up to {trials} trials and {seconds} s",
+        campaign.tasks.len(),
+        krate.name,
+        device.gpu.name,
+        device.target,
+        options.strategy
+    );
+    let mut bench = WorkerBench::spawn(device.clone())?;
+    let mut observer = Bar::new(trials as u64, &work.join("tune.log"));
+    let result = campaign.run(&mut bench, &mut observer);
+    observer.finish();
+
+    let destination = match options.write {
+        Destination::Crate => database,
+        Destination::User => ktune_build::layer::user_cache_path(&krate.name)
+            .context("no per-user cache folder on this system; use `--write crate`")?,
+    };
+    let records: Vec<_> = result
+        .runs
+        .iter()
+        .filter_map(|r| r.tuned.as_ref().map(|t| t.record.clone()))
+        .collect();
+    if !records.is_empty() {
+        ktune_build::db::insert(&destination, records)?;
+    }
+    let history = history_of(&krate.name, &device, options, trials, &selected, &result);
+    let path = history_path(&target_dir);
+    std::fs::create_dir_all(work).context("cannot create the target directory's ktune folder")?;
+    std::fs::write(&path, serde_json::to_string_pretty(&history)?)
+        .with_context(|| format!("cannot write {}", path.display()))?;
+    if options.json {
+        println!("{}", serde_json::to_string_pretty(&history)?);
+    } else {
+        print_summary(&history, &destination, &path);
+    }
+    Ok(())
+}
+
+/// `(checksum, schedule)` of the database's winners measured on real GPUs.
+fn known_winners(database: &Path) -> Result<Vec<(String, Schedule)>> {
+    if !database.exists() {
+        return Ok(Vec::new());
+    }
+    let db = ktune_build::db::open(database)?;
+    Ok(db
+        .records
+        .iter()
+        .filter(|r| r.provenance.measured_on == MeasuredOn::Gpu)
+        .map(|r| (r.checksum.clone(), r.schedule.clone()))
+        .collect())
+}
+
+fn history_of(
+    krate: &str,
+    device: &DeviceTarget,
+    options: &Options,
+    trials: usize,
+    selected: &[&Found],
+    result: &CampaignResult,
+) -> History {
+    let kernels = result
+        .runs
+        .iter()
+        .zip(selected)
+        .map(|(run, found)| {
+            let tuned = run.tuned.as_ref();
+            KernelHistory {
+                kernel: run.kernel.clone(),
+                shape: found
+                    .kernel
+                    .dims
+                    .iter()
+                    .map(|d| (d.name.clone(), d.size))
+                    .collect(),
+                weight: run.weight,
+                rounds: run.rounds,
+                default_us: tuned.and_then(|t| t.record.stats.baseline_us),
+                best_us: tuned.map(|t| t.record.stats.median_us),
+                best: tuned.map(|t| t.record.schedule.clone()),
+                steps: tuned.map(|t| t.history.clone()).unwrap_or_default(),
+            }
+        })
+        .collect();
+    History {
+        date: humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string(),
+        krate: krate.to_owned(),
+        gpu: device.gpu.clone(),
+        measured_on: device.measured_on,
+        target: device.target.to_string(),
+        strategy: options.strategy.to_string(),
+        trials,
+        seconds: result.elapsed.as_secs_f64(),
+        kernels,
+    }
+}
+
+fn print_summary(history: &History, database: &Path, path: &Path) {
+    println!(
+        "{:<16} {:>6} {:>6} {:>12} {:>12} {:>8}  schedule",
+        "kernel", "trials", "rounds", "default µs", "best µs", "speed-up"
+    );
+    for k in &history.kernels {
+        let us = |v: Option<f64>| v.map_or("-".to_owned(), |v| format!("{v:.2}"));
+        let speedup = match (k.default_us, k.best_us) {
+            (Some(d), Some(b)) => format!("{:.2}×", d / b),
+            _ => "-".to_owned(),
+        };
+        println!(
+            "{:<16} {:>6} {:>6} {:>12} {:>12} {:>8}  {}",
+            k.kernel,
+            k.steps.len(),
+            k.rounds,
+            us(k.default_us),
+            us(k.best_us),
+            speedup,
+            k.best
+                .as_ref()
+                .map_or("nothing measured".into(), Schedule::to_json)
+        );
+    }
+    let tuned = history.kernels.iter().filter(|k| k.best.is_some()).count();
+    println!(
+        "tuned {tuned} of {} kernels in {:.1} s; winners in {}; history in {} (`cargo ktune report`)",
+        history.kernels.len(),
+        history.seconds,
+        database.display(),
+        path.display()
+    );
+    if history.measured_on == MeasuredOn::Vgpu {
+        println!(
+            "measured on the virtual GPU: the records are marked and never chosen for a real GPU"
+        );
+    }
+}
+
+/// Progress on the terminal: a bar over the trials, a line per measured
+/// candidate above it (plain lines when stderr is not a terminal), and the
+/// same lines in the log under the target directory.
+struct Bar {
+    bar: ProgressBar,
+    log: Progress,
+}
+
+impl Bar {
+    fn new(trials: u64, log: &Path) -> Bar {
+        let bar = if std::io::stderr().is_terminal() {
+            ProgressBar::new(trials)
+        } else {
+            ProgressBar::hidden()
+        };
+        bar.set_style(
+            ProgressStyle::with_template("{bar:40} {pos}/{len} trials, {elapsed} {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        Bar {
+            bar,
+            log: Progress::log_only(log),
+        }
+    }
+
+    fn say(&self, text: &str) {
+        if self.bar.is_hidden() {
+            eprintln!("{text}");
+        } else {
+            self.bar.println(text);
+        }
+    }
+
+    fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
+}
+
+impl Observer for Bar {
+    fn measured(&mut self, schedule: &Schedule, result: &Result<Timing, String>) {
+        self.bar.inc(1);
+        self.log.measured(schedule, result);
+        match result {
+            Ok(t) => self.say(&format!(
+                "  {:>10.2} µs  {}",
+                t.median_us,
+                schedule.to_json()
+            )),
+            Err(why) => self.say(&format!("  rejected       {}: {why}", schedule.to_json())),
+        }
+    }
+
+    fn line(&mut self, text: &str) {
+        self.log.line(text);
+        self.bar.set_message(text.to_owned());
+        self.say(text);
+    }
+}

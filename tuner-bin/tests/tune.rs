@@ -1,0 +1,217 @@
+//! `cargo ktune tune` and `cargo ktune report` end to end, on a small crate
+//! tuned on the virtual GPU.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+const KERNELS: &str = r#"
+#[tuned_kernel(shape(R = 6, C = 40))]
+pub fn softmax(x: Tensor<f32, (R, C)>) -> Tensor<f32, (R, C)> {
+    compute(|r, c| {
+        let mx = max(C, |j| x[r][j]);
+        exp(x[r][c] - mx) / sum(C, |j| exp(x[r][j] - mx))
+    })
+}
+
+#[tuned_kernel(shape(N = 3000))]
+pub fn axpy(x: Tensor<f32, (N,)>, y: Tensor<f32, (N,)>) -> Tensor<f32, (N,)> {
+    compute(|n| 2.0 * x[n] + y[n])
+}
+"#;
+
+/// A crate with two kernels (it is only scanned, never built).
+fn fixture() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::create_dir(dir.path().join("src")).expect("src");
+    std::fs::write(
+        dir.path().join("Cargo.toml"),
+        "[package]\nname = \"tune-fixture\"\nversion = \"0.1.0\"\nedition = \"2024\"\n\n\
+         [package.metadata.ktune]\ntargets = [\"sm_90\"]\n\n[workspace]\n",
+    )
+    .expect("manifest");
+    std::fs::write(dir.path().join("src/lib.rs"), KERNELS).expect("lib.rs");
+    dir
+}
+
+fn cargo_ktune(dir: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_cargo-ktune"))
+        .arg("ktune")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("cargo-ktune runs")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Lines of progress that report a new measurement.
+fn measurements(stderr: &str) -> usize {
+    stderr
+        .lines()
+        .filter(|l| l.contains(" µs  {") || l.trim_start().starts_with("rejected"))
+        .count()
+}
+
+#[test]
+fn tune_spreads_its_trials_writes_marked_records_and_resumes_from_its_journal() {
+    let dir = fixture();
+    let args = [
+        "tune", "--device", "vgpu", "--trials", "30", "--weight", "axpy=2", "--json",
+    ];
+    let out = cargo_ktune(dir.path(), &args);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let run: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let kernels = run["kernels"].as_array().expect("kernels");
+    assert_eq!(kernels.len(), 2);
+    let mut total = 0;
+    for k in kernels {
+        let steps = k["steps"].as_array().expect("steps");
+        assert!(!steps.is_empty(), "{k}");
+        total += steps.len();
+        let best = k["best_us"].as_f64().expect("a best time");
+        let default = k["default_us"].as_f64().expect("the default's time");
+        assert!(best <= default, "{k}");
+        let fastest = steps
+            .iter()
+            .filter_map(|s| s["result"]["Ok"]["median_us"].as_f64())
+            .fold(f64::INFINITY, f64::min);
+        assert_eq!(best, fastest, "the record holds the fastest candidate");
+    }
+    assert_eq!(total, 30, "the whole budget was spent");
+    assert_eq!(measurements(&stderr), 30, "{stderr}");
+    assert_eq!(run["measured_on"], "vgpu");
+
+    let database: Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.path().join("tuning/ktune.json")).expect("database"),
+    )
+    .expect("database JSON");
+    let records = database["records"].as_array().expect("records");
+    let names: Vec<&str> = records
+        .iter()
+        .filter_map(|r| r["kernel"].as_str())
+        .collect();
+    assert!(
+        names.contains(&"softmax") && names.contains(&"axpy"),
+        "{names:?}"
+    );
+    assert!(
+        records
+            .iter()
+            .all(|r| r["provenance"]["measured_on"] == "vgpu"),
+        "{database}"
+    );
+
+    // The same run again: the journal answers every point, nothing is
+    // measured, the winners are the same.
+    let again = cargo_ktune(dir.path(), &args);
+    assert!(again.status.success(), "{}", text(&again.stderr));
+    assert_eq!(
+        measurements(&text(&again.stderr)),
+        0,
+        "{}",
+        text(&again.stderr)
+    );
+    let rerun: Value = serde_json::from_slice(&again.stdout).expect("JSON");
+    for (a, b) in kernels
+        .iter()
+        .zip(rerun["kernels"].as_array().expect("kernels"))
+    {
+        assert_eq!(a["best"], b["best"]);
+        assert_eq!(a["steps"], b["steps"]);
+    }
+
+    // A larger budget measures only the new trials.
+    let more = cargo_ktune(
+        dir.path(),
+        &[
+            "tune", "--device", "vgpu", "--trials", "40", "--weight", "axpy=2",
+        ],
+    );
+    let stderr = text(&more.stderr);
+    assert!(more.status.success(), "{stderr}");
+    let new = measurements(&stderr);
+    assert!(new > 0 && new <= 10, "{new} new measurements:\n{stderr}");
+    assert!(text(&more.stdout).contains("tuned 2 of 2 kernels"));
+}
+
+#[test]
+fn report_draws_the_last_run() {
+    let dir = fixture();
+    let missing = cargo_ktune(dir.path(), &["report"]);
+    assert!(!missing.status.success());
+    assert!(
+        text(&missing.stderr).contains("no `cargo ktune tune` run recorded"),
+        "{}",
+        text(&missing.stderr)
+    );
+
+    let tuned = cargo_ktune(
+        dir.path(),
+        &["tune", "--device", "vgpu", "--trials", "40", "softmax"],
+    );
+    assert!(tuned.status.success(), "{}", text(&tuned.stderr));
+    let out = cargo_ktune(dir.path(), &["report"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let page =
+        std::fs::read_to_string(dir.path().join("target/ktune/report.html")).expect("the report");
+    assert!(page.contains("<h2>softmax</h2>"), "{page}");
+    assert!(!page.contains("<h2>axpy</h2>"), "only the kernel tuned");
+    assert!(page.contains("virtual GPU"));
+    // The speed-up bars, the curve, the learned model's and the heuristic
+    // model's scatter plots.
+    assert_eq!(page.matches("<svg").count(), 4, "{page}");
+    assert!(page.contains("best so far"));
+
+    let json = cargo_ktune(dir.path(), &["report", "--json"]);
+    assert!(json.status.success(), "{}", text(&json.stderr));
+    let figures: Value = serde_json::from_slice(&json.stdout).expect("JSON");
+    let softmax = &figures["kernels"][0];
+    assert_eq!(softmax["kernel"], "softmax");
+    assert_eq!(softmax["trials"], 40);
+    assert!(softmax["speedup"].as_f64().expect("speed-up") >= 1.0);
+    let rho = softmax["heuristic_model_correlation"]
+        .as_f64()
+        .expect("a correlation");
+    assert!((-1.0..=1.0).contains(&rho));
+}
+
+#[test]
+fn tune_names_what_is_wrong_with_its_arguments() {
+    let dir = fixture();
+    let unknown = cargo_ktune(dir.path(), &["tune", "--device", "vgpu", "gemm"]);
+    assert!(!unknown.status.success());
+    let stderr = text(&unknown.stderr);
+    assert!(
+        stderr.contains("no kernel `gemm`") && stderr.contains("softmax, axpy"),
+        "{stderr}"
+    );
+    let weight = cargo_ktune(
+        dir.path(),
+        &["tune", "--device", "vgpu", "softmax", "--weight", "axpy=3"],
+    );
+    assert!(!weight.status.success());
+    assert!(
+        text(&weight.stderr).contains("--weight names `axpy`"),
+        "{}",
+        text(&weight.stderr)
+    );
+    let bad = cargo_ktune(dir.path(), &["tune", "--weight", "axpy=-1"]);
+    assert!(!bad.status.success());
+    assert!(
+        text(&bad.stderr).contains("must be a positive number"),
+        "{}",
+        text(&bad.stderr)
+    );
+    let strategy = cargo_ktune(dir.path(), &["tune", "--strategy", "annealing"]);
+    assert!(!strategy.status.success());
+    assert!(
+        text(&strategy.stderr).contains("unknown strategy `annealing`"),
+        "{}",
+        text(&strategy.stderr)
+    );
+}
