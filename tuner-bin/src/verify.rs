@@ -1,21 +1,27 @@
 //! `cargo ktune verify`: every variant a crate's build would ship, plus
-//! sampled points of each kernel's schedule space, run on the virtual GPU
-//! on seeded random inputs and compared with the CPU evaluation of the
-//! kernel's IR.
+//! sampled points of each kernel's schedule space, run on seeded random
+//! inputs and compared with the CPU evaluation of the kernel's IR.
 //!
-//! Shipped variants are checked through their printed PTX text (printed,
-//! parsed back, run), so the code checked is the code embedded. Kernels run
-//! at the shapes the crate declares: what is verified is what ships, which
-//! for large kernels takes a while on the virtual GPU.
+//! On the virtual GPU (the default), shipped variants are checked through
+//! their printed PTX text (printed, parsed back, run), so the code checked
+//! is the code embedded. On a GPU (`--device gpu`), each point runs in a
+//! measurement worker (this executable, started again), its output
+//! poisoned first and compared element by element with the CPU evaluation:
+//! a wrong result, a fault or a hang fails that point only. Only the
+//! variants of targets the GPU runs are checked there. Kernels run at the
+//! shapes the crate declares: what is verified is what ships, which for
+//! large kernels takes a while on the virtual GPU.
 
 use anyhow::{Context, Result, bail};
 use clap::ValueEnum;
 use ktune_build::select;
+use ktune_build::tune::DeviceTarget;
 use ktune_core::SmVersion;
 use ktune_core::lower::Lowered;
 use ktune_core::schedule::Schedule;
 use ktune_core::{ptx, space};
-use ktune_vgpu::verify::{Reference, Verified, VerifyError};
+use ktune_measure::{DeviceKind, Job, Worker, WorkerConfig};
+use ktune_vgpu::verify::Reference;
 use serde_json::{Value, json};
 
 use crate::{Crate, CrateArgs, load_crate};
@@ -25,7 +31,7 @@ use crate::{Crate, CrateArgs, load_crate};
 pub enum Device {
     /// ktune's virtual GPU, on the CPU.
     Vgpu,
-    /// The real GPU (not available yet).
+    /// The first CUDA GPU.
     Gpu,
 }
 
@@ -42,7 +48,17 @@ struct Point {
     target: SmVersion,
     schedule: Schedule,
     shipped: bool,
-    result: Result<Verified, VerifyError>,
+    result: Result<Checked, String>,
+}
+
+/// A point that matched the reference.
+struct Checked {
+    /// The largest error and the tolerance where it occurred (the virtual
+    /// GPU reports them; a GPU only says every element was within its
+    /// tolerance).
+    error: Option<(f32, f32)>,
+    /// Instructions executed (on the virtual GPU).
+    instructions: Option<u64>,
 }
 
 /// One kernel's points.
@@ -62,8 +78,7 @@ impl KernelReport {
     fn worst(&self) -> Option<(f32, f32)> {
         self.points
             .iter()
-            .filter_map(|p| p.result.as_ref().ok())
-            .map(|v| (v.max_error, v.tolerance))
+            .filter_map(|p| p.result.as_ref().ok()?.error)
             .max_by(|a, b| ratio(*a).total_cmp(&ratio(*b)))
     }
 }
@@ -77,18 +92,15 @@ fn ratio((error, tolerance): (f32, f32)) -> f32 {
 }
 
 pub fn verify(args: &CrateArgs, options: &Options) -> Result<()> {
-    if options.device == Device::Gpu {
-        bail!(
-            "--device gpu is not available yet: ktune has no GPU measurement layer; \
-             verify on the virtual GPU with --device vgpu (the default)"
-        );
-    }
     let krate = load_crate(args)?;
-    let reports = krate
-        .kernels
-        .iter()
-        .map(|found| verify_kernel(&krate, found, options))
-        .collect::<Result<Vec<_>>>()?;
+    let reports = match options.device {
+        Device::Vgpu => krate
+            .kernels
+            .iter()
+            .map(|found| verify_kernel(&krate, found, options))
+            .collect::<Result<Vec<_>>>()?,
+        Device::Gpu => verify_on_gpu(&krate, options)?,
+    };
     let points: usize = reports.iter().map(|r| r.points.len()).sum();
     let mismatches: usize = reports.iter().map(KernelReport::mismatches).sum();
     let summary = format!(
@@ -150,10 +162,19 @@ fn verify_kernel(
             target,
             schedule,
             shipped: lowered.is_some(),
-            result,
+            result: result
+                .map(|v| Checked {
+                    error: Some((v.max_error, v.tolerance)),
+                    instructions: Some(v.stats.instructions),
+                })
+                .map_err(|e| e.to_string()),
         }
     });
-    Ok(KernelReport {
+    Ok(report_of(kernel, points))
+}
+
+fn report_of(kernel: &ktune_core::ir::Kernel, points: Vec<Point>) -> KernelReport {
+    KernelReport {
         name: kernel.name.clone(),
         shape: kernel
             .dims
@@ -161,7 +182,89 @@ fn verify_kernel(
             .map(|d| (d.name.clone(), d.size))
             .collect(),
         points,
-    })
+    }
+}
+
+/// Every kernel's points on the GPU, one at a time through a worker.
+fn verify_on_gpu(krate: &Crate, options: &Options) -> Result<Vec<KernelReport>> {
+    let kind = ktune_measure::detect().context(
+        "no GPU found (no CUDA driver, or it sees no device); verify on the virtual GPU \
+         with --device vgpu (the default)",
+    )?;
+    let device = DeviceTarget::of(kind, &krate.metadata.targets)?;
+    let runnable: Vec<SmVersion> = select::targets(&krate.metadata.targets)
+        .into_iter()
+        .filter(|t| *t <= device.target)
+        .collect();
+    // Check, do not time: one run after one warm-up, every output element
+    // against the CPU evaluation, whatever the kernel's size.
+    let settings = ktune_measure::Settings {
+        seed: options.seed,
+        time_cap_s: 0.0,
+        min_samples: 1,
+        warmup_runs: 1,
+        reference_flops: u64::MAX,
+        ..ktune_measure::Settings::default()
+    };
+    let config = WorkerConfig::new(DeviceKind::Gpu { ordinal: 0 })?
+        .settings(settings)
+        .timeout(std::time::Duration::from_secs(600));
+    let mut worker = Worker::spawn(config)?;
+    eprintln!(
+        "verifying on {} ({}), variants of {}",
+        device.gpu.name,
+        device.target,
+        runnable
+            .iter()
+            .map(|t| t.name())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    krate
+        .kernels
+        .iter()
+        .map(|found| {
+            let kernel = &found.kernel;
+            let mut work: Vec<(SmVersion, Schedule, bool)> =
+                select::variants(kernel, &found.location, &runnable)?
+                    .into_iter()
+                    .map(|v| (v.target, v.schedule, true))
+                    .collect();
+            let others: Vec<Schedule> = space::candidates(kernel, device.target)
+                .into_iter()
+                .filter(|s| !work.iter().any(|(t, w, _)| *t == device.target && w == s))
+                .collect();
+            for schedule in space::sample(&others, options.sample, options.seed) {
+                work.push((device.target, schedule, false));
+            }
+            let points = work
+                .into_iter()
+                .map(|(target, schedule, shipped)| {
+                    let job = Job::new(found.source.clone(), target);
+                    let result = worker
+                        .measure(&job, &schedule)
+                        .map(|_| Checked {
+                            error: None,
+                            instructions: None,
+                        })
+                        .map_err(|r| {
+                            format!(
+                                "kernel `{}` {} on {target}: {r}",
+                                kernel.name,
+                                schedule.to_json()
+                            )
+                        });
+                    Point {
+                        target,
+                        schedule,
+                        shipped,
+                        result,
+                    }
+                })
+                .collect();
+            Ok(report_of(kernel, points))
+        })
+        .collect()
 }
 
 /// `f` over `items` on every core, in order.
@@ -199,6 +302,9 @@ fn print_kernel(report: &KernelReport, width: usize) {
     let worst = match report.worst() {
         Some((0.0, _)) => "max error 0 (exact)".to_owned(),
         Some((error, tolerance)) => format!("max error {error:.2e} (tolerance {tolerance:.2e})"),
+        None if report.points.iter().any(|p| p.result.is_ok()) => {
+            "every element within tolerance".to_owned()
+        }
         None => "max error -".to_owned(),
     };
     println!(
@@ -237,12 +343,16 @@ fn to_json(
                         "ok": p.result.is_ok(),
                     });
                     match &p.result {
-                        Ok(v) => {
-                            point["max_error"] = json!(v.max_error);
-                            point["tolerance"] = json!(v.tolerance);
-                            point["instructions"] = json!(v.stats.instructions);
+                        Ok(checked) => {
+                            if let Some((error, tolerance)) = checked.error {
+                                point["max_error"] = json!(error);
+                                point["tolerance"] = json!(tolerance);
+                            }
+                            if let Some(n) = checked.instructions {
+                                point["instructions"] = json!(n);
+                            }
                         }
-                        Err(e) => point["error"] = json!(e.to_string()),
+                        Err(e) => point["error"] = json!(e),
                     }
                     point
                 })
@@ -260,7 +370,10 @@ fn to_json(
         .collect();
     json!({
         "crate": krate.name,
-        "device": "vgpu",
+        "device": match options.device {
+            Device::Vgpu => "vgpu",
+            Device::Gpu => "gpu",
+        },
         "seed": options.seed,
         "sample": options.sample,
         "kernels": kernels,

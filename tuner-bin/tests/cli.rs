@@ -189,20 +189,34 @@ fn verify_prints_json() {
 }
 
 #[test]
-fn verify_on_a_gpu_is_not_available_yet() {
+fn verify_on_a_gpu_checks_every_shipped_variant_or_says_there_is_none() {
     let manifest = e2e_manifest();
     let out = cargo_ktune(&[
         "verify",
         "--device",
         "gpu",
+        "--json",
         "--manifest-path",
         manifest.to_str().unwrap(),
     ]);
-    assert!(!out.status.success());
     let err = stderr(&out);
+    if ktune_measure::detect().is_none() {
+        assert!(!out.status.success());
+        assert!(
+            err.contains("no GPU found") && err.contains("--device vgpu"),
+            "{err}"
+        );
+        return;
+    }
+    assert!(out.status.success(), "{err}");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(report["device"], "gpu");
+    assert_eq!(report["summary"]["mismatches"], 0);
+    let kernels = report["kernels"].as_array().expect("kernels");
+    assert!(!kernels.is_empty());
     assert!(
-        err.contains("--device gpu is not available yet: ktune has no GPU measurement layer"),
-        "{err}"
+        kernels.iter().all(|k| k["points"].as_u64() >= Some(1)),
+        "{report}"
     );
 }
 
