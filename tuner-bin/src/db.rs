@@ -20,6 +20,9 @@ pub(crate) enum Command {
     /// Print the database as a table: kernel, shape, GPU, schedule, time,
     /// speed-up over the default schedule, and which record is chosen.
     Show {
+        /// Print the records as JSON, each with whether it is chosen.
+        #[arg(long)]
+        json: bool,
         #[command(flatten)]
         file: FileArgs,
     },
@@ -82,7 +85,7 @@ pub(crate) struct FileArgs {
 
 pub(crate) fn run(command: Command) -> Result<()> {
     match command {
-        Command::Show { file } => show(&file),
+        Command::Show { json, file } => show(&file, json),
         Command::Verify { file } => verify(&file),
         Command::Diff { old, new, json } => diff::run(&old, &new, json),
         Command::Merge {
@@ -172,9 +175,25 @@ fn path(args: &FileArgs) -> Result<PathBuf> {
     }
 }
 
-fn show(args: &FileArgs) -> Result<()> {
+fn show(args: &FileArgs, json: bool) -> Result<()> {
     let path = path(args)?;
     let db = ktune_build::db::open(&path)?;
+    if json {
+        let records: Vec<serde_json::Value> = db
+            .records
+            .iter()
+            .map(|r| {
+                serde_json::json!({
+                    "chosen": r.provenance.measured_on != MeasuredOn::Vgpu && db.is_winner(r),
+                    "speedup": r.speedup(),
+                    "record": r,
+                })
+            })
+            .collect();
+        let value = serde_json::json!({ "database": path, "records": records });
+        println!("{}", serde_json::to_string_pretty(&value)?);
+        return Ok(());
+    }
     if db.records.is_empty() {
         println!("{}: no records", path.display());
         return Ok(());

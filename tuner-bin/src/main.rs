@@ -1,6 +1,6 @@
 //! `cargo ktune`: the command line of ktune.
 //!
-//! - `cargo ktune status`: the kernels of a crate and of its dependencies
+//! - `cargo ktune status [--json]`: the kernels of a crate and of its dependencies
 //!   that tune their own, their shapes, and the schedule each variant would
 //!   use and where it came from (heuristic, or which database layer:
 //!   application, crate, user cache), with the targets no GPU was tuned for.
@@ -74,6 +74,9 @@ enum Command {
     /// List the kernels of the crate and of its dependencies with their
     /// shapes, the schedule each target would use and its database layer.
     Status {
+        /// Print the status as JSON.
+        #[arg(long)]
+        json: bool,
         #[command(flatten)]
         krate: CrateArgs,
     },
@@ -228,7 +231,7 @@ fn main() {
 
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
-        Command::Status { krate } => status::status(&krate),
+        Command::Status { json, krate } => status::status(&krate, json),
         Command::Ptx {
             kernel,
             target,

@@ -18,25 +18,133 @@ use ktune_build::layer::{self, APP_DATABASE_ENV, Layers};
 use ktune_build::select;
 use ktune_core::SmVersion;
 use ktune_core::ir::Kernel;
+use ktune_core::schedule::Schedule;
+use serde::Serialize;
 
 use crate::{Crate, CrateArgs, crate_of, selected};
 
-pub(crate) fn status(args: &CrateArgs) -> Result<()> {
+/// What `status` reports, as printed or as JSON.
+#[derive(Serialize)]
+struct Status {
+    application_database: Option<PathBuf>,
+    /// Where the application database was declared.
+    declared_in: Option<String>,
+    crates: Vec<CrateStatus>,
+}
+
+#[derive(Serialize)]
+struct CrateStatus {
+    name: String,
+    root: PathBuf,
+    dependency_of: Option<String>,
+    targets: Vec<&'static str>,
+    layers: Vec<LayerStatus>,
+    kernels: Vec<KernelStatus>,
+}
+
+#[derive(Serialize)]
+struct LayerStatus {
+    layer: String,
+    path: PathBuf,
+    records: usize,
+}
+
+#[derive(Serialize)]
+struct KernelStatus {
+    name: String,
+    location: String,
+    shape: Vec<(String, u32)>,
+    output: String,
+    variants: Vec<VariantStatus>,
+    /// Declared targets no GPU was tuned for.
+    untuned_targets: Vec<&'static str>,
+    warnings: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct VariantStatus {
+    target: &'static str,
+    /// The GPU model it was tuned for; none for a target's default.
+    gpu: Option<String>,
+    /// Where its schedule came from: heuristic, or a database layer.
+    source: String,
+    schedule: Schedule,
+}
+
+pub(crate) fn status(args: &CrateArgs, json: bool) -> Result<()> {
     let (krate, dependencies) = load_with_dependencies(args)?;
     let app = app_database(&std::env::current_dir()?)?;
-    match &app {
-        Some(declared) => println!(
-            "application database: {} ({APP_DATABASE_ENV}, from {})",
-            declared.path.display(),
-            declared.from
-        ),
-        None => println!("application database: none ({APP_DATABASE_ENV} is unset or empty)"),
-    }
-    print_crate(&krate, None, app.as_ref())?;
+    let mut crates = vec![crate_status(&krate, None, app.as_ref())?];
     for dependency in &dependencies {
-        print_crate(dependency, Some(&krate.name), app.as_ref())?;
+        crates.push(crate_status(dependency, Some(&krate.name), app.as_ref())?);
+    }
+    let status = Status {
+        application_database: app.as_ref().map(|a| a.path.clone()),
+        declared_in: app.map(|a| a.from),
+        crates,
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&status)?);
+    } else {
+        print(&status);
     }
     Ok(())
+}
+
+fn print(status: &Status) {
+    match (&status.application_database, &status.declared_in) {
+        (Some(path), Some(from)) => println!(
+            "application database: {} ({APP_DATABASE_ENV}, from {from})",
+            path.display()
+        ),
+        _ => println!("application database: none ({APP_DATABASE_ENV} is unset or empty)"),
+    }
+    for krate in &status.crates {
+        let role = match &krate.dependency_of {
+            Some(name) => format!(", a dependency of `{name}`"),
+            None => String::new(),
+        };
+        println!(
+            "\ncrate `{}` ({}{role}): {} kernels, targets {}",
+            krate.name,
+            krate.root.display(),
+            krate.kernels.len(),
+            krate.targets.join(", ")
+        );
+        for layer in &krate.layers {
+            println!(
+                "  {} database: {} ({} records)",
+                layer.layer,
+                layer.path.display(),
+                layer.records
+            );
+        }
+        for k in &krate.kernels {
+            let shape: Vec<String> = k.shape.iter().map(|(n, s)| format!("{n}={s}")).collect();
+            println!(
+                "\n{}  ({})\n  shape: {}  output: {}",
+                k.name,
+                k.location,
+                shape.join(", "),
+                k.output
+            );
+            for v in &k.variants {
+                println!(
+                    "  {:<6} {:<24} {:<22} {}",
+                    v.target,
+                    v.gpu.as_deref().unwrap_or("default"),
+                    v.source,
+                    v.schedule.to_json()
+                );
+            }
+            if !k.untuned_targets.is_empty() {
+                println!("  not tuned for a GPU of: {}", k.untuned_targets.join(", "));
+            }
+            for warning in &k.warnings {
+                println!("  warning: {warning}");
+            }
+        }
+    }
 }
 
 /// The crate `args` names, and the crates it links that tune kernels in
@@ -104,7 +212,11 @@ fn kernel_dependencies<'a>(meta: &'a Metadata, root: &PackageId) -> Result<Vec<&
     Ok(found)
 }
 
-fn print_crate(krate: &Crate, dependency_of: Option<&str>, app: Option<&Declared>) -> Result<()> {
+fn crate_status(
+    krate: &Crate,
+    dependency_of: Option<&str>,
+    app: Option<&Declared>,
+) -> Result<CrateStatus> {
     let targets = select::targets(&krate.metadata.targets);
     let stack = layer::under_application(
         app.map(|a| a.path.clone()),
@@ -114,73 +226,57 @@ fn print_crate(krate: &Crate, dependency_of: Option<&str>, app: Option<&Declared
         ),
     );
     let layers = Layers::open(stack)?;
-    let role = match dependency_of {
-        Some(name) => format!(", a dependency of `{name}`"),
-        None => String::new(),
-    };
-    println!(
-        "\ncrate `{}` ({}{role}): {} kernels, targets {}",
-        krate.name,
-        krate.root.display(),
-        krate.kernels.len(),
-        targets
+    let kernels = krate
+        .kernels
+        .iter()
+        .map(|found| {
+            let k = &found.kernel;
+            let mut variants = select::variants(k, &found.location, &targets)?;
+            let tuned = select::tuned(k, &layers);
+            variants.extend(tuned.variants);
+            let tuned_targets: Vec<SmVersion> = variants
+                .iter()
+                .filter(|v| v.gpu.is_some())
+                .map(|v| v.target)
+                .collect();
+            Ok(KernelStatus {
+                name: k.name.clone(),
+                location: found.location.to_string(),
+                shape: k.dims.iter().map(|d| (d.name.clone(), d.size)).collect(),
+                output: k.output.dtype.to_string(),
+                variants: variants
+                    .into_iter()
+                    .map(|v| VariantStatus {
+                        target: v.target.name(),
+                        gpu: v.gpu,
+                        source: v.source.to_string(),
+                        schedule: v.schedule,
+                    })
+                    .collect(),
+                untuned_targets: targets
+                    .iter()
+                    .filter(|t| !tuned_targets.contains(t))
+                    .map(|t| t.name())
+                    .collect(),
+                warnings: tuned.warnings.iter().map(ToString::to_string).collect(),
+            })
+        })
+        .collect::<Result<_>>()?;
+    Ok(CrateStatus {
+        name: krate.name.clone(),
+        root: krate.root.clone(),
+        dependency_of: dependency_of.map(str::to_owned),
+        targets: targets.iter().map(|t| t.name()).collect(),
+        layers: layers
             .iter()
-            .map(|t| t.name())
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
-    for opened in layers.iter() {
-        println!(
-            "  {} database: {} ({} records)",
-            opened.layer,
-            opened.path.display(),
-            opened.database.records.len()
-        );
-    }
-    for found in &krate.kernels {
-        let k = &found.kernel;
-        let shape: Vec<String> = k
-            .dims
-            .iter()
-            .map(|d| format!("{}={}", d.name, d.size))
-            .collect();
-        println!(
-            "\n{}  ({})\n  shape: {}  output: {}",
-            k.name,
-            found.location,
-            shape.join(", "),
-            k.output.dtype
-        );
-        let mut variants = select::variants(k, &found.location, &targets)?;
-        let tuned = select::tuned(k, &layers);
-        variants.extend(tuned.variants);
-        for v in &variants {
-            println!(
-                "  {:<6} {:<24} {:<22} {}",
-                v.target.name(),
-                v.gpu.as_deref().unwrap_or("default"),
-                v.source.to_string(),
-                v.schedule.to_json()
-            );
-        }
-        let tuned_targets: Vec<SmVersion> = variants
-            .iter()
-            .filter(|v| v.gpu.is_some())
-            .map(|v| v.target)
-            .collect();
-        let missing: Vec<&str> = targets
-            .iter()
-            .filter(|t| !tuned_targets.contains(t))
-            .map(|t| t.name())
-            .collect();
-        if !missing.is_empty() {
-            println!("  not tuned for a GPU of: {}", missing.join(", "));
-        }
-        for warning in &tuned.warnings {
-            println!("  warning: {warning}");
-        }
-    }
-    Ok(())
+            .map(|opened| LayerStatus {
+                layer: opened.layer.to_string(),
+                path: opened.path.clone(),
+                records: opened.database.records.len(),
+            })
+            .collect(),
+        kernels,
+    })
 }
 
 /// The application's database and where it was declared.

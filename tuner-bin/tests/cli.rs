@@ -47,6 +47,34 @@ fn status_lists_every_kernel_with_shape_and_schedules() {
 }
 
 #[test]
+fn status_as_json_names_every_variant_and_its_source() {
+    let manifest = demo_manifest();
+    let out = cargo_ktune(&[
+        "status",
+        "--json",
+        "--manifest-path",
+        manifest.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    let demo = &status["crates"][0];
+    assert_eq!(demo["name"], "demo");
+    assert_eq!(demo["targets"], serde_json::json!(["sm_80", "sm_90"]));
+    let kernels = demo["kernels"].as_array().expect("kernels");
+    assert_eq!(kernels.len(), 4);
+    for k in kernels {
+        let variants = k["variants"].as_array().expect("variants");
+        assert!(
+            variants
+                .iter()
+                .any(|v| v["source"] == "heuristic" && v["gpu"].is_null()),
+            "{k}"
+        );
+        assert!(variants.iter().all(|v| v["schedule"]["class"].is_string()));
+    }
+}
+
+#[test]
 fn ptx_prints_the_kernel_for_the_target() {
     let manifest = demo_manifest();
     let out = cargo_ktune(&[

@@ -100,6 +100,14 @@ fn show_and_verify_a_valid_database() {
     assert!(line.contains("8.00 µs"), "{text}");
     assert!(line.contains("1.50x"), "{text}");
 
+    let (ok, text) = run(&["db", "show", "--json"], &file);
+    assert!(ok, "{text}");
+    let shown: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    let record = &shown["records"][0];
+    assert_eq!(record["chosen"], true);
+    assert_eq!(record["speedup"], 1.5);
+    assert_eq!(record["record"]["kernel"], "softmax");
+
     let (ok, text) = run(&["db", "verify"], &file);
     assert!(ok, "{text}");
     assert!(text.contains("1 records, all valid"), "{text}");
