@@ -192,17 +192,33 @@ enum Command {
         /// Where the winners go.
         #[arg(long, value_enum, default_value = "crate")]
         write: tune::Destination,
+        /// The database `--write crate` writes (default: the crate's
+        /// `tuning/ktune.json`).
+        #[arg(long)]
+        database: Option<PathBuf>,
         /// Print the run as JSON.
         #[arg(long)]
         json: bool,
+        /// Scan this folder's sources for kernels instead of a Cargo
+        /// package (on a machine without cargo, as the GPU bundle runs).
+        #[arg(long, conflicts_with_all = ["manifest_path", "package"])]
+        sources: Option<PathBuf>,
+        /// Where the journal, the log and the run's history go (default:
+        /// `ktune/` in the target directory).
+        #[arg(long)]
+        work_dir: Option<PathBuf>,
         #[command(flatten)]
         krate: CrateArgs,
     },
     /// Write an HTML report of the last `tune` run, with SVG plots.
     Report {
-        /// The page to write (default: `<target dir>/ktune/report.html`).
+        /// The page to write (default: `report.html` in the work folder).
         #[arg(long)]
         out: Option<PathBuf>,
+        /// The work folder `tune` wrote its history to (default: `ktune/`
+        /// in the target directory).
+        #[arg(long)]
+        work_dir: Option<PathBuf>,
         /// The GPU benchmark's results (`ktune-bench` JSON) for speed-ups
         /// over cuBLAS.
         #[arg(long)]
@@ -276,11 +292,16 @@ fn run(cli: Cli) -> Result<()> {
             strategy,
             weights,
             write,
+            database,
             json,
+            sources,
+            work_dir,
             krate,
         } => tune::tune(
             &krate,
             &tune::Options {
+                sources,
+                work_dir,
                 kernels,
                 device,
                 trials,
@@ -288,15 +309,25 @@ fn run(cli: Cli) -> Result<()> {
                 strategy,
                 weights,
                 write,
+                database,
                 json,
             },
         ),
         Command::Report {
             out,
+            work_dir,
             bench,
             json,
             krate,
-        } => report::report(&krate, out, bench.as_deref(), json),
+        } => report::report(
+            &krate,
+            &report::Options {
+                work_dir,
+                out,
+                bench,
+                json,
+            },
+        ),
         Command::Replay {
             space,
             strategy,

@@ -20,7 +20,7 @@ use plotters::prelude::*;
 use serde::Serialize;
 
 use crate::CrateArgs;
-use crate::tune::{History, KernelHistory, history_path, target_dir};
+use crate::tune::{History, KernelHistory, history_path, work_dir};
 
 const WIDTH: u32 = 640;
 const HEIGHT: u32 = 360;
@@ -60,14 +60,18 @@ struct Figures {
     bench: Vec<BenchFigures>,
 }
 
-pub fn report(
-    args: &CrateArgs,
-    out: Option<PathBuf>,
-    bench: Option<&Path>,
-    json: bool,
-) -> Result<()> {
-    let target = target_dir(args)?;
-    let path = history_path(&target);
+/// The options of `cargo ktune report`.
+#[derive(Debug)]
+pub struct Options {
+    pub work_dir: Option<PathBuf>,
+    pub out: Option<PathBuf>,
+    pub bench: Option<PathBuf>,
+    pub json: bool,
+}
+
+pub fn report(args: &CrateArgs, options: &Options) -> Result<()> {
+    let work = work_dir(args, options.work_dir.as_deref())?;
+    let path = history_path(&work);
     let text = std::fs::read_to_string(&path).with_context(|| {
         format!(
             "no `cargo ktune tune` run recorded: cannot read {}",
@@ -76,7 +80,7 @@ pub fn report(
     })?;
     let history: History = serde_json::from_str(&text)
         .with_context(|| format!("{} is not a tune run's history", path.display()))?;
-    let bench = match bench {
+    let bench = match &options.bench {
         Some(p) => bench_figures(p)?,
         None => Vec::new(),
     };
@@ -84,12 +88,15 @@ pub fn report(
         kernels: history.kernels.iter().map(kernel_figures).collect(),
         bench,
     };
-    if json {
+    if options.json {
         println!("{}", serde_json::to_string_pretty(&figures)?);
         return Ok(());
     }
     let page = page(&history, &figures)?;
-    let out = out.unwrap_or_else(|| target.join("ktune").join("report.html"));
+    let out = options
+        .out
+        .clone()
+        .unwrap_or_else(|| work.join("report.html"));
     std::fs::write(&out, page).with_context(|| format!("cannot write {}", out.display()))?;
     println!("{}", out.display());
     Ok(())

@@ -26,7 +26,7 @@ use ktune_core::schedule::Schedule;
 use ktune_measure::DeviceKind;
 use serde::{Deserialize, Serialize};
 
-use crate::{CrateArgs, load_crate};
+use crate::{Crate, CrateArgs, load_crate};
 
 /// Evaluations per kernel when no `--trials` is given.
 const TRIALS_PER_KERNEL: usize = 64;
@@ -57,6 +57,11 @@ pub enum Destination {
 /// The options of `cargo ktune tune`.
 #[derive(Debug)]
 pub struct Options {
+    /// A folder of sources to scan instead of a Cargo package.
+    pub sources: Option<PathBuf>,
+    /// Where the journal, the log and the history go (default: the
+    /// target directory's `ktune/`).
+    pub work_dir: Option<PathBuf>,
     /// Kernels to tune (empty: all of the crate's).
     pub kernels: Vec<String>,
     pub device: Device,
@@ -66,6 +71,8 @@ pub struct Options {
     /// `(kernel, weight)`: how often the application runs a kernel.
     pub weights: Vec<(String, f64)>,
     pub write: Destination,
+    /// The database to write instead of the crate's (`--write crate`).
+    pub database: Option<PathBuf>,
     pub json: bool,
 }
 
@@ -111,24 +118,46 @@ pub struct KernelHistory {
     pub steps: Vec<Step>,
 }
 
-/// The file a `tune` run's history is kept in.
-pub fn history_path(target_dir: &Path) -> PathBuf {
-    target_dir.join("ktune").join("tune-history.json")
+/// The file a `tune` run's history is kept in, in its work folder.
+pub fn history_path(work: &Path) -> PathBuf {
+    work.join("tune-history.json")
 }
 
-/// The target directory of the crate `args` names.
-pub fn target_dir(args: &CrateArgs) -> Result<PathBuf> {
+/// The work folder `tune` and `report` use: `explicit`, else `ktune/` in
+/// the target directory of the crate `args` names.
+pub fn work_dir(args: &CrateArgs, explicit: Option<&Path>) -> Result<PathBuf> {
+    if let Some(dir) = explicit {
+        return Ok(dir.to_owned());
+    }
     let mut cmd = cargo_metadata::MetadataCommand::new();
     cmd.no_deps();
     if let Some(path) = &args.manifest_path {
         cmd.manifest_path(path);
     }
     let meta = cmd.exec().context("cannot read the crate's metadata")?;
-    Ok(meta.target_directory.into_std_path_buf())
+    Ok(meta.target_directory.into_std_path_buf().join("ktune"))
+}
+
+/// The kernels of the `.rs` files under `dir`, as a crate named after the
+/// folder, with no declared targets: for a machine without cargo.
+fn crate_of_sources(dir: &Path) -> Result<Crate> {
+    let scan = ktune_build::scan::scan(dir, &[dir.to_owned()])?;
+    Ok(Crate {
+        name: dir.file_name().map_or_else(
+            || "sources".to_owned(),
+            |n| n.to_string_lossy().into_owned(),
+        ),
+        root: dir.to_owned(),
+        metadata: ktune_build::manifest::Metadata::default(),
+        kernels: scan.kernels,
+    })
 }
 
 pub fn tune(args: &CrateArgs, options: &Options) -> Result<()> {
-    let krate = load_crate(args)?;
+    let krate = match &options.sources {
+        Some(dir) => crate_of_sources(dir)?,
+        None => load_crate(args)?,
+    };
     let selected: Vec<&Found> = if options.kernels.is_empty() {
         krate.kernels.iter().collect()
     } else {
@@ -155,7 +184,10 @@ pub fn tune(args: &CrateArgs, options: &Options) -> Result<()> {
         )?,
     };
     let device = DeviceTarget::of(kind, &krate.metadata.targets)?;
-    let database = krate.root.join(ktune_build::db::DEFAULT_PATH);
+    let database = options
+        .database
+        .clone()
+        .unwrap_or_else(|| krate.root.join(ktune_build::db::DEFAULT_PATH));
     let known = known_winners(&database)?;
     let tasks: Vec<(Task<'_>, f64)> = selected
         .iter()
@@ -181,8 +213,7 @@ pub fn tune(args: &CrateArgs, options: &Options) -> Result<()> {
     let seconds = options
         .seconds
         .unwrap_or(SECONDS_PER_KERNEL * tasks.len() as u64);
-    let target_dir = target_dir(args)?;
-    let work = target_dir.join("ktune");
+    let work = work_dir(args, options.work_dir.as_deref())?;
     let campaign = Campaign {
         tasks,
         method: options.strategy,
@@ -217,8 +248,8 @@ pub fn tune(args: &CrateArgs, options: &Options) -> Result<()> {
         ktune_build::db::insert(&destination, records)?;
     }
     let history = history_of(&krate.name, &device, options, trials, &selected, &result);
-    let path = history_path(&target_dir);
-    std::fs::create_dir_all(work).context("cannot create the target directory's ktune folder")?;
+    let path = history_path(&work);
+    std::fs::create_dir_all(&work).with_context(|| format!("cannot create {}", work.display()))?;
     std::fs::write(&path, serde_json::to_string_pretty(&history)?)
         .with_context(|| format!("cannot write {}", path.display()))?;
     if options.json {

@@ -140,6 +140,55 @@ fn tune_spreads_its_trials_writes_marked_records_and_resumes_from_its_journal() 
 }
 
 #[test]
+fn tune_scans_a_folder_of_sources_where_there_is_no_cargo() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let sources = dir.path().join("kernels");
+    std::fs::create_dir(&sources).expect("folder");
+    std::fs::write(sources.join("kernels.rs"), KERNELS).expect("sources");
+    let work = dir.path().join("work");
+    let database = dir.path().join("results/ktune.json");
+    let out = cargo_ktune(
+        dir.path(),
+        &[
+            "tune",
+            "--sources",
+            sources.to_str().unwrap(),
+            "--work-dir",
+            work.to_str().unwrap(),
+            "--database",
+            database.to_str().unwrap(),
+            "--device",
+            "vgpu",
+            "--trials",
+            "12",
+            "axpy",
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("tuned 1 of 1 kernels"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert!(work.join("tune-history.json").is_file());
+    assert!(work.join("journal").is_dir());
+    let db = std::fs::read_to_string(&database).expect("the database");
+    assert!(db.contains("\"axpy\""), "{db}");
+    let report = cargo_ktune(
+        dir.path(),
+        &[
+            "report",
+            "--work-dir",
+            work.to_str().unwrap(),
+            "--out",
+            dir.path().join("report.html").to_str().unwrap(),
+        ],
+    );
+    assert!(report.status.success(), "{}", text(&report.stderr));
+    assert!(dir.path().join("report.html").is_file());
+}
+
+#[test]
 fn report_draws_the_last_run() {
     let dir = fixture();
     let missing = cargo_ktune(dir.path(), &["report"]);

@@ -9,7 +9,8 @@
 //! - `setup`: only the installation step.
 //! - `gpu-bundle`: builds (here, where Rust is) everything a GPU machine
 //!   without a Rust toolchain needs to check ktune on its GPU: the demo, the
-//!   GPU tests of the runtime, the benchmark (`bench/gpu/`), and `run.sh`,
+//!   GPU tests of the runtime, the benchmark (`bench/gpu/`), `cargo-ktune`
+//!   with the demo's kernel sources (to tune them there), and `run.sh`,
 //!   which runs them and writes what they print, with the GPU, driver and
 //!   date, into `$OUT` (default `gpu-bundle/results`). Carry `gpu-bundle/` to the machine and run
 //!   `bash gpu-bundle/run.sh` there.
@@ -127,9 +128,19 @@ fn run(root: &Path, program: &str, args: &[&str], ptxas: Option<&Path>) -> Resul
 /// The script `gpu-bundle/run.sh` runs on the GPU machine.
 const GPU_RUN_SCRIPT: &str = r#"#!/usr/bin/env bash
 # Runs ktune's GPU checks; built by `cargo xtask gpu-bundle`.
+#   PARTS="checks bench tune" (default: all; about 4, 7 and 5 minutes; a
+#   device call returns at most 8 files, so run "checks bench" and "tune"
+#   as two calls there, 7 files each):
+#   checks  the demo on the GPU and on the virtual GPU, the runtime's GPU tests
+#   bench   ktune-bench against cuBLAS, then torch where present
+#   tune    `cargo ktune tune` of the demo's kernels on the GPU (TUNE_TRIALS,
+#           TUNE_SECONDS; TUNE_DEVICE=vgpu tries the part without one), its
+#           history and an HTML report with tuning curves
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${OUT:-$here/results}
+parts=" ${PARTS:-checks bench tune} "
+has_part() { [[ "$parts" == *" $1 "* ]]; }
 mkdir -p "$out"
 {
     echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
@@ -137,26 +148,54 @@ mkdir -p "$out"
 } > "$out/gpu.txt" 2>&1
 cat "$out/gpu.txt"
 status=0
-"$here/demo" 2>&1 | tee "$out/demo.txt" || status=1
-KTUNE_BACKEND=vgpu "$here/demo" 2>&1 | tee "$out/demo-vgpu.txt" || status=1
-for test in "$here"/tests/*; do
-    "$test" --include-ignored 2>&1 | tee -a "$out/tests.txt" || status=1
-done
-# The benchmark (bench/gpu/README.md): at most 270 s, then torch at most
-# 140 s. cudarc loads cuBLAS as libcublas.so: link it from the Python
-# environment's nvidia-* wheels, whose folders also go on LD_LIBRARY_PATH.
-libs=$(mktemp -d)
-for site in $(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null); do
-    for lib in $(find "$site/nvidia" -name 'libcublas.so*' 2>/dev/null | sort -V); do
-        ln -sf "$lib" "$libs/libcublas.so"
-        LD_LIBRARY_PATH="$(dirname "$lib")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+if has_part checks; then
+    "$here/demo" 2>&1 | tee "$out/demo.txt" || status=1
+    KTUNE_BACKEND=vgpu "$here/demo" 2>&1 | tee "$out/demo-vgpu.txt" || status=1
+    for test in "$here"/tests/*; do
+        "$test" --include-ignored 2>&1 | tee -a "$out/tests.txt" || status=1
     done
-done
-export LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-timeout 270 "$here/ktune-bench" --budget-s 200 --out "$out/bench.json" 2>&1 | tee "$out/bench.txt" || status=1
-"$here/ktune-bench" --list > "$libs/cases.json"
-timeout 140 python3 "$here/torch_baseline.py" --cases-json "$libs/cases.json" --bench "$out/bench.json" \
-    --budget-s 100 --out "$out/torch.json" 2>&1 | tee -a "$out/bench.txt" || status=1
+fi
+if has_part bench; then
+    # The benchmark (bench/gpu/README.md): at most 270 s, then torch at most
+    # 140 s. cudarc loads cuBLAS as libcublas.so: link it from the Python
+    # environment's nvidia-* wheels, whose folders also go on LD_LIBRARY_PATH.
+    libs=$(mktemp -d)
+    for site in $(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null); do
+        for lib in $(find "$site/nvidia" -name 'libcublas.so*' 2>/dev/null | sort -V); do
+            ln -sf "$lib" "$libs/libcublas.so"
+            LD_LIBRARY_PATH="$(dirname "$lib")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+        done
+    done
+    export LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    timeout 270 "$here/ktune-bench" --budget-s 200 --out "$out/bench.json" 2>&1 | tee "$out/bench.txt" || status=1
+    "$here/ktune-bench" --list > "$libs/cases.json"
+    timeout 140 python3 "$here/torch_baseline.py" --cases-json "$libs/cases.json" --bench "$out/bench.json" \
+        --budget-s 100 --out "$out/torch.json" 2>&1 | tee -a "$out/bench.txt" || status=1
+fi
+if has_part tune; then
+    # The demo's four kernels tuned on the GPU under one budget (the
+    # evolutionary search with XGBoost, measurements in a worker process).
+    # Back in $OUT: tune.txt (progress and summary), tune-history.json
+    # (every evaluation in order), tune-ktune.json (the winners),
+    # tune-report.html and tune-report.json; the journal stays here.
+    ktune=("$here/cargo-ktune" ktune)
+    work="$here/tune-work"
+    if ! "${ktune[@]}" --version > /dev/null 2> "$out/tune.txt"; then
+        echo "cargo-ktune does not start here (libstdc++ and libgomp are needed):" | tee -a "$out/tune.txt"
+        status=1
+    else
+        timeout $(( ${TUNE_SECONDS:-240} + 60 )) "${ktune[@]}" tune --sources "$here/demo-src" \
+            --work-dir "$work" --database "$out/tune-ktune.json" --device "${TUNE_DEVICE:-gpu}" \
+            --trials "${TUNE_TRIALS:-256}" --seconds "${TUNE_SECONDS:-240}" 2>&1 | tee -a "$out/tune.txt" || status=1
+        rm -f "$out/tune-ktune.json.lock"
+        cp "$work/tune-history.json" "$out/" || status=1
+        bench_json=()
+        [ -f "$out/bench.json" ] && bench_json=(--bench "$out/bench.json")
+        "${ktune[@]}" report --work-dir "$work" --out "$out/tune-report.html" "${bench_json[@]}" \
+            2>&1 | tee -a "$out/tune.txt" || status=1
+        "${ktune[@]}" report --work-dir "$work" --json "${bench_json[@]}" > "$out/tune-report.json" || status=1
+    fi
+fi
 echo "gpu-bundle: exit $status" | tee -a "$out/tests.txt"
 exit $status
 "#;
@@ -179,9 +218,26 @@ fn gpu_bundle(root: &Path) -> Result<()> {
         &["build", "--release", "-p", "ktune-bench"],
         None,
     )?;
+    run(
+        root,
+        "cargo",
+        &[
+            "build",
+            "--release",
+            "-p",
+            "cargo-ktune",
+            "--features",
+            "xgboost",
+        ],
+        None,
+    )?;
+    std::fs::create_dir_all(bundle.join("demo-src"))
+        .context("cannot create gpu-bundle/demo-src")?;
     for (from, to) in [
         ("target/release/ktune-bench", "ktune-bench"),
         ("bench/gpu/torch_baseline.py", "torch_baseline.py"),
+        ("target/release/cargo-ktune", "cargo-ktune"),
+        ("examples/demo/src/kernels.rs", "demo-src/kernels.rs"),
     ] {
         std::fs::copy(root.join(from), bundle.join(to))
             .with_context(|| format!("cannot copy {from}"))?;
@@ -225,7 +281,7 @@ fn gpu_bundle(root: &Path) -> Result<()> {
     }
     std::fs::write(bundle.join("run.sh"), GPU_RUN_SCRIPT).context("cannot write run.sh")?;
     eprintln!(
-        "xtask: gpu-bundle/ holds the demo, {copied} GPU test binaries and run.sh; carry it and run `bash gpu-bundle/run.sh`"
+        "xtask: gpu-bundle/ holds the demo, {copied} GPU test binaries, the benchmark, cargo-ktune with the demo's kernels and run.sh; carry it and run `bash gpu-bundle/run.sh`"
     );
     Ok(())
 }
