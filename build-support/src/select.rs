@@ -144,11 +144,7 @@ pub struct Tuned {
 /// checksum: another crate's kernel may have the same name).
 pub fn tuned(kernel: &Kernel, layers: &Layers) -> Tuned {
     let checksum = ktune_core::canon::checksum(kernel);
-    let shape: BTreeMap<String, u32> = kernel
-        .dims
-        .iter()
-        .map(|d| (d.name.clone(), d.size))
-        .collect();
+    let shape: BTreeMap<String, u32> = kernel.shape().collect();
     let is_current = |r: &ktune_core::db::Record| {
         r.checksum == checksum && r.provenance.generator_version == ktune_core::GENERATOR_VERSION
     };

@@ -224,6 +224,11 @@ pub struct Kernel {
 }
 
 impl Kernel {
+    /// The shape: each dimension's name and size, in declaration order.
+    pub fn shape(&self) -> impl Iterator<Item = (String, u32)> + '_ {
+        self.dims.iter().map(|d| (d.name.clone(), d.size))
+    }
+
     pub fn dim(&self, id: DimId) -> &Dim {
         &self.dims[id.0]
     }

@@ -169,63 +169,15 @@ enum Command {
     /// seconds, spread over the kernels where it saves the most time, and
     /// write the winners to the database.
     Tune {
-        /// Kernels to tune (default: all of the crate's).
-        kernels: Vec<String>,
-        /// Where to measure.
-        #[arg(long, value_enum, default_value = "auto")]
-        device: tune::Device,
-        /// Measurements over all kernels (default: 64 per kernel).
-        #[arg(long)]
-        trials: Option<usize>,
-        /// Wall-clock seconds for the whole run (default: 300 per kernel).
-        #[arg(long)]
-        seconds: Option<u64>,
-        /// evolutionary (a learned cost model; XGBoost when built with the
-        /// `xgboost` feature), bounded (the heuristic model's best),
-        /// coordinate_descent or random.
-        #[arg(long, default_value = "evolutionary")]
-        strategy: ktune_build::tune::Method,
-        /// KERNEL=W: the kernel runs W times as often as the others (its
-        /// time is worth W times as much); repeatable.
-        #[arg(long = "weight", value_parser = tune::parse_weight)]
-        weights: Vec<(String, f64)>,
-        /// Where the winners go.
-        #[arg(long, value_enum, default_value = "crate")]
-        write: tune::Destination,
-        /// The database `--write crate` writes (default: the crate's
-        /// `tuning/ktune.json`).
-        #[arg(long)]
-        database: Option<PathBuf>,
-        /// Print the run as JSON.
-        #[arg(long)]
-        json: bool,
-        /// Scan this folder's sources for kernels instead of a Cargo
-        /// package (on a machine without cargo, as the GPU bundle runs).
-        #[arg(long, conflicts_with_all = ["manifest_path", "package"])]
-        sources: Option<PathBuf>,
-        /// Where the journal, the log and the run's history go (default:
-        /// `ktune/` in the target directory).
-        #[arg(long)]
-        work_dir: Option<PathBuf>,
+        #[command(flatten)]
+        options: tune::Options,
         #[command(flatten)]
         krate: CrateArgs,
     },
     /// Write an HTML report of the last `tune` run, with SVG plots.
     Report {
-        /// The page to write (default: `report.html` in the work folder).
-        #[arg(long)]
-        out: Option<PathBuf>,
-        /// The work folder `tune` wrote its history to (default: `ktune/`
-        /// in the target directory).
-        #[arg(long)]
-        work_dir: Option<PathBuf>,
-        /// The GPU benchmark's results (`ktune-bench` JSON) for speed-ups
-        /// over cuBLAS.
-        #[arg(long)]
-        bench: Option<PathBuf>,
-        /// Print the report's figures as JSON instead.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        options: report::Options,
         #[command(flatten)]
         krate: CrateArgs,
     },
@@ -284,50 +236,8 @@ fn run(cli: Cli) -> Result<()> {
             krate,
         } => inspect::inspect(&krate, &kernel, target, &schedule, json),
         Command::Db { command } => db::run(command),
-        Command::Tune {
-            kernels,
-            device,
-            trials,
-            seconds,
-            strategy,
-            weights,
-            write,
-            database,
-            json,
-            sources,
-            work_dir,
-            krate,
-        } => tune::tune(
-            &krate,
-            &tune::Options {
-                sources,
-                work_dir,
-                kernels,
-                device,
-                trials,
-                seconds,
-                strategy,
-                weights,
-                write,
-                database,
-                json,
-            },
-        ),
-        Command::Report {
-            out,
-            work_dir,
-            bench,
-            json,
-            krate,
-        } => report::report(
-            &krate,
-            &report::Options {
-                work_dir,
-                out,
-                bench,
-                json,
-            },
-        ),
+        Command::Tune { options, krate } => tune::tune(&krate, &options),
+        Command::Report { options, krate } => report::report(&krate, &options),
         Command::Replay {
             space,
             strategy,

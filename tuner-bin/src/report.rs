@@ -61,11 +61,21 @@ struct Figures {
 }
 
 /// The options of `cargo ktune report`.
-#[derive(Debug)]
+#[derive(Debug, clap::Args)]
 pub struct Options {
+    /// The work folder `tune` wrote its history to (default: `ktune/` in
+    /// the target directory).
+    #[arg(long)]
     pub work_dir: Option<PathBuf>,
+    /// The page to write (default: `report.html` in the work folder).
+    #[arg(long)]
     pub out: Option<PathBuf>,
+    /// The GPU benchmark's results (`ktune-bench` JSON) for speed-ups over
+    /// cuBLAS.
+    #[arg(long)]
     pub bench: Option<PathBuf>,
+    /// Print the report's figures as JSON instead.
+    #[arg(long)]
     pub json: bool,
 }
 

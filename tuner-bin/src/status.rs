@@ -242,7 +242,7 @@ fn crate_status(
             Ok(KernelStatus {
                 name: k.name.clone(),
                 location: found.location.to_string(),
-                shape: k.dims.iter().map(|d| (d.name.clone(), d.size)).collect(),
+                shape: k.shape().collect(),
                 output: k.output.dtype.to_string(),
                 variants: variants
                     .into_iter()

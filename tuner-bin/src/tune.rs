@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use clap::ValueEnum;
+use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use ktune_build::scan::Found;
 use ktune_build::tune::{
@@ -55,25 +55,46 @@ pub enum Destination {
 }
 
 /// The options of `cargo ktune tune`.
-#[derive(Debug)]
+#[derive(Debug, Args)]
 pub struct Options {
-    /// A folder of sources to scan instead of a Cargo package.
-    pub sources: Option<PathBuf>,
-    /// Where the journal, the log and the history go (default: the
-    /// target directory's `ktune/`).
-    pub work_dir: Option<PathBuf>,
-    /// Kernels to tune (empty: all of the crate's).
+    /// Kernels to tune (default: all of the crate's).
     pub kernels: Vec<String>,
+    /// Where to measure.
+    #[arg(long, value_enum, default_value = "auto")]
     pub device: Device,
+    /// Measurements over all kernels (default: 64 per kernel).
+    #[arg(long)]
     pub trials: Option<usize>,
+    /// Wall-clock seconds for the whole run (default: 300 per kernel).
+    #[arg(long)]
     pub seconds: Option<u64>,
+    /// evolutionary (a learned cost model; XGBoost when built with the
+    /// `xgboost` feature), bounded (the heuristic model's best),
+    /// coordinate_descent or random.
+    #[arg(long, default_value = "evolutionary")]
     pub strategy: Method,
-    /// `(kernel, weight)`: how often the application runs a kernel.
+    /// KERNEL=W: the kernel runs W times as often as the others (its time
+    /// is worth W times as much); repeatable.
+    #[arg(long = "weight", value_parser = parse_weight)]
     pub weights: Vec<(String, f64)>,
+    /// Where the winners go.
+    #[arg(long, value_enum, default_value = "crate")]
     pub write: Destination,
-    /// The database to write instead of the crate's (`--write crate`).
+    /// The database `--write crate` writes (default: the crate's
+    /// `tuning/ktune.json`).
+    #[arg(long)]
     pub database: Option<PathBuf>,
+    /// Print the run as JSON.
+    #[arg(long)]
     pub json: bool,
+    /// Scan this folder's sources for kernels instead of a Cargo package
+    /// (on a machine without cargo, as the GPU bundle runs).
+    #[arg(long, conflicts_with_all = ["manifest_path", "package"])]
+    pub sources: Option<PathBuf>,
+    /// Where the journal, the log and the run's history go (default:
+    /// `ktune/` in the target directory).
+    #[arg(long)]
+    pub work_dir: Option<PathBuf>,
 }
 
 /// Parses `NAME=WEIGHT`.
@@ -290,12 +311,7 @@ fn history_of(
             let tuned = run.tuned.as_ref();
             KernelHistory {
                 kernel: run.kernel.clone(),
-                shape: found
-                    .kernel
-                    .dims
-                    .iter()
-                    .map(|d| (d.name.clone(), d.size))
-                    .collect(),
+                shape: found.kernel.shape().collect(),
                 weight: run.weight,
                 rounds: run.rounds,
                 default_us: tuned.and_then(|t| t.record.stats.baseline_us),

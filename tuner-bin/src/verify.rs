@@ -176,11 +176,7 @@ fn verify_kernel(
 fn report_of(kernel: &ktune_core::ir::Kernel, points: Vec<Point>) -> KernelReport {
     KernelReport {
         name: kernel.name.clone(),
-        shape: kernel
-            .dims
-            .iter()
-            .map(|d| (d.name.clone(), d.size))
-            .collect(),
+        shape: kernel.shape().collect(),
         points,
     }
 }

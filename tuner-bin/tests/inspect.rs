@@ -124,11 +124,7 @@ fn h100_record(kernel: &Kernel, schedule: Schedule) -> Record {
         kernel: kernel.name.clone(),
         checksum: ktune_core::canon::checksum(kernel),
         canonical: ktune_core::canon::canonical_form(kernel),
-        shape: kernel
-            .dims
-            .iter()
-            .map(|d| (d.name.clone(), d.size))
-            .collect::<BTreeMap<_, _>>(),
+        shape: kernel.shape().collect::<BTreeMap<_, _>>(),
         dtype: kernel.output.dtype,
         gpu: Gpu {
             name: "NVIDIA H100 80GB HBM3".to_owned(),

@@ -277,12 +277,7 @@ impl Reference {
     fn error(&self, schedule: &Schedule, target: SmVersion, kind: Failure) -> VerifyError {
         VerifyError {
             kernel: self.kernel.name.clone(),
-            shape: self
-                .kernel
-                .dims
-                .iter()
-                .map(|d| (d.name.clone(), d.size))
-                .collect(),
+            shape: self.kernel.shape().collect(),
             schedule: schedule.clone(),
             target,
             kind,

@@ -415,11 +415,7 @@ fn record(
         kernel: kernel.name.clone(),
         checksum: canon::checksum(kernel),
         canonical: canon::canonical_form(kernel),
-        shape: kernel
-            .dims
-            .iter()
-            .map(|d| (d.name.clone(), d.size))
-            .collect(),
+        shape: kernel.shape().collect(),
         dtype: kernel.output.dtype,
         gpu: bench.gpu(),
         schedule,

@@ -103,11 +103,7 @@ fn record(kernel: &Kernel, schedule: Schedule, i: usize) -> Record {
         kernel: kernel.name.clone(),
         checksum: ktune_core::canon::checksum(kernel),
         canonical: ktune_core::canon::canonical_form(kernel),
-        shape: kernel
-            .dims
-            .iter()
-            .map(|d| (d.name.clone(), d.size))
-            .collect(),
+        shape: kernel.shape().collect(),
         dtype: kernel.output.dtype,
         gpu: Gpu {
             name: GPU.to_owned(),
