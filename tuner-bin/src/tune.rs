@@ -18,7 +18,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use ktune_build::scan::Found;
 use ktune_build::tune::{
     Campaign, CampaignResult, DeviceTarget, Method, Observer, Progress, Step, Task, Timing,
-    WorkerBench,
+    WorkerBench, measured_line,
 };
 use ktune_core::canon;
 use ktune_core::db::{Gpu, MeasuredOn};
@@ -414,15 +414,9 @@ impl Bar {
 impl Observer for Bar {
     fn measured(&mut self, schedule: &Schedule, result: &Result<Timing, String>) {
         self.bar.inc(1);
-        self.log.measured(schedule, result);
-        match result {
-            Ok(t) => self.say(&format!(
-                "  {:>10.2} µs  {}",
-                t.median_us,
-                schedule.to_json()
-            )),
-            Err(why) => self.say(&format!("  rejected       {}: {why}", schedule.to_json())),
-        }
+        let line = measured_line(schedule, result);
+        self.log.line(&line);
+        self.say(&line);
     }
 
     fn line(&mut self, text: &str) {

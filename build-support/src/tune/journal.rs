@@ -17,10 +17,21 @@ use super::Timing;
 /// Where a search reports what it measures.
 pub trait Observer {
     /// A candidate was measured (not a journal's replay): its time or why
-    /// it was rejected.
-    fn measured(&mut self, schedule: &Schedule, result: &Result<Timing, String>);
+    /// it was rejected. By default, a [`measured_line`].
+    fn measured(&mut self, schedule: &Schedule, result: &Result<Timing, String>) {
+        self.line(&measured_line(schedule, result));
+    }
     /// A line of news.
     fn line(&mut self, text: &str);
+}
+
+/// A measurement as one line: the time and the schedule, or why it was
+/// rejected.
+pub fn measured_line(schedule: &Schedule, result: &Result<Timing, String>) -> String {
+    match result {
+        Ok(t) => format!("  {:>10.2} µs  {}", t.median_us, schedule.to_json()),
+        Err(why) => format!("  rejected       {}: {why}", schedule.to_json()),
+    }
 }
 
 /// Measurements of one kernel on one device for one target, kept on disk
@@ -148,17 +159,6 @@ impl Progress {
 }
 
 impl Observer for Progress {
-    fn measured(&mut self, schedule: &Schedule, result: &Result<Timing, String>) {
-        match result {
-            Ok(t) => self.line(&format!(
-                "  {:>9.2} µs  {}",
-                t.median_us,
-                schedule.to_json()
-            )),
-            Err(why) => self.line(&format!("  rejected    {}: {why}", schedule.to_json())),
-        }
-    }
-
     fn line(&mut self, text: &str) {
         for sink in [&mut self.log, &mut self.tty].into_iter().flatten() {
             let _ = writeln!(sink, "ktune: {text}");

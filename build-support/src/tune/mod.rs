@@ -40,7 +40,7 @@ use ktune_search::measure::Rejection;
 use serde::{Deserialize, Serialize};
 
 pub use campaign::{Campaign, CampaignResult, KernelRun};
-pub use journal::{Journal, Observer, Progress};
+pub use journal::{Journal, Observer, Progress, measured_line};
 pub use task::{Method, Plan, Step, Task, Tuned, best_so_far};
 
 use crate::error::Error;
