@@ -312,6 +312,16 @@ fn settings_come_from_the_environment_and_name_bad_values() {
         }
     );
     assert!(!bounded.write_crate);
+    assert_eq!(
+        bounded.time,
+        Duration::from_secs(ktune_build::tune::VGPU_SECONDS)
+    );
+    let plain = Settings::from_env(env(&[("KTUNE_DEVICE", "none")]), false).expect("valid");
+    assert_eq!(
+        plain.time,
+        Duration::from_secs(30),
+        "a plain build waits little"
+    );
 
     let full = Settings::from_env(
         env(&[("KTUNE_DEVICE", "none"), ("KTUNE_BUDGET", "100")]),
@@ -320,6 +330,7 @@ fn settings_come_from_the_environment_and_name_bad_values() {
     .expect("valid");
     assert_eq!(full.device, None);
     assert_eq!(full.effort, Effort::Full { evaluations: 100 });
+    assert_eq!(full.time, Duration::from_secs(300));
     assert!(full.write_crate);
 
     let user = Settings::from_env(

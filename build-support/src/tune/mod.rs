@@ -13,9 +13,11 @@
 //!   search, evolutionary with a learned cost model and a coordinate-descent
 //!   polish, `KTUNE_BUDGET` evaluations (default [`FULL_EVALUATIONS`];
 //!   [`VGPU_FULL_EVALUATIONS`] on the virtual GPU). Either stops early
-//!   after `KTUNE_SECONDS` per kernel (default [`SECONDS`];
-//!   [`VGPU_SECONDS`]). The heuristic default is always measured first: it
-//!   is the baseline of the record.
+//!   after `KTUNE_SECONDS` per kernel (default [`BOUNDED_SECONDS`] for the
+//!   bounded search, which runs in every plain build with a miss, and
+//!   [`SECONDS`] for the full one; [`VGPU_SECONDS`] on the virtual GPU).
+//!   The heuristic default is always measured first: it is the baseline of
+//!   the record.
 //! - **Where results go**: the bounded search's to the per-user cache, the
 //!   full search's to the crate's database (`KTUNE_WRITE=crate` sends the
 //!   bounded search's there too).
@@ -51,8 +53,11 @@ use crate::scan::Found;
 pub const BOUNDED_CANDIDATES: usize = 8;
 /// Evaluations the full search makes by default.
 pub const FULL_EVALUATIONS: usize = 64;
-/// Seconds a kernel's search may take by default.
+/// Seconds a kernel's full search may take by default.
 pub const SECONDS: u64 = 300;
+/// Seconds a kernel's bounded search may take by default: it runs in a
+/// plain build, which should not wait long.
+pub const BOUNDED_SECONDS: u64 = 30;
 /// The defaults on the virtual GPU, which interprets every candidate at
 /// the kernel's real shape and so is far slower than a GPU.
 pub const VGPU_FULL_EVALUATIONS: usize = 16;
@@ -114,7 +119,11 @@ impl Settings {
         };
         let on_vgpu = device == Some(DeviceKind::Vgpu);
         let time = match var("KTUNE_SECONDS") {
-            None => Duration::from_secs(if on_vgpu { VGPU_SECONDS } else { SECONDS }),
+            None => Duration::from_secs(match (on_vgpu, full) {
+                (true, _) => VGPU_SECONDS,
+                (false, true) => SECONDS,
+                (false, false) => BOUNDED_SECONDS,
+            }),
             Some(v) => Duration::from_secs(
                 v.parse::<u64>()
                     .ok()
