@@ -256,6 +256,16 @@ fn tune_names_what_is_wrong_with_its_arguments() {
         "{}",
         text(&bad.stderr)
     );
+    if ktune_measure::detect().is_none() {
+        let auto = cargo_ktune(dir.path(), &["tune"]);
+        assert!(!auto.status.success());
+        let stderr = text(&auto.stderr);
+        assert!(
+            stderr.contains("no GPU found") && stderr.contains("--device vgpu"),
+            "{stderr}"
+        );
+        assert!(!dir.path().join("tuning").exists(), "nothing written");
+    }
     let strategy = cargo_ktune(dir.path(), &["tune", "--strategy", "annealing"]);
     assert!(!strategy.status.success());
     assert!(
