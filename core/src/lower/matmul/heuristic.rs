@@ -109,6 +109,7 @@ pub fn heuristic(kernel: &Kernel, plan: &MatmulPlan, target: SmVersion) -> Sched
             thread_n: 1,
             vector_a: 1,
             vector_b: 1,
+            group_m: 1,
         })
         .to_schedule()
 }
@@ -149,6 +150,7 @@ fn tensor_core(
             warp_m,
             warp_n,
             stages,
+            group_m: 1,
         })
         .find(|t| MmaLayout::new(kernel, plan, *t, target).is_ok())
 }
@@ -258,6 +260,7 @@ fn finish(
         thread_n,
         vector_a: 1,
         vector_b: 1,
+        group_m: 1,
     };
     let valid = |t: Tiles| Layout::new(kernel, plan, t, target).is_ok();
     if !valid(tiles) {
