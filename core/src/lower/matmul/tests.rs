@@ -360,6 +360,22 @@ fn heuristic_picks_sensible_tiles() {
 }
 
 #[test]
+fn heuristic_groups_block_rows_only_where_the_model_says_it_pays() {
+    let group = |m, n, k, target| {
+        let kernel = gemm(m, n, k, "bf16", false);
+        heuristic(&kernel, &plan(&kernel), target)
+            .knob_values()
+            .last()
+            .copied()
+    };
+    // All of B (128 MiB, beyond L2) read again by every row of blocks.
+    assert_eq!(group(2048, 65536, 1024, SmVersion::Sm80), Some(8));
+    // Bound by the tensor cores, or small enough for L2.
+    assert_eq!(group(4096, 4096, 4096, SmVersion::Sm80), Some(1));
+    assert_eq!(group(1000, 1000, 999, SmVersion::Sm80), Some(1));
+}
+
+#[test]
 fn heuristic_picks_tensor_cores_for_aligned_16_bit_operands() {
     let pick = |m, n, k, dtype, transposed| {
         let kernel = gemm(m, n, k, dtype, transposed);
