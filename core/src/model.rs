@@ -30,6 +30,12 @@
 //!   the global-memory latency of a step, which `stages - 1` tiles in
 //!   flight (and the other resident blocks) hide; then L2 and DRAM traffic
 //!   and waves as for SIMT tiles.
+//! - **DRAM traffic of contractions**: an operand larger than half of L2
+//!   is re-read from DRAM by every wave, as much of it as the wave's
+//!   blocks cover: row by row (`group_m = 1`) a wave covers all of B, in
+//!   groups of `group_m` block rows only `wave / group_m` columns of it
+//!   (and `group_m` rows of A), which is how the grouped walk pays off on
+//!   large grids.
 //!
 //! Every estimate carries its [`Bound`] and the figures it used, so that
 //! tools can show why a point ranks where it does.
@@ -340,14 +346,13 @@ fn contraction(
 
     let waves = blocks as f64 / f64::from(resident * sm_count);
     let compute_s = waves.ceil() * steps * step_cycles / clock;
-    let (seconds, bound) = with_memory(
-        kernel,
-        plan,
-        [m, n, k],
-        (tiles.block_m, tiles.block_n),
-        (compute_s, bound),
-        &hw,
-    );
+    let grid = Grid {
+        block_m: tiles.block_m,
+        block_n: tiles.block_n,
+        group_m: tiles.group_m,
+        wave: u64::from(resident * sm_count),
+    };
+    let (seconds, bound) = with_memory(kernel, plan, [m, n, k], grid, (compute_s, bound), &hw);
     Estimate {
         seconds: seconds + LAUNCH_S,
         bound,
@@ -361,30 +366,89 @@ fn contraction(
     }
 }
 
+/// A contraction's grid: its tiles, how blocks walk them, and how many
+/// blocks run at once.
+#[derive(Debug, Clone, Copy)]
+struct Grid {
+    block_m: u32,
+    block_n: u32,
+    group_m: u32,
+    /// Blocks resident on all SMs at once.
+    wave: u64,
+}
+
 /// A contraction's time given its compute time and bound: the slower of
 /// that, L2 traffic (each operand read once per block tile across it) and
-/// the kernel's compulsory DRAM bytes, with what bounds it.
+/// DRAM traffic ([`operand_dram_bytes`] beside the other tensors), with
+/// what bounds it.
 fn with_memory(
     kernel: &Kernel,
     plan: &MatmulPlan,
     [m, n, k]: [u64; 3],
-    (block_m, block_n): (u32, u32),
+    grid: Grid,
     compute: (f64, Bound),
     hw: &Hardware,
 ) -> (f64, Bound) {
     let size =
         |operand: &matmul::MatmulOperand| f64::from(kernel.input(operand.tensor).dtype.size());
-    let l2_bytes = plan.batch_count(kernel) as f64
-        * (m as f64 * k as f64 * n.div_ceil(u64::from(block_n)) as f64 * size(&plan.a)
-            + n as f64 * k as f64 * m.div_ceil(u64::from(block_m)) as f64 * size(&plan.b));
-    let l2_s = l2_bytes / (hw.dram_bandwidth * L2_OVER_DRAM);
-    let dram_s = kernel.compulsory_bytes() as f64 / hw.dram_bandwidth;
+    let (a_bytes, b_bytes) = (
+        m as f64 * k as f64 * size(&plan.a),
+        n as f64 * k as f64 * size(&plan.b),
+    );
+    let (tiles_m, tiles_n) = (
+        m.div_ceil(u64::from(grid.block_m)),
+        n.div_ceil(u64::from(grid.block_n)),
+    );
+    let batch = plan.batch_count(kernel) as f64;
+    let a_l2 = a_bytes * tiles_n as f64;
+    let b_l2 = b_bytes * tiles_m as f64;
+    let l2_s = batch * (a_l2 + b_l2) / (hw.dram_bandwidth * L2_OVER_DRAM);
+    let [a_dram, b_dram] = operand_dram_bytes([a_bytes, b_bytes], [tiles_m, tiles_n], grid, hw);
+    let rereads = batch * ((a_dram.min(a_l2) - a_bytes) + (b_dram.min(b_l2) - b_bytes));
+    let dram_s = (kernel.compulsory_bytes() as f64 + rereads.max(0.0)) / hw.dram_bandwidth;
     [(l2_s, Bound::L2), (dram_s, Bound::Memory)]
         .into_iter()
         .fold(
             compute,
             |slowest, c| if c.0 > slowest.0 { c } else { slowest },
         )
+}
+
+/// The DRAM bytes of A and B for one batch element: an operand that fits
+/// half of L2 is read once; a larger one is read again by every wave, which
+/// reads the rows of A and the columns of B its blocks cover. Row by row, a
+/// wave covers all of B's columns; in groups of `group_m` block rows, a
+/// wave covers `group_m` rows and only `wave / group_m` columns.
+fn operand_dram_bytes(
+    [a_bytes, b_bytes]: [f64; 2],
+    [tiles_m, tiles_n]: [u64; 2],
+    grid: Grid,
+    hw: &Hardware,
+) -> [f64; 2] {
+    let tiles = tiles_m * tiles_n;
+    let wave = grid.wave.clamp(1, tiles);
+    let group = u64::from(grid.group_m).min(tiles_m);
+    let (rows, columns) = if wave >= group * tiles_n {
+        (
+            (group * wave.div_ceil(group * tiles_n)).min(tiles_m),
+            tiles_n,
+        )
+    } else {
+        (group.min(wave), wave.div_ceil(group))
+    };
+    let waves = tiles.div_ceil(wave) as f64;
+    let fits = |bytes: f64| bytes <= f64::from(hw.l2_bytes) / 2.0;
+    let a = if fits(a_bytes) {
+        a_bytes
+    } else {
+        waves * a_bytes * rows as f64 / tiles_m as f64
+    };
+    let b = if fits(b_bytes) {
+        b_bytes
+    } else {
+        waves * b_bytes * columns as f64 / tiles_n as f64
+    };
+    [a.max(a_bytes), b.max(b_bytes)]
 }
 
 fn tensor_core(
@@ -467,14 +531,13 @@ fn tensor_core(
 
     let waves = blocks as f64 / f64::from(resident * sm_count);
     let compute_s = waves.ceil() * steps * step_cycles / clock;
-    let (seconds, bound) = with_memory(
-        kernel,
-        plan,
-        [m, n, k],
-        (tiles.block_m, tiles.block_n),
-        (compute_s, bound),
-        &hw,
-    );
+    let grid = Grid {
+        block_m: tiles.block_m,
+        block_n: tiles.block_n,
+        group_m: tiles.group_m,
+        wave: u64::from(resident * sm_count),
+    };
+    let (seconds, bound) = with_memory(kernel, plan, [m, n, k], grid, (compute_s, bound), &hw);
     Estimate {
         seconds: seconds + LAUNCH_S,
         bound,
@@ -507,6 +570,7 @@ mod tests {
             thread_n: thread,
             vector_a: 4,
             vector_b: 4,
+            group_m: 1,
         }
     }
 
@@ -574,6 +638,40 @@ mod tests {
         assert!((e.waves - 1024.0 / full).abs() < 1e-9);
     }
 
+    #[test]
+    fn grouped_walks_reread_less_of_operands_larger_than_l2() {
+        let grouped = |s: Schedule, group: u32| {
+            let mut values = s.knob_values();
+            *values.last_mut().expect("group_m") = group;
+            s.kind().schedule(&values).expect("same knobs")
+        };
+        // B (128 MiB) is far larger than L2, and a wave of blocks covers
+        // less than one row of 128×128 tiles: row by row, every row of
+        // blocks reads all of B from DRAM, which bounds tensor cores.
+        let large = bf16_matmul(2048, 65536, 1024);
+        let small = bf16_matmul(1024, 1024, 1024);
+        for target in [SmVersion::Sm80, SmVersion::Sm90] {
+            let point = tc(128, 64, 3);
+            let rows = estimate(&large, &point, target).expect("valid");
+            assert_eq!(rows.bound, Bound::Memory, "{target}");
+            let tiled = seconds_on(&large, grouped(point, 8), target);
+            assert!(tiled < rows.seconds, "{target}: {tiled} ≥ {}", rows.seconds);
+            // SIMT tiles stay bound by their FFMA work.
+            let point = mm(64, 4, 16);
+            let rows = seconds_on(&large, point.clone(), target);
+            assert!(seconds_on(&large, grouped(point, 8), target) <= rows);
+            for point in [tc(64, 32, 3), mm(64, 4, 16)] {
+                let rows = seconds_on(&small, point.clone(), target);
+                let tiled = seconds_on(&small, grouped(point, 8), target);
+                assert_eq!(tiled, rows, "{target}: operands that fit L2");
+            }
+        }
+    }
+
+    fn seconds_on(k: &Kernel, s: Schedule, target: SmVersion) -> f64 {
+        estimate(k, &s, target).expect("valid").seconds
+    }
+
     fn bf16_matmul(m: u32, n: u32, k: u32) -> Kernel {
         crate::syntax::parse_kernel(
             quote::quote!(shape(M = #m, N = #n, K = #k)),
@@ -594,6 +692,7 @@ mod tests {
             warp_m: warp,
             warp_n: warp,
             stages,
+            group_m: 1,
         }
     }
 

@@ -41,7 +41,8 @@ pub enum Schedule {
     /// Contractions: a `block_m × block_n` output tile per block, staged
     /// through shared memory `block_k` deep, `thread_m × thread_n` outputs per
     /// thread held in registers; global loads of A and B move `vector_a` and
-    /// `vector_b` elements at once (up to 16 bytes). See
+    /// `vector_b` elements at once (up to 16 bytes); blocks walk the tiles
+    /// in groups of `group_m` block rows (1: row by row). See
     /// [`crate::lower::matmul`].
     Matmul {
         block_m: u32,
@@ -51,13 +52,18 @@ pub enum Schedule {
         thread_n: u32,
         vector_a: u32,
         vector_b: u32,
+        /// Absent from the JSON form when 1, as in schedules written before
+        /// the knob existed.
+        #[serde(default = "one", skip_serializing_if = "is_one")]
+        group_m: u32,
     },
     /// Contractions of f16 or bf16 operands on tensor cores: a `block_m ×
     /// block_n` output tile per block, `warp_m × warp_n` per warp computed
     /// with `mma.sync` m16n8k16 (f32 accumulators) on fragments read by
     /// `ldmatrix`; operand tiles `block_k` deep travel by 16-byte
-    /// `cp.async` through a ring of `stages` shared-memory buffers. See
-    /// [`crate::lower::matmul::mma`].
+    /// `cp.async` through a ring of `stages` shared-memory buffers; blocks
+    /// walk the tiles in groups of `group_m` block rows, as for
+    /// [`Schedule::Matmul`]. See [`crate::lower::matmul::mma`].
     Mma {
         block_m: u32,
         block_n: u32,
@@ -65,7 +71,17 @@ pub enum Schedule {
         warp_m: u32,
         warp_n: u32,
         stages: u32,
+        #[serde(default = "one", skip_serializing_if = "is_one")]
+        group_m: u32,
     },
+}
+
+fn one() -> u32 {
+    1
+}
+
+fn is_one(value: &u32) -> bool {
+    *value == 1
 }
 
 /// A schedule class: which lowering a point selects, and its knobs.
@@ -98,9 +114,10 @@ impl Class {
             Class::Rows => &["threads_per_row", "rows_per_block", "vector"],
             Class::Matmul => &[
                 "block_m", "block_n", "block_k", "thread_m", "thread_n", "vector_a", "vector_b",
+                "group_m",
             ],
             Class::Mma => &[
-                "block_m", "block_n", "block_k", "warp_m", "warp_n", "stages",
+                "block_m", "block_n", "block_k", "warp_m", "warp_n", "stages", "group_m",
             ],
         }
     }
@@ -130,6 +147,7 @@ impl Class {
                     thread_n,
                     vector_a,
                     vector_b,
+                    group_m,
                 ],
             ) => Schedule::Matmul {
                 block_m,
@@ -139,15 +157,19 @@ impl Class {
                 thread_n,
                 vector_a,
                 vector_b,
+                group_m,
             },
-            (Class::Mma, &[block_m, block_n, block_k, warp_m, warp_n, stages]) => Schedule::Mma {
-                block_m,
-                block_n,
-                block_k,
-                warp_m,
-                warp_n,
-                stages,
-            },
+            (Class::Mma, &[block_m, block_n, block_k, warp_m, warp_n, stages, group_m]) => {
+                Schedule::Mma {
+                    block_m,
+                    block_n,
+                    block_k,
+                    warp_m,
+                    warp_n,
+                    stages,
+                    group_m,
+                }
+            }
             _ => return None,
         })
     }
@@ -187,8 +209,9 @@ impl Schedule {
                 thread_n,
                 vector_a,
                 vector_b,
+                group_m,
             } => vec![
-                block_m, block_n, block_k, thread_m, thread_n, vector_a, vector_b,
+                block_m, block_n, block_k, thread_m, thread_n, vector_a, vector_b, group_m,
             ],
             Schedule::Mma {
                 block_m,
@@ -197,7 +220,8 @@ impl Schedule {
                 warp_m,
                 warp_n,
                 stages,
-            } => vec![block_m, block_n, block_k, warp_m, warp_n, stages],
+                group_m,
+            } => vec![block_m, block_n, block_k, warp_m, warp_n, stages, group_m],
         }
     }
 
@@ -213,5 +237,24 @@ impl Schedule {
 
     pub fn from_json(json: &str) -> Result<Schedule, serde_json::Error> {
         serde_json::from_str(json)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn group_m_defaults_to_one_and_is_written_only_when_set() {
+        let old = r#"{"class":"mma","block_m":64,"block_n":64,"block_k":32,"warp_m":32,"warp_n":32,"stages":3}"#;
+        let parsed = Schedule::from_json(old).expect("a schedule written before group_m");
+        assert_eq!(parsed.knob_values().last(), Some(&1));
+        assert_eq!(parsed.to_json(), old);
+        let grouped = Class::Matmul
+            .schedule(&[64, 64, 16, 4, 4, 4, 4, 8])
+            .expect("eight knobs");
+        let json = grouped.to_json();
+        assert!(json.ends_with(r#","group_m":8}"#), "{json}");
+        assert_eq!(Schedule::from_json(&json).expect("round trip"), grouped);
     }
 }

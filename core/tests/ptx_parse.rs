@@ -157,6 +157,7 @@ fn other_schedules_round_trip() {
                 thread_n: 4,
                 vector_a: 4,
                 vector_b: 4,
+                group_m: 1,
             },
         ),
         ("matmul_t", Schedule::Generic { block: 128 }),

@@ -6,7 +6,7 @@
 
 use ktune_core::ir::Kernel;
 use ktune_core::lower::{Lowered, lower};
-use ktune_core::ptx::inst::{Cmp, Guard, Instr, Label, Op, Operand, ShflMode, Space};
+use ktune_core::ptx::inst::{ArithOp, Cmp, Guard, Instr, Label, Op, Operand, ShflMode, Space};
 use ktune_core::schedule::Schedule;
 use ktune_core::syntax::parse_kernel;
 use ktune_core::target::SmVersion;
@@ -294,6 +294,7 @@ fn a_matmul_tile_load_without_its_k_guard_reads_out_of_bounds() {
         thread_n: 2,
         vector_a: 1,
         vector_b: 1,
+        group_m: 1,
     };
     let mut broken = lowered(&kernel, &schedule);
     let mut removed = 0;
@@ -323,4 +324,59 @@ fn a_matmul_tile_load_without_its_k_guard_reads_out_of_bounds() {
         _ => panic!("expected an out-of-bounds tile load: {fault}"),
     }
     assert!(fault.instruction.starts_with("ld.global"), "{fault}");
+}
+
+#[test]
+fn a_grouped_walk_that_forgets_its_partial_last_group_leaves_tiles_unwritten() {
+    // 129 rows are 9 block rows of 16: a group of 8, then a group of 1.
+    let kernel = parse_kernel(
+        quote!(shape(M = 129, N = 40, K = 8)),
+        quote! {
+            fn mm(x: Tensor<f32, (M, K)>, w: Tensor<f32, (K, N)>) -> Tensor<f32, (M, N)> {
+                compute(|m, n| sum(K, |k| x[m][k] * w[k][n]))
+            }
+        },
+    )
+    .expect("valid kernel");
+    let schedule = Schedule::Matmul {
+        block_m: 16,
+        block_n: 16,
+        block_k: 8,
+        thread_m: 2,
+        thread_n: 2,
+        vector_a: 1,
+        vector_b: 1,
+        group_m: 8,
+    };
+    let reference = Reference::new(&kernel, 3);
+    let good = lowered(&kernel, &schedule);
+    reference
+        .check_lowered(&schedule, TARGET, &good)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut broken = good;
+    let rows = broken
+        .ptx
+        .body
+        .iter_mut()
+        .find_map(|i| match &mut i.op {
+            Op::Arith {
+                op: ArithOp::Min,
+                a,
+                b: Operand::Int(8),
+                ..
+            } => Some(a),
+            _ => None,
+        })
+        .expect("the last group's row count");
+    // Every group taken as 8 rows tall: the last one walks rows past `M`
+    // and skips the columns beyond its first.
+    *rows = Operand::Int(8);
+    let error = reference
+        .check_lowered(&schedule, TARGET, &broken)
+        .expect_err("a wrong group remap must not verify");
+    println!("{error}");
+    match error.kind {
+        Failure::Unwritten { index } => assert!(index >= 128 * 40, "{error}"),
+        other => panic!("expected an unwritten output, got {other:?}"),
+    }
 }

@@ -267,6 +267,7 @@ fn schedules(kernel: &Kernel, target: SmVersion) -> Vec<Schedule> {
             thread_n,
             vector_a: 1,
             vector_b: 1,
+            group_m: 1,
         };
         if let Err(e) = lower(kernel, &scalar.to_schedule(), target) {
             panic!("scalar tiles {scalar:?} rejected: {e}");
@@ -475,6 +476,7 @@ fn random_schedule_points_are_rejected_or_correct() {
                 thread_n: pow2(8),
                 vector_a: pow2(8),
                 vector_b: pow2(8),
+                group_m: pow2(8),
             };
             let schedule = tiles.to_schedule();
             let Ok(lowered) = lower(&kernel, &schedule, target) else {

@@ -4,11 +4,14 @@
 //! on the virtual GPU under every point of its schedule space when the
 //! space has at most [`EVERY_POINT`] points and a seeded sample of
 //! [`SAMPLE`] points otherwise (the tensor-core family of a 16-bit
-//! contraction sampled on its own, [`SAMPLE_MMA`] points), plus the
+//! contraction sampled on its own, [`SAMPLE_MMA`] points, and a
+//! contraction's grouped walks, `group_m` above 1, on their own too:
+//! every one up to [`SAMPLE_GROUPED`], a sample beyond), plus the
 //! heuristic's choice on every target and a generic point, against the CPU
 //! evaluation of the IR ([`ktune_vgpu::verify`]).
 //!
-//! It prints how many runs were on tensor cores, and ends with one line,
+//! It prints how many runs were on tensor cores and how many walked the
+//! grid in groups, and ends with one line,
 //! `verified <K> kernels, <P> schedule points, <S> shapes: <M> mismatches`,
 //! where K counts the catalogue's kernels (a kernel in another dtype is
 //! another kernel), S the distinct (kernel, shape) pairs, P every run: one
@@ -37,6 +40,9 @@ const EVERY_POINT: usize = 24;
 const SAMPLE: usize = 24;
 /// Tensor-core points sampled besides, when the space has them.
 const SAMPLE_MMA: usize = 12;
+/// Grouped-walk points (`group_m` above 1) run besides, per family: all of
+/// them up to this many, else a sample of this many.
+const SAMPLE_GROUPED: usize = 8;
 /// SIMT points sampled for the tensor-core entries (named `mma_…`), whose
 /// SIMT family the contraction entries already cover.
 const SAMPLE_SIMT_OF_MMA: usize = 4;
@@ -273,13 +279,17 @@ fn rows() -> Vec<Entry> {
     out
 }
 
-const MATMUL_SHAPES: [(u32, u32, u32); 6] = [
+/// The last three have more block rows than a group of 4 or 8 (with
+/// 16-row tiles) and a last group that is partial.
+const MATMUL_SHAPES: [(u32, u32, u32); 8] = [
     (1, 1, 1),
     (7, 13, 5),
     (33, 17, 9),
     (63, 65, 31),
     (129, 3, 7),
     (2, 129, 16),
+    (97, 33, 5),
+    (131, 17, 3),
 ];
 
 fn shapes_mnk(sizes: &[(u32, u32, u32)]) -> Vec<Vec<(&'static str, u32)>> {
@@ -330,7 +340,7 @@ fn matmul() -> Vec<Entry> {
                     }
                 },
             ),
-            shapes: [(1, 1, 1, 1), (3, 5, 7, 9), (2, 33, 17, 16)]
+            shapes: [(1, 1, 1, 1), (3, 5, 7, 9), (2, 33, 17, 16), (3, 81, 33, 8)]
                 .iter()
                 .map(|&(b, m, n, k)| vec![("B", b), ("M", m), ("N", n), ("K", k)])
                 .collect(),
@@ -395,6 +405,7 @@ fn tensor_cores() -> Vec<Entry> {
                 (7, 16, 24),
                 (33, 40, 40),
                 (65, 72, 72),
+                (145, 24, 40),
                 (33, 7, 16),
                 (7, 8, 20),
             ]),
@@ -441,7 +452,7 @@ fn tensor_cores() -> Vec<Entry> {
                 }
             },
         ),
-        shapes: [(2, 7, 16, 24), (3, 33, 8, 40)]
+        shapes: [(2, 7, 16, 24), (3, 33, 8, 40), (2, 97, 40, 24)]
             .iter()
             .map(|&(b, m, n, k)| vec![("B", b), ("M", m), ("N", n), ("K", k)])
             .collect(),
@@ -483,14 +494,26 @@ fn generic() -> Vec<Entry> {
     out
 }
 
+/// Whether a contraction point walks the grid in groups of block rows.
+fn grouped(schedule: &Schedule) -> bool {
+    matches!(
+        *schedule,
+        Schedule::Matmul { group_m, .. } | Schedule::Mma { group_m, .. } if group_m > 1
+    )
+}
+
 /// The points one (kernel, shape) runs: its space (all of it or a sample;
-/// the tensor-core family sampled on its own), the heuristic's choice on
-/// every target, and a generic point, each once.
+/// the tensor-core family and each family's grouped walks sampled on their
+/// own), the heuristic's choice on every target, and a generic point, each
+/// once.
 fn points(kernel: &Kernel, seed: u64) -> Vec<(Schedule, SmVersion)> {
     let target = SmVersion::BASELINE;
-    let (tensor, simt): (Vec<Schedule>, Vec<Schedule>) = candidates(kernel, target)
-        .into_iter()
-        .partition(|s| s.kind() == Class::Mma);
+    let (walks, rows): (Vec<Schedule>, Vec<Schedule>) =
+        candidates(kernel, target).into_iter().partition(grouped);
+    let (tensor, simt): (Vec<Schedule>, Vec<Schedule>) =
+        rows.into_iter().partition(|s| s.kind() == Class::Mma);
+    let (tensor_walks, simt_walks): (Vec<Schedule>, Vec<Schedule>) =
+        walks.into_iter().partition(|s| s.kind() == Class::Mma);
     let pick = |points: Vec<Schedule>, every: usize, n: usize| {
         if points.len() <= every {
             points
@@ -505,7 +528,9 @@ fn points(kernel: &Kernel, seed: u64) -> Vec<(Schedule, SmVersion)> {
     };
     let chosen = pick(simt, simt_sample.min(EVERY_POINT), simt_sample)
         .into_iter()
-        .chain(pick(tensor, SAMPLE_MMA, SAMPLE_MMA));
+        .chain(pick(tensor, SAMPLE_MMA, SAMPLE_MMA))
+        .chain(pick(simt_walks, SAMPLE_GROUPED, SAMPLE_GROUPED))
+        .chain(pick(tensor_walks, SAMPLE_GROUPED, SAMPLE_GROUPED));
     let mut out: Vec<(Schedule, SmVersion)> = chosen.map(|s| (s, target)).collect();
     for t in SmVersion::ALL {
         let h = heuristic(kernel, t);
@@ -541,6 +566,7 @@ fn every_kernel_class_and_dtype_over_many_points_and_shapes() {
     let next = AtomicUsize::new(0);
     let runs = AtomicUsize::new(0);
     let tensor_runs = AtomicUsize::new(0);
+    let grouped_runs = [AtomicUsize::new(0), AtomicUsize::new(0)];
     let failures = Mutex::new(Vec::new());
     let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
     std::thread::scope(|scope| {
@@ -555,8 +581,12 @@ fn every_kernel_class_and_dtype_over_many_points_and_shapes() {
                     let reference = Reference::new(kernel, seed);
                     for (schedule, target) in points(kernel, seed) {
                         runs.fetch_add(1, Ordering::Relaxed);
-                        if schedule.kind() == Class::Mma {
+                        let tensor = schedule.kind() == Class::Mma;
+                        if tensor {
                             tensor_runs.fetch_add(1, Ordering::Relaxed);
+                        }
+                        if grouped(&schedule) {
+                            grouped_runs[usize::from(tensor)].fetch_add(1, Ordering::Relaxed);
                         }
                         if let Err(e) = reference.check(&schedule, target) {
                             failures.lock().unwrap_or_else(|e| e.into_inner()).push(e);
@@ -575,6 +605,10 @@ fn every_kernel_class_and_dtype_over_many_points_and_shapes() {
     let tensor_runs = tensor_runs.into_inner();
     println!("verification suite ran in {:.1?}", started.elapsed());
     println!("of which on tensor cores: {tensor_runs} schedule points");
+    let [simt_grouped, tensor_grouped] = grouped_runs.map(AtomicUsize::into_inner);
+    println!(
+        "of which walking the grid in groups of block rows: {simt_grouped} SIMT, {tensor_grouped} tensor-core schedule points"
+    );
     println!(
         "verified {} kernels, {} schedule points, {} shapes: {} mismatches",
         catalogue.len(),
@@ -587,6 +621,10 @@ fn every_kernel_class_and_dtype_over_many_points_and_shapes() {
     assert!(
         tensor_runs >= 200,
         "only {tensor_runs} tensor-core points ran"
+    );
+    assert!(
+        simt_grouped >= 50 && tensor_grouped >= 20,
+        "only {simt_grouped} SIMT and {tensor_grouped} tensor-core grouped points ran"
     );
 }
 

@@ -221,9 +221,10 @@ fn knobs(schedule: &Schedule, target: SmVersion) -> Result<(), String> {
             thread_n,
             vector_a,
             vector_b,
+            group_m,
         } => {
             nonzero(&[
-                block_m, block_n, block_k, thread_m, thread_n, vector_a, vector_b,
+                block_m, block_n, block_k, thread_m, thread_n, vector_a, vector_b, group_m,
             ])?;
             check((block_m / thread_m).saturating_mul(block_n / thread_n))
         }
@@ -234,8 +235,9 @@ fn knobs(schedule: &Schedule, target: SmVersion) -> Result<(), String> {
             warp_m,
             warp_n,
             stages,
+            group_m,
         } => {
-            nonzero(&[block_m, block_n, block_k, warp_m, warp_n, stages])?;
+            nonzero(&[block_m, block_n, block_k, warp_m, warp_n, stages, group_m])?;
             check(
                 (block_m / warp_m)
                     .saturating_mul(block_n / warp_n)

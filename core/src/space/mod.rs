@@ -6,7 +6,8 @@
 //! passes every [`Constraint`] — checked by [`crate::lower::validate`]
 //! before any code is emitted — and is not redundant
 //! ([`Rejection::Coverage`]: a block covering more than twice the work there
-//! is computes the same as a smaller one with idle threads). [`Space::survey`]
+//! is computes the same as a smaller one with idle threads, and grouping
+//! the block rows of a one-column grid changes nothing). [`Space::survey`]
 //! sorts every point into valid or rejected-by-what; [`candidates`] is the
 //! valid points, in a deterministic order.
 
@@ -69,7 +70,8 @@ impl Family {
 pub enum Rejection {
     /// It breaks a constraint of the lowering or the target.
     Constraint(Constraint),
-    /// A block holds more than twice the work the kernel has.
+    /// A block holds more than twice the work the kernel has, or a grouped
+    /// walk of a grid of one block column (the same as row by row).
     Coverage,
 }
 
@@ -105,8 +107,9 @@ enum Coverage {
     Elements(u64),
     /// Rows: how many rows there are.
     Rows(u64),
-    /// Matmul tiles are bounded by the knob values themselves.
-    Tiles,
+    /// Matmul tiles are bounded by the knob values themselves; the extent
+    /// along `n` tells whether a grouped walk differs from row by row.
+    Tiles { n: u32 },
 }
 
 impl Space {
@@ -195,6 +198,17 @@ impl Space {
             {
                 Some(format!("{rows_per_block} rows per block for {rows} rows"))
             }
+            (
+                &(Schedule::Matmul {
+                    block_n, group_m, ..
+                }
+                | Schedule::Mma {
+                    block_n, group_m, ..
+                }),
+                Coverage::Tiles { n },
+            ) if group_m > 1 && n <= block_n => Some(format!(
+                "groups of {group_m} block rows in a grid of one block column walk it row by row"
+            )),
             _ => None,
         }
     }

@@ -24,6 +24,13 @@
 //!   the extent rounded up, at most 128 (a warp tile larger than its block
 //!   tile is a [`Constraint::Tiling`](crate::lower::Constraint) rejection);
 //!   `stages` 1 to 4.
+//! - **The grid's walk** (`group_m`, both contraction families): 1 (row by
+//!   row), and 4, 8, 16 block rows per group when the grid has more block
+//!   rows than that with the family's smallest `block_m` and more than one
+//!   block column with its smallest `block_n`; a group of at least the
+//!   point's own block rows is a
+//!   [`Constraint::Tiling`](crate::lower::Constraint) rejection, one column
+//!   of blocks a coverage one.
 
 use super::{Coverage, Family, Knob, Space};
 use crate::dtype::DType;
@@ -91,22 +98,26 @@ fn matmul(kernel: &Kernel, plan: &MatmulPlan) -> Space {
     };
     let vectors = |dtype: DType| powers(1, 16 / dtype.size());
     let knob = |name, values| Knob { name, values };
+    let (m, n) = (plan.m_extent(kernel), plan.n_extent(kernel));
+    let block_m = tile(m, 16, 256);
+    let block_n = tile(n, 16, 256);
+    let group_m = groups(m.div_ceil(block_m[0]), n.div_ceil(block_n[0]));
     let mut families = vec![Family {
         class: Class::Matmul,
         knobs: vec![
-            knob("block_m", tile(plan.m_extent(kernel), 16, 256)),
-            knob("block_n", tile(plan.n_extent(kernel), 16, 256)),
+            knob("block_m", block_m),
+            knob("block_n", block_n),
             knob("block_k", tile(plan.k_extent(kernel), 8, 64)),
             knob("thread_m", powers(1, 16)),
             knob("thread_n", powers(1, 16)),
             knob("vector_a", vectors(kernel.input(plan.a.tensor).dtype)),
             knob("vector_b", vectors(kernel.input(plan.b.tensor).dtype)),
+            knob("group_m", group_m),
         ],
     }];
     if mma::applies(kernel, plan) {
         // Tensor-core tiles are at least one 16-wide fragment.
         let tile = |extent: u32, high: u32| powers(16, extent.next_power_of_two().clamp(16, high));
-        let (m, n) = (plan.m_extent(kernel), plan.n_extent(kernel));
         families.push(Family {
             class: Class::Mma,
             knobs: vec![
@@ -116,13 +127,22 @@ fn matmul(kernel: &Kernel, plan: &MatmulPlan) -> Space {
                 knob("warp_m", tile(m, 128)),
                 knob("warp_n", tile(n, 128)),
                 knob("stages", (1..=4).collect()),
+                knob("group_m", groups(m.div_ceil(16), n.div_ceil(16))),
             ],
         });
     }
     Space {
         families,
-        coverage: Coverage::Tiles,
+        coverage: Coverage::Tiles { n },
     }
+}
+
+/// Block rows per group of the grid's walk: 1, and the groups shorter than
+/// the `rows` of the grid's finest tiling when it has more than one column.
+fn groups(rows: u32, columns: u32) -> Vec<u32> {
+    std::iter::once(1)
+        .chain([4, 8, 16].into_iter().filter(|g| *g < rows && columns > 1))
+        .collect()
 }
 
 /// Powers of two from `low` to `high`, both included (both powers of two).
@@ -157,6 +177,19 @@ mod tests {
         let odd = Space::of(&matmul(33, 65, 17), SmVersion::Sm90);
         assert_eq!(values(&odd, "block_n"), [16, 32, 64, 128]);
         assert_eq!(values(&odd, "block_k"), [8, 16, 32]);
+    }
+
+    #[test]
+    fn groups_follow_the_grid() {
+        let big = Space::of(&matmul(4096, 4096, 4096), SmVersion::Sm90);
+        assert_eq!(values(&big, "group_m"), [1, 4, 8, 16]);
+        // 129 rows are 9 block rows of 16: groups of 8 leave one.
+        let tall = Space::of(&matmul(129, 65, 17), SmVersion::Sm90);
+        assert_eq!(values(&tall, "group_m"), [1, 4, 8]);
+        let few = Space::of(&matmul(64, 4096, 64), SmVersion::Sm90);
+        assert_eq!(values(&few, "group_m"), [1]);
+        let one_column = Space::of(&matmul(4096, 16, 64), SmVersion::Sm90);
+        assert_eq!(values(&one_column, "group_m"), [1]);
     }
 
     #[test]

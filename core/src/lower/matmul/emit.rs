@@ -3,7 +3,7 @@
 //! Shape of the kernel (one block, one `block_m × block_n` tile):
 //!
 //! ```text
-//! decode tile and batch from ctaid.x; set up per-thread pointers
+//! decode tile and batch from ctaid.x (row by row, or grouped); set up per-thread pointers
 //! loop over K in steps of block_k:
 //!     load the A and B tiles (global → registers, predicated, zero outside)
 //!     store them as f32 to shared memory ([k][m] and [k][n])
@@ -33,7 +33,7 @@ use crate::ptx::inst::{Addr, ArithOp, Cmp, Op, Operand, Reg, Space, Ty};
 pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &Layout) -> Lowered {
     let t = layout.tiles;
     let mut b = Builder::new();
-    let tile = Tile::decode(&mut b, kernel, plan, t.block_m, t.block_n);
+    let tile = Tile::decode(&mut b, kernel, plan, (t.block_m, t.block_n), t.group_m);
     let smem = b.shared_base();
     let origin = Origin {
         tid: tile.tid,

@@ -43,10 +43,19 @@
 //!    as its layout and alignment allow.
 //! 4. If a choice fails validation (it should not), smaller tiles are tried,
 //!    down to a 1×32 tile that fits every target.
+//!
+//! # The grid's walk
+//!
+//! Both paths walk the grid row by row (`group_m = 1`) unless the grid has
+//! more than [`GROUP_M`] block rows and the model ([`crate::model`])
+//! estimates groups of [`GROUP_M`] rows faster: only when an operand is
+//! larger than half of L2 and its DRAM re-reads bound the time, as for a
+//! wide product whose every row of blocks would read all of B again.
 
 use super::mma::{self, MmaLayout, MmaTiles};
 use super::{Layout, MatmulPlan, Tiles};
 use crate::ir::Kernel;
+use crate::model::estimate;
 use crate::schedule::Schedule;
 use crate::target::SmVersion;
 
@@ -86,8 +95,31 @@ const MMA_STAGES: u32 = 3;
 /// A narrow side's extent at or below which its tile is never split.
 const NARROW: u32 = 16;
 
+/// Block rows per group when the default walks the grid in groups.
+const GROUP_M: u32 = 8;
+
 /// The default schedule for a contraction on `target`.
 pub fn heuristic(kernel: &Kernel, plan: &MatmulPlan, target: SmVersion) -> Schedule {
+    let rows = heuristic_tiles(kernel, plan, target);
+    let grouped = match rows {
+        Schedule::Matmul { block_m, .. } | Schedule::Mma { block_m, .. }
+            if plan.m_extent(kernel).div_ceil(block_m) > GROUP_M =>
+        {
+            let mut values = rows.knob_values();
+            *values.last_mut().expect("group_m is the last knob") = GROUP_M;
+            rows.kind().schedule(&values).expect("the same knobs")
+        }
+        _ => return rows,
+    };
+    let seconds = |s: &Schedule| estimate(kernel, s, target).map(|e| e.seconds).ok();
+    match (seconds(&grouped), seconds(&rows)) {
+        (Some(g), Some(r)) if g < r => grouped,
+        _ => rows,
+    }
+}
+
+/// The default tiles (the tensor-core and SIMT rules), walked row by row.
+fn heuristic_tiles(kernel: &Kernel, plan: &MatmulPlan, target: SmVersion) -> Schedule {
     let shape = Shape {
         m: plan.m_extent(kernel),
         n: plan.n_extent(kernel),
@@ -109,6 +141,7 @@ pub fn heuristic(kernel: &Kernel, plan: &MatmulPlan, target: SmVersion) -> Sched
             thread_n: 1,
             vector_a: 1,
             vector_b: 1,
+            group_m: 1,
         })
         .to_schedule()
 }
@@ -149,6 +182,7 @@ fn tensor_core(
             warp_m,
             warp_n,
             stages,
+            group_m: 1,
         })
         .find(|t| MmaLayout::new(kernel, plan, *t, target).is_ok())
 }
@@ -258,6 +292,7 @@ fn finish(
         thread_n,
         vector_a: 1,
         vector_b: 1,
+        group_m: 1,
     };
     let valid = |t: Tiles| Layout::new(kernel, plan, t, target).is_ok();
     if !valid(tiles) {

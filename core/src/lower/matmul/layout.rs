@@ -1,6 +1,7 @@
 //! Checking a schedule against a contraction and a target, and deriving
 //! everything the emitter needs from it.
 
+use super::output::check_group;
 use super::{MatmulPlan, Side, Tiles};
 use crate::dtype::DType;
 use crate::ir::Kernel;
@@ -116,6 +117,7 @@ impl Layout {
                 ));
             }
         }
+        check_group(tiles.group_m, block_m, kernel.extent(plan.m))?;
         if thread_m > block_m || thread_n > block_n {
             return Err(Violation::new(
                 Constraint::Tiling,

@@ -24,7 +24,8 @@
 //! # The schedule ([`Tiles`])
 //!
 //! A block computes a `block_m × block_n` tile of one batch element (blocks
-//! are numbered along `n`, then `m`, then the batch, in `ctaid.x`); its
+//! are numbered along `n`, then `m`, then the batch, in `ctaid.x`, when
+//! `group_m` is 1; see below); its
 //! `(block_m / thread_m) · (block_n / thread_n)` threads each hold
 //! `thread_m × thread_n` accumulators in registers. The main loop walks `K`
 //! in steps of `block_k`: the block stages an A tile and a B tile in shared
@@ -40,6 +41,21 @@
 //! every CUDA allocation does); the output stores `thread_n.min(4)`
 //! elements at once when `n` is contiguous and the extents keep them
 //! aligned.
+//!
+//! # The grid's walk (`group_m`)
+//!
+//! Blocks run roughly in `ctaid.x` order, so the blocks resident at once
+//! share whatever operand tiles their numbering makes them share. Row by
+//! row (`group_m = 1`), a wave covers a few block rows and every block
+//! column: all of B passes through L2 for each few rows of A. With
+//! `group_m = g`, each batch element's tiles are walked in groups of `g`
+//! block rows, down a group's `g` rows before moving to the next column
+//! (the grouped ordering of Triton's matmul tutorial): a wave covers `g`
+//! rows and `wave / g` columns, so both operands' tiles are re-read from
+//! L2 rather than DRAM. The last group has the rows that remain (`M`'s
+//! block rows need not be a multiple of `g`). A group as tall as the grid
+//! would walk it column by column; the lowering takes `g` below the block
+//! row count ([`Constraint::Tiling`](crate::lower::Constraint)).
 //!
 //! # Tensor cores ([`mma`])
 //!
@@ -167,6 +183,8 @@ pub struct Tiles {
     pub vector_a: u32,
     /// Elements per global load of B.
     pub vector_b: u32,
+    /// Block rows per group of the grid's walk (see [`output::Tile`]).
+    pub group_m: u32,
 }
 
 impl Tiles {
@@ -180,6 +198,7 @@ impl Tiles {
                 thread_n,
                 vector_a,
                 vector_b,
+                group_m,
             } => Some(Tiles {
                 block_m,
                 block_n,
@@ -188,6 +207,7 @@ impl Tiles {
                 thread_n,
                 vector_a,
                 vector_b,
+                group_m,
             }),
             _ => None,
         }
@@ -202,6 +222,7 @@ impl Tiles {
             thread_n: self.thread_n,
             vector_a: self.vector_a,
             vector_b: self.vector_b,
+            group_m: self.group_m,
         }
     }
 

@@ -8,6 +8,7 @@ use super::stage::and;
 use crate::dtype::DType;
 use crate::ir::Kernel;
 use crate::lower::expr::{self, Env};
+use crate::lower::{Constraint, Violation};
 use crate::ptx::Builder;
 use crate::ptx::inst::{Addr, ArithOp, Cmp, Op, Operand, Reg, Space, Special, Ty};
 
@@ -27,22 +28,55 @@ pub(super) struct Tile {
     pub grid: u64,
 }
 
+/// The largest `group_m` the lowerings implement.
+const MAX_GROUP_M: u32 = 16;
+
+/// Checks `group_m`: a power of two up to [`MAX_GROUP_M`], and when above 1,
+/// fewer block rows than the grid has.
+pub(super) fn check_group(group_m: u32, block_m: u32, m_extent: u32) -> Result<(), Violation> {
+    if !group_m.is_power_of_two() || group_m > MAX_GROUP_M {
+        return Err(Violation::new(
+            Constraint::Range,
+            format!("group_m = {group_m}; expected a power of two up to {MAX_GROUP_M}"),
+        ));
+    }
+    let rows = m_extent.div_ceil(block_m);
+    if group_m > 1 && group_m >= rows {
+        return Err(Violation::new(
+            Constraint::Tiling,
+            format!(
+                "group_m = {group_m} block rows is not fewer than the grid's {rows} (M = {m_extent} in tiles of {block_m})"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 impl Tile {
-    /// Decodes `ctaid.x`: tiles along `n` vary fastest, then along `m`, then
-    /// the batch.
+    /// Decodes `ctaid.x`: the batch element varies slowest; within it, tiles
+    /// along `n` vary fastest, then along `m` (`group_m` 1), or tiles run
+    /// down each group of `group_m` block rows, then along `n`, then to the
+    /// next group.
     pub fn decode(
         b: &mut Builder,
         kernel: &Kernel,
         plan: &MatmulPlan,
-        block_m: u32,
-        block_n: u32,
+        (block_m, block_n): (u32, u32),
+        group_m: u32,
     ) -> Tile {
         let tid = b.special(Special::TidX);
         let ctaid = b.special(Special::CtaidX);
         let tiles_n = plan.n_extent(kernel).div_ceil(block_n);
         let tiles_m = plan.m_extent(kernel).div_ceil(block_m);
-        let (n_tile, rest) = split(b, ctaid, tiles_n);
-        let (m_tile, batch) = split(b, rest, tiles_m);
+        let (m_tile, n_tile, batch) = if group_m == 1 {
+            let (n_tile, rest) = split(b, ctaid, tiles_n);
+            let (m_tile, batch) = split(b, rest, tiles_m);
+            (m_tile, n_tile, batch)
+        } else {
+            let (pid, batch) = split(b, ctaid, tiles_m * tiles_n);
+            let (m_tile, n_tile) = grouped(b, pid, tiles_m, tiles_n, group_m);
+            (m_tile, n_tile, batch)
+        };
         let m0 = b.u32_op(ArithOp::Mul, m_tile, imm(block_m));
         let n0 = b.u32_op(ArithOp::Mul, n_tile, imm(block_n));
 
@@ -71,6 +105,25 @@ impl Tile {
             grid: u64::from(tiles_m) * u64::from(tiles_n) * plan.batch_count(kernel),
         }
     }
+}
+
+/// The tile `(m, n)` of the `pid`-th block of one batch element in the
+/// grouped walk: groups of `group_m` block rows (the last one, `rows`,
+/// possibly fewer) one after the other, each walked down its rows first.
+fn grouped(b: &mut Builder, pid: Reg, tiles_m: u32, tiles_n: u32, group_m: u32) -> (Reg, Reg) {
+    let (local, group) = split(b, pid, group_m * tiles_n);
+    let first = b.u32_op(ArithOp::Mul, group, imm(group_m));
+    let rows: Operand = if tiles_m.is_multiple_of(group_m) {
+        imm(group_m)
+    } else {
+        let all = b.u32_imm(tiles_m);
+        let left = b.u32_op(ArithOp::Sub, all, first);
+        b.u32_op(ArithOp::Min, left, imm(group_m)).into()
+    };
+    let row = b.u32_op(ArithOp::Rem, local, rows);
+    let m_tile = b.u32_op(ArithOp::Add, first, row);
+    let n_tile = b.u32_op(ArithOp::Div, local, rows);
+    (m_tile, n_tile)
 }
 
 /// A thread's accumulators and the output coordinates they belong to.

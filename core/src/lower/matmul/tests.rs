@@ -218,6 +218,7 @@ fn tiles(
         thread_n,
         vector_a: vector,
         vector_b: vector,
+        group_m: 1,
     }
 }
 
@@ -240,6 +241,15 @@ fn validation_rejects_with_reasons() {
     assert!(reason(tiles(256, 256, 64, 16, 16, 1), SmVersion::Sm86).contains("shared memory"));
     assert!(reason(tiles(512, 64, 8, 8, 8, 1), sm80).contains("up to 256"));
     check(&k, tiles(64, 64, 16, 4, 4, 1), sm80).expect("valid");
+    let group = |group_m| Tiles {
+        group_m,
+        ..tiles(64, 64, 16, 4, 4, 1)
+    };
+    // 1000 rows are 16 block rows of 64.
+    assert!(reason(group(0), sm80).contains("power of two up to 16"));
+    assert!(reason(group(32), sm80).contains("power of two up to 16"));
+    assert!(reason(group(16), sm80).contains("not fewer than the grid's 16"));
+    check(&k, group(8), sm80).expect("two groups of 8 block rows");
 
     let aligned = gemm(1024, 1024, 1024, "bf16", false);
     check(&aligned, tiles(128, 128, 8, 8, 8, 8), sm80).expect("16-byte bf16 loads");
@@ -350,6 +360,22 @@ fn heuristic_picks_sensible_tiles() {
 }
 
 #[test]
+fn heuristic_groups_block_rows_only_where_the_model_says_it_pays() {
+    let group = |m, n, k, target| {
+        let kernel = gemm(m, n, k, "bf16", false);
+        heuristic(&kernel, &plan(&kernel), target)
+            .knob_values()
+            .last()
+            .copied()
+    };
+    // All of B (128 MiB, beyond L2) read again by every row of blocks.
+    assert_eq!(group(2048, 65536, 1024, SmVersion::Sm80), Some(8));
+    // Bound by the tensor cores, or small enough for L2.
+    assert_eq!(group(4096, 4096, 4096, SmVersion::Sm80), Some(1));
+    assert_eq!(group(1000, 1000, 999, SmVersion::Sm80), Some(1));
+}
+
+#[test]
 fn heuristic_picks_tensor_cores_for_aligned_16_bit_operands() {
     let pick = |m, n, k, dtype, transposed| {
         let kernel = gemm(m, n, k, dtype, transposed);
@@ -362,6 +388,7 @@ fn heuristic_picks_tensor_cores_for_aligned_16_bit_operands() {
         warp_m: 64,
         warp_n: 64,
         stages: 3,
+        group_m: 1,
     };
     assert_eq!(pick(4096, 4096, 4096, "bf16", false), Some(big));
     assert_eq!(pick(4096, 11008, 4096, "f16", true), Some(big));

@@ -24,7 +24,7 @@ use crate::ptx::inst::{Addr, ArithOp, Cmp, Op, Operand, Reg, Ty};
 pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &MmaLayout) -> Lowered {
     let t = layout.tiles;
     let mut b = Builder::new();
-    let tile = Tile::decode(&mut b, kernel, plan, t.block_m, t.block_n);
+    let tile = Tile::decode(&mut b, kernel, plan, (t.block_m, t.block_n), t.group_m);
     let smem = b.shared_base();
     let a = Copier::new(&mut b, kernel, plan, layout, Side::A, &tile, smem);
     let bs = Copier::new(&mut b, kernel, plan, layout, Side::B, &tile, smem);

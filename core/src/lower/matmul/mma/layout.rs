@@ -4,6 +4,7 @@
 use super::MmaTiles;
 use crate::dtype::DType;
 use crate::ir::{Expr, Kernel};
+use crate::lower::matmul::output::check_group;
 use crate::lower::matmul::{MatmulOperand, MatmulPlan, Side};
 use crate::lower::{Constraint, Violation, check_block};
 use crate::ptx::inst::MmaKind;
@@ -89,6 +90,7 @@ impl MmaLayout {
             warp_m,
             warp_n,
             stages,
+            group_m,
         } = tiles;
         for (name, value, low, high) in [
             ("block_m", block_m, 16, 256),
@@ -110,6 +112,7 @@ impl MmaLayout {
                 format!("stages = {stages}; expected 1 to 4"),
             ));
         }
+        check_group(group_m, block_m, kernel.extent(plan.m))?;
         if warp_m > block_m || warp_n > block_n {
             return Err(Violation::new(
                 Constraint::Tiling,

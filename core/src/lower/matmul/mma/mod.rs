@@ -86,6 +86,8 @@ pub struct MmaTiles {
     pub warp_n: u32,
     /// Shared-memory buffers in the ring (1: no overlap).
     pub stages: u32,
+    /// Block rows per group of the grid's walk.
+    pub group_m: u32,
 }
 
 impl MmaTiles {
@@ -98,6 +100,7 @@ impl MmaTiles {
                 warp_m,
                 warp_n,
                 stages,
+                group_m,
             } => Some(MmaTiles {
                 block_m,
                 block_n,
@@ -105,6 +108,7 @@ impl MmaTiles {
                 warp_m,
                 warp_n,
                 stages,
+                group_m,
             }),
             _ => None,
         }
@@ -118,6 +122,7 @@ impl MmaTiles {
             warp_m: self.warp_m,
             warp_n: self.warp_n,
             stages: self.stages,
+            group_m: self.group_m,
         }
     }
 

@@ -36,6 +36,7 @@ fn tiles(block: (u32, u32, u32), warp: (u32, u32), stages: u32) -> MmaTiles {
         warp_m: warp.0,
         warp_n: warp.1,
         stages,
+        group_m: 1,
     }
 }
 
@@ -65,6 +66,21 @@ fn validation_names_the_constraint_broken() {
             Constraint::SharedMemory,
         ),
         (tiles((256, 128, 32), (128, 64), 2), Constraint::Registers),
+        (
+            MmaTiles {
+                group_m: 3,
+                ..tiles((64, 64, 32), (32, 32), 3)
+            },
+            Constraint::Range,
+        ),
+        // 1024 rows are 8 block rows of 128: a group of 8 is all of them.
+        (
+            MmaTiles {
+                group_m: 8,
+                ..tiles((128, 128, 32), (64, 64), 3)
+            },
+            Constraint::Tiling,
+        ),
     ];
     for (t, constraint) in cases {
         let (c, reason) = rejection(&k, t, sm80);
