@@ -263,6 +263,8 @@ fn rows_points() -> Vec<Schedule> {
         threads_per_row,
         rows_per_block,
         vector,
+        cache: 0,
+        tree: 0,
     })
     .collect()
 }

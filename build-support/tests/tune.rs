@@ -64,6 +64,7 @@ impl Bench for Fake {
             threads_per_row,
             rows_per_block,
             vector,
+            ..
         } = *schedule
         else {
             panic!("a rows kernel");

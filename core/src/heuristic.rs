@@ -109,6 +109,8 @@ fn rows(kernel: &Kernel, plan: &RowPlan, target: SmVersion) -> Schedule {
         threads_per_row,
         rows_per_block,
         vector,
+        cache: 0,
+        tree: 0,
     }
 }
 
@@ -203,6 +205,8 @@ mod tests {
             threads_per_row: t,
             rows_per_block: r,
             vector: v,
+            cache: 0,
+            tree: 0,
         };
         assert_eq!(heuristic(&softmax(8192, 1000), sm90), rows(32, 4, 4));
         assert_eq!(heuristic(&softmax(8192, 50257), sm90), rows(512, 1, 1));

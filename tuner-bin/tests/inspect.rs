@@ -163,6 +163,8 @@ fn best_is_the_databases_winner_for_the_target() {
         threads_per_row: 64,
         rows_per_block: 2,
         vector: 2,
+        cache: 0,
+        tree: 0,
     };
     let dir = cache.path().join("ktune/demo");
     std::fs::create_dir_all(&dir).expect("the cache folder");
