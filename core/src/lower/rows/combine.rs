@@ -211,9 +211,9 @@ fn across_warps(
 /// Every thread writes `acc` to its slot; at each level `s` (half the row's
 /// threads, then a quarter, … then 1), after a barrier, threads below `s`
 /// fold slot `lane + s` into their own value and slot. Within a level a
-/// slot is either read (by one thread) or written (by its owner), never
-/// both, so one barrier per level orders everything; after the last one,
-/// every thread reads slot 0.
+/// slot is either read or written (by its owner), never both, so one
+/// barrier per level orders everything; after the last one, every thread
+/// reads slot 0.
 fn shared_tree(
     b: &mut Builder,
     op: ReduceOp,
@@ -222,8 +222,8 @@ fn shared_tree(
     set: i64,
     threads_per_row: u32,
 ) -> Reg {
-    let store = |b: &mut Builder| {
-        b.push(Op::St {
+    let store = |b: &mut Builder, guard: Option<Reg>| {
+        let st = Op::St {
             space: Space::Shared,
             ty: Ty::F32,
             addr: Addr {
@@ -231,26 +231,41 @@ fn shared_tree(
                 offset: set,
             },
             srcs: vec![acc.into()],
-        });
+        };
+        match guard {
+            Some(pred) => b.push_guarded(pred, false, st),
+            None => b.push(st),
+        }
     };
-    store(b);
+    store(b, None);
     let mut level = threads_per_row / 2;
     while level > 0 {
         b.push(Op::BarSync);
-        let idle = b.label();
-        let above = b.setp(Cmp::Ge, Ty::U32, lane, Operand::Int(i64::from(level)));
-        b.bra_if(above, false, idle);
+        // Every thread loads and folds (those at or above `level` their own
+        // slot, which nobody writes at this level, into a value they no
+        // longer need); only the store is predicated. No register is
+        // written on some paths only: ptxas would stretch such a value back
+        // to the kernel's entry and spill it.
+        let below = b.setp(Cmp::Lt, Ty::U32, lane, Operand::Int(i64::from(level)));
+        let step = b.reg(RegClass::B32);
+        b.push(Op::Selp {
+            ty: Ty::U32,
+            dst: step,
+            a: Operand::Int(i64::from(level * 4)),
+            b: Operand::Int(0),
+            cond: below,
+        });
+        let from = b.u32_op(ArithOp::Add, own, step);
         let other = b.load(
             Space::Shared,
             DType::F32,
             Addr {
-                base: own,
-                offset: set + i64::from(level * 4),
+                base: from,
+                offset: set,
             },
         );
         expr::fold_into(b, op, acc, other);
-        store(b);
-        b.place(idle);
+        store(b, Some(below));
         level /= 2;
     }
     b.push(Op::BarSync);
