@@ -591,6 +591,44 @@ mod tests {
     }
 
     #[test]
+    fn one_pass_rows_save_the_re_reads_and_shared_trees_cost_barriers() {
+        let with = |s: Schedule, cache: u32, tree: u32| match s {
+            Schedule::Rows {
+                threads_per_row,
+                rows_per_block,
+                vector,
+                ..
+            } => Schedule::Rows {
+                threads_per_row,
+                rows_per_block,
+                vector,
+                cache,
+                tree,
+            },
+            other => other,
+        };
+        for k in [softmax(8192, 1000), softmax(64, 1000), softmax(8192, 4096)] {
+            // The heuristic keeps the row, and the model agrees.
+            let default = crate::heuristic::heuristic(&k, SmVersion::Sm90);
+            assert!(
+                matches!(default, Schedule::Rows { cache: 1, .. }),
+                "{default:?}"
+            );
+            let one_pass = estimate(&k, &default, SmVersion::Sm90).expect("valid");
+            let passes =
+                estimate(&k, &with(default.clone(), 0, 0), SmVersion::Sm90).expect("valid");
+            assert!(one_pass.seconds < passes.seconds, "{k:?}");
+            assert!(one_pass.registers > passes.registers);
+            assert_eq!(one_pass.cached_per_thread, 32);
+            assert_eq!(passes.cached_per_thread, 0);
+        }
+        let k = softmax(8192, 4096);
+        assert!(seconds(&k, rows(128, 1, 4)) < seconds(&k, with(rows(128, 1, 4), 0, 1)));
+        let tree = estimate(&k, &with(rows(128, 1, 4), 0, 1), SmVersion::Sm90).expect("valid");
+        assert_eq!(tree.shared_bytes, 2 * 128 * 4);
+    }
+
+    #[test]
     fn partial_waves_cost_a_whole_wave() {
         let k = matmul(4096, 4096, 4096);
         let e = estimate(&k, &mm(128, 8, 16), SmVersion::Sm90).expect("valid");
