@@ -17,7 +17,11 @@
 //!   make blocks of 128 threads, halved while the grid would leave SMs idle.
 //!   A reduction that does not read along contiguous memory (a column sum)
 //!   gets one thread per row, so that neighbouring threads read neighbouring
-//!   addresses.
+//!   addresses. The row is read once, kept in registers (`cache = 1`), when
+//!   more than one pass reads it and each thread keeps at most
+//!   [`COMFORTABLE_CACHE`] values; shuffles combine across warps (`tree =
+//!   0`: one barrier per reduction, where a shared-memory tree needs one
+//!   per level).
 //! - **Matmul**: the matmul lowering's own heuristic
 //!   ([`crate::lower::matmul::heuristic`]).
 //! - **Generic**: 128 threads per block.
@@ -26,6 +30,8 @@
 
 use crate::ir::{Expr, Kernel};
 use crate::lower::classify::{OpClass, RowPlan, classify};
+use crate::lower::rows::CachePlan;
+use crate::lower::validate;
 use crate::schedule::Schedule;
 use crate::target::SmVersion;
 
@@ -35,6 +41,13 @@ pub const WAVES: u32 = 4;
 
 /// Block size of the generic schedule.
 pub const GENERIC_BLOCK: u32 = 128;
+
+/// The most values per thread a default rows schedule keeps in registers:
+/// with the row's other work the model counts about 80 registers at vector
+/// width 4, which leaves an SM room for 24 warps; since every kept value
+/// is loaded at once, that still keeps enough bytes in flight to saturate
+/// DRAM.
+pub const COMFORTABLE_CACHE: u32 = 32;
 
 const ELEMENTWISE_BLOCK: u32 = 256;
 const ROWS_BLOCK: u32 = 128;
@@ -105,10 +118,23 @@ fn rows(kernel: &Kernel, plan: &RowPlan, target: SmVersion) -> Schedule {
     {
         rows_per_block /= 2;
     }
+    let kept = CachePlan::of(kernel, plan);
+    let one_pass = Schedule::Rows {
+        threads_per_row,
+        rows_per_block,
+        vector,
+        cache: 1,
+        tree: 0,
+    };
+    let cache = !kept.is_empty()
+        && kept.values_per_thread(threads_per_row, vector) <= COMFORTABLE_CACHE
+        && validate(kernel, &one_pass, target).is_ok();
     Schedule::Rows {
         threads_per_row,
         rows_per_block,
         vector,
+        cache: u32::from(cache),
+        tree: 0,
     }
 }
 
@@ -199,21 +225,26 @@ mod tests {
     #[test]
     fn picks() {
         let sm90 = SmVersion::Sm90;
-        let rows = |t, r, v| Schedule::Rows {
+        let rows = |t, r, v, cache| Schedule::Rows {
             threads_per_row: t,
             rows_per_block: r,
             vector: v,
+            cache,
+            tree: 0,
         };
-        assert_eq!(heuristic(&softmax(8192, 1000), sm90), rows(32, 4, 4));
-        assert_eq!(heuristic(&softmax(8192, 50257), sm90), rows(512, 1, 1));
-        assert_eq!(heuristic(&softmax(8, 50257), sm90), rows(1024, 1, 1));
+        // 1000 elements over 32 threads, 4 at a time: 32 kept per thread.
+        assert_eq!(heuristic(&softmax(8192, 1000), sm90), rows(32, 4, 4, 1));
+        // 99 and 50 values per thread: too many to keep.
+        assert_eq!(heuristic(&softmax(8192, 50257), sm90), rows(512, 1, 1, 0));
+        assert_eq!(heuristic(&softmax(8, 50257), sm90), rows(1024, 1, 1, 0));
         // 8192 one-thread rows: 64 blocks of 128 would leave SMs idle.
-        assert_eq!(heuristic(&softmax(8192, 7), sm90), rows(1, 32, 1));
-        assert_eq!(heuristic(&softmax(8192, 64), sm90), rows(8, 16, 4));
+        assert_eq!(heuristic(&softmax(8192, 7), sm90), rows(1, 32, 1, 1));
+        assert_eq!(heuristic(&softmax(8192, 64), sm90), rows(8, 16, 4, 1));
         // Few rows: smaller blocks, so that more SMs get one.
-        assert_eq!(heuristic(&softmax(64, 1000), sm90), rows(32, 1, 4));
-        // A column sum reads across rows: one thread per output element.
-        assert_eq!(heuristic(&col_sum(4096, 65536), sm90), rows(1, 128, 4));
+        assert_eq!(heuristic(&softmax(64, 1000), sm90), rows(32, 1, 4, 1));
+        // A column sum reads across rows: one thread per output element;
+        // it reads each element once, so there is nothing to keep.
+        assert_eq!(heuristic(&col_sum(4096, 65536), sm90), rows(1, 128, 4, 0));
 
         let elementwise = |b, p, v| Schedule::Elementwise {
             block: b,

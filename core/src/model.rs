@@ -12,8 +12,11 @@
 //!   needs the first, times resident threads) over the memory latency,
 //!   capped by the DRAM peak and by the width of each access (narrow loads
 //!   reach less of the peak). Rows add their extra passes over each row
-//!   (from L2) and their reduction trees (shuffles, and barriers across
-//!   warps) once per wave.
+//!   (from L2), unless they keep the row in registers (`cache = 1`: one
+//!   read, all of a thread's loads in flight at once, but the kept values
+//!   cost registers and so occupancy), and their reduction trees once per
+//!   wave (shuffles and one barrier across warps, or a barrier per level of
+//!   a shared-memory tree).
 //! - **Contractions** are bound by the slowest of: FFMA issue, instruction
 //!   issue and shared-memory bandwidth, per `block_k` step of all the
 //!   blocks an SM holds; the global-memory latency of a step, which the
@@ -43,9 +46,10 @@
 use serde::Serialize;
 
 use crate::ir::Kernel;
-use crate::lower::classify::{OpClass, classify};
+use crate::lower::classify::{OpClass, RowPlan, classify};
 use crate::lower::matmul::mma::{MmaLayout, MmaTiles};
 use crate::lower::matmul::{self, Layout, MatmulPlan, Tiles};
+use crate::lower::rows::{CachePlan, shared_bytes};
 use crate::lower::{LowerError, validate};
 use crate::occupancy::{BlockUsage, Occupancy, occupancy};
 use crate::schedule::Schedule;
@@ -98,6 +102,9 @@ pub struct Estimate {
     pub waves: f64,
     /// FLOPs per byte the kernel must move from DRAM.
     pub intensity: f64,
+    /// Values per thread a one-pass rows point keeps in registers (the row
+    /// elements each thread owns); 0 for every other point.
+    pub cached_per_thread: u32,
 }
 
 /// Estimates `schedule`'s run time for `kernel` on `target`; an invalid
@@ -153,6 +160,7 @@ pub fn estimate(
         blocks,
         waves,
         intensity,
+        cached_per_thread: cost.cached_per_thread,
     })
 }
 
@@ -178,6 +186,8 @@ struct Stream {
     access_efficiency: f64,
     /// Cycles per wave spent outside memory (reduction trees).
     serial_cycles: f64,
+    /// Values per thread kept in registers.
+    cached_per_thread: u32,
 }
 
 /// The fraction of peak bandwidth loads of `bytes` each reach: 16-byte
@@ -229,19 +239,18 @@ fn flat(kernel: &Kernel, schedule: &Schedule) -> (BlockUsage, u64, Stream) {
             } else {
                 0.0
             },
+            cached_per_thread: 0,
         },
     )
 }
 
-fn rows(
-    kernel: &Kernel,
-    plan: &crate::lower::classify::RowPlan,
-    schedule: &Schedule,
-) -> (BlockUsage, u64, Stream) {
+fn rows(kernel: &Kernel, plan: &RowPlan, schedule: &Schedule) -> (BlockUsage, u64, Stream) {
     let Schedule::Rows {
         threads_per_row,
         rows_per_block,
         vector,
+        cache,
+        tree,
     } = *schedule
     else {
         unreachable!("a rows point")
@@ -252,30 +261,42 @@ fn rows(
     let busy = (f64::from(length) / f64::from(threads_per_row * vector)).min(1.0);
     let passes = plan.reductions().count() as f64;
     let row_bytes = f64::from(rows) * f64::from(length) * elem;
-    let tree = f64::from(threads_per_row.min(32).trailing_zeros()) * SHUFFLE_CYCLES
-        + if threads_per_row > 32 {
-            2.0 * BARRIER_CYCLES
-        } else {
-            0.0
-        };
+    let levels = f64::from(threads_per_row.trailing_zeros());
+    let tree_cycles = if threads_per_row <= 32 {
+        levels * SHUFFLE_CYCLES
+    } else if tree == 1 {
+        (levels + 1.0) * BARRIER_CYCLES
+    } else {
+        5.0 * SHUFFLE_CYCLES + 2.0 * BARRIER_CYCLES
+    };
+    let cached = match cache {
+        0 => 0,
+        _ => CachePlan::of(kernel, plan).values_per_thread(threads_per_row, vector),
+    };
+    // Kept values are loaded all at once: a thread's whole share of the row
+    // is in flight; otherwise one access per loop iteration.
+    let in_flight = match cached {
+        0 => busy * f64::from(vector),
+        _ => (f64::from(length) / f64::from(threads_per_row * vector)).ceil() * f64::from(vector),
+    };
     let threads = threads_per_row * rows_per_block;
     (
         BlockUsage {
             threads,
-            registers: 32 + 4 * vector,
-            shared_bytes: if threads_per_row > 32 {
-                2 * 4 * threads / 32
-            } else {
-                0
-            },
+            registers: 32 + 4 * vector + cached,
+            shared_bytes: shared_bytes(threads_per_row, rows_per_block, 32, tree) as u32,
         },
         u64::from(rows.div_ceil(rows_per_block)),
         Stream {
             dram_bytes: kernel.compulsory_bytes() as f64,
-            l2_bytes: (passes - 1.0).max(0.0) * row_bytes,
-            in_flight_per_thread: busy * f64::from(vector) * elem,
+            l2_bytes: match cached {
+                0 => (passes - 1.0).max(0.0) * row_bytes,
+                _ => 0.0,
+            },
+            in_flight_per_thread: in_flight * elem,
             access_efficiency: access_efficiency(f64::from(vector) * elem),
-            serial_cycles: passes * tree,
+            serial_cycles: passes * tree_cycles,
+            cached_per_thread: cached,
         },
     )
 }
@@ -363,6 +384,7 @@ fn contraction(
         blocks,
         waves,
         intensity,
+        cached_per_thread: 0,
     }
 }
 
@@ -548,6 +570,7 @@ fn tensor_core(
         blocks,
         waves,
         intensity,
+        cached_per_thread: 0,
     }
 }
 
@@ -579,6 +602,8 @@ mod tests {
             threads_per_row,
             rows_per_block,
             vector,
+            cache: 0,
+            tree: 0,
         }
     }
 
@@ -627,6 +652,44 @@ mod tests {
         assert!(seconds(&k, rows(128, 1, 4)) < serial.seconds);
         let best = estimate(&k, &rows(128, 1, 4), SmVersion::Sm90).expect("valid");
         assert_eq!(best.bound, Bound::Memory);
+    }
+
+    #[test]
+    fn one_pass_rows_save_the_re_reads_and_shared_trees_cost_barriers() {
+        let with = |s: Schedule, cache: u32, tree: u32| match s {
+            Schedule::Rows {
+                threads_per_row,
+                rows_per_block,
+                vector,
+                ..
+            } => Schedule::Rows {
+                threads_per_row,
+                rows_per_block,
+                vector,
+                cache,
+                tree,
+            },
+            other => other,
+        };
+        for k in [softmax(8192, 1000), softmax(64, 1000), softmax(8192, 4096)] {
+            // The heuristic keeps the row, and the model agrees.
+            let default = crate::heuristic::heuristic(&k, SmVersion::Sm90);
+            assert!(
+                matches!(default, Schedule::Rows { cache: 1, .. }),
+                "{default:?}"
+            );
+            let one_pass = estimate(&k, &default, SmVersion::Sm90).expect("valid");
+            let passes =
+                estimate(&k, &with(default.clone(), 0, 0), SmVersion::Sm90).expect("valid");
+            assert!(one_pass.seconds < passes.seconds, "{k:?}");
+            assert!(one_pass.registers > passes.registers);
+            assert_eq!(one_pass.cached_per_thread, 32);
+            assert_eq!(passes.cached_per_thread, 0);
+        }
+        let k = softmax(8192, 4096);
+        assert!(seconds(&k, rows(128, 1, 4)) < seconds(&k, with(rows(128, 1, 4), 0, 1)));
+        let tree = estimate(&k, &with(rows(128, 1, 4), 0, 1), SmVersion::Sm90).expect("valid");
+        assert_eq!(tree.shared_bytes, 2 * 128 * 4);
     }
 
     #[test]

@@ -25,18 +25,32 @@ pub enum Schedule {
         vector: u32,
     },
     /// Row reductions and normalizations: `threads_per_row` threads
-    /// cooperate on one row (butterfly shuffles, then shared memory across
-    /// warps), `rows_per_block` rows per block; reductions read `vector`
-    /// consecutive elements per access, and so do the row's outputs when
-    /// the output's innermost dimension lies within the row and `vector`
-    /// divides it. Valid when `threads_per_row` is a power of two (below the
-    /// warp size, groups share a warp), `threads_per_row · rows_per_block`
-    /// is a multiple of the warp size up to the target's limit, and
-    /// `vector` is 1, 2 or 4 and divides every reduced extent.
+    /// cooperate on one row, `rows_per_block` rows per block; reductions
+    /// read `vector` consecutive elements per access, and so do the row's
+    /// outputs when the output's innermost dimension lies within the row
+    /// and `vector` divides it. Valid when `threads_per_row` is a power of
+    /// two (below the warp size, groups share a warp), `threads_per_row ·
+    /// rows_per_block` is a multiple of the warp size up to the target's
+    /// limit, and `vector` is 1, 2 or 4 and divides every reduced extent.
+    ///
+    /// `cache` (0 or 1): with 1, each thread loads the row elements it owns
+    /// once into registers and every pass over the row reads them there
+    /// (one pass over global memory; valid while they fit the registers);
+    /// with 0, each pass reads the row again. `tree` (0 or 1): how a row
+    /// spanning several warps combines its partial results: 0, butterfly
+    /// shuffles within each warp then one slot per warp in shared memory;
+    /// 1, a shared-memory tree over all the row's threads (valid only for
+    /// rows of more than one warp). Both default to 0, and are left out of
+    /// the JSON form when 0, so that schedules written before them keep
+    /// their meaning and their text. See [`crate::lower`]'s rows module.
     Rows {
         threads_per_row: u32,
         rows_per_block: u32,
         vector: u32,
+        #[serde(default, skip_serializing_if = "is_zero")]
+        cache: u32,
+        #[serde(default, skip_serializing_if = "is_zero")]
+        tree: u32,
     },
     /// Contractions: a `block_m × block_n` output tile per block, staged
     /// through shared memory `block_k` deep, `thread_m × thread_n` outputs per
@@ -84,6 +98,10 @@ fn is_one(value: &u32) -> bool {
     *value == 1
 }
 
+fn is_zero(value: &u32) -> bool {
+    *value == 0
+}
+
 /// A schedule class: which lowering a point selects, and its knobs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Class {
@@ -111,7 +129,13 @@ impl Class {
         match self {
             Class::Generic => &["block"],
             Class::Elementwise => &["block", "per_thread", "vector"],
-            Class::Rows => &["threads_per_row", "rows_per_block", "vector"],
+            Class::Rows => &[
+                "threads_per_row",
+                "rows_per_block",
+                "vector",
+                "cache",
+                "tree",
+            ],
             Class::Matmul => &[
                 "block_m", "block_n", "block_k", "thread_m", "thread_n", "vector_a", "vector_b",
                 "group_m",
@@ -132,11 +156,15 @@ impl Class {
                 per_thread,
                 vector,
             },
-            (Class::Rows, &[threads_per_row, rows_per_block, vector]) => Schedule::Rows {
-                threads_per_row,
-                rows_per_block,
-                vector,
-            },
+            (Class::Rows, &[threads_per_row, rows_per_block, vector, cache, tree]) => {
+                Schedule::Rows {
+                    threads_per_row,
+                    rows_per_block,
+                    vector,
+                    cache,
+                    tree,
+                }
+            }
             (
                 Class::Matmul,
                 &[
@@ -200,7 +228,9 @@ impl Schedule {
                 threads_per_row,
                 rows_per_block,
                 vector,
-            } => vec![threads_per_row, rows_per_block, vector],
+                cache,
+                tree,
+            } => vec![threads_per_row, rows_per_block, vector, cache, tree],
             Schedule::Matmul {
                 block_m,
                 block_n,
@@ -256,5 +286,30 @@ mod tests {
         let json = grouped.to_json();
         assert!(json.ends_with(r#","group_m":8}"#), "{json}");
         assert_eq!(Schedule::from_json(&json).expect("round trip"), grouped);
+    }
+
+    #[test]
+    fn rows_knobs_added_later_default_to_zero_and_stay_out_of_the_json() {
+        let old = r#"{"class":"rows","threads_per_row":64,"rows_per_block":2,"vector":4}"#;
+        let s = Schedule::from_json(old).expect("parses");
+        assert_eq!(
+            s,
+            Schedule::Rows {
+                threads_per_row: 64,
+                rows_per_block: 2,
+                vector: 4,
+                cache: 0,
+                tree: 0,
+            }
+        );
+        assert_eq!(s.to_json(), old);
+        let one_pass = Class::Rows.schedule(&[64, 2, 4, 1, 1]).expect("five knobs");
+        let json = one_pass.to_json();
+        assert_eq!(
+            json,
+            r#"{"class":"rows","threads_per_row":64,"rows_per_block":2,"vector":4,"cache":1,"tree":1}"#
+        );
+        assert_eq!(Schedule::from_json(&json).expect("parses"), one_pass);
+        assert_eq!(one_pass.knob_values(), [64, 2, 4, 1, 1]);
     }
 }

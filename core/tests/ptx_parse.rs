@@ -137,6 +137,18 @@ fn other_schedules_round_trip() {
                 threads_per_row: 128,
                 rows_per_block: 2,
                 vector: 1,
+                cache: 0,
+                tree: 0,
+            },
+        ),
+        (
+            "softmax",
+            Schedule::Rows {
+                threads_per_row: 128,
+                rows_per_block: 2,
+                vector: 1,
+                cache: 1,
+                tree: 1,
             },
         ),
         (
@@ -145,6 +157,18 @@ fn other_schedules_round_trip() {
                 threads_per_row: 8,
                 rows_per_block: 4,
                 vector: 4,
+                cache: 0,
+                tree: 0,
+            },
+        ),
+        (
+            "layernorm",
+            Schedule::Rows {
+                threads_per_row: 64,
+                rows_per_block: 4,
+                vector: 4,
+                cache: 1,
+                tree: 0,
             },
         ),
         (

@@ -86,6 +86,8 @@ fn a_correct_candidate_is_measured_with_an_estimate_from_its_run() {
         threads_per_row: 32,
         rows_per_block: 4,
         vector: 1,
+        cache: 0,
+        tree: 0,
     };
     assert_virtual(
         &worker
@@ -346,6 +348,8 @@ fn a_gpu_compares_big_kernels_with_the_heuristic_schedule() {
         threads_per_row: 32,
         rows_per_block: 4,
         vector: 1,
+        cache: 0,
+        tree: 0,
     };
     assert!(worker.measure(&job, &other).is_ok());
     match worker.measure_injected(&job, &other, Injection::WrongStore) {

@@ -96,8 +96,12 @@ pub fn space(
 }
 
 fn describe(e: &Estimate) -> String {
+    let kept = match e.cached_per_thread {
+        0 => String::new(),
+        n => format!(", {n} values per thread in registers"),
+    };
     format!(
-        "{:>9.1} µs {:<13} occupancy {:>3.0}%",
+        "{:>9.1} µs {:<13} occupancy {:>3.0}%{kept}",
         e.seconds * 1e6,
         format!("{:?}", e.bound).to_lowercase(),
         100.0 * e.occupancy.fraction

@@ -291,6 +291,26 @@ fn space_reports_knobs_validity_and_the_models_ranking() {
     assert!(out.status.success(), "{}", stderr(&out));
     let report: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("JSON");
     assert_eq!(report["families"][0]["class"], "rows");
+    let knobs: Vec<&str> = report["families"][0]["knobs"]
+        .as_array()
+        .expect("knobs")
+        .iter()
+        .map(|k| k["name"].as_str().expect("a name"))
+        .collect();
+    assert_eq!(
+        knobs,
+        [
+            "threads_per_row",
+            "rows_per_block",
+            "vector",
+            "cache",
+            "tree"
+        ]
+    );
+    // The default reads each row of 384 once: 32 threads, 4 at a time,
+    // keep 12 values each.
+    assert_eq!(report["default"]["schedule"]["cache"], 1);
+    assert_eq!(report["default"]["estimate"]["cached_per_thread"], 12);
     let size = report["size"].as_u64().expect("size");
     let valid = report["valid"].as_u64().expect("valid");
     let rejected: u64 = report["rejected"]

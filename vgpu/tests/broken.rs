@@ -67,6 +67,8 @@ fn rows(threads_per_row: u32) -> Schedule {
         threads_per_row,
         rows_per_block: 1,
         vector: 1,
+        cache: 0,
+        tree: 0,
     }
 }
 
@@ -99,6 +101,62 @@ fn a_removed_barrier_is_a_shared_memory_race() {
         _ => panic!("expected a shared-memory race: {fault}"),
     }
     assert!(fault.instruction.starts_with("ld.shared"), "{fault}");
+}
+
+/// In a shared-memory tree (`tree = 1`) each level reads slots the level
+/// before wrote, with a barrier between; without one, the read meets the
+/// other thread's write.
+#[test]
+fn a_missing_barrier_between_shared_tree_levels_is_a_race() {
+    let kernel = softmax(3, 200);
+    let schedule = Schedule::Rows {
+        threads_per_row: 128,
+        rows_per_block: 1,
+        vector: 1,
+        cache: 1,
+        tree: 1,
+    };
+    let mut broken = lowered(&kernel, &schedule);
+    // The max's tree: a barrier after the writes, then one per level (64,
+    // 32, …, 1). Remove the one between levels 64 and 32.
+    let barriers: Vec<usize> = broken
+        .ptx
+        .body
+        .iter()
+        .enumerate()
+        .filter(|(_, i)| i.op == Op::BarSync)
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(
+        barriers.len(),
+        2 * (1 + 7),
+        "two reductions over 128 threads"
+    );
+    broken.ptx.body.remove(barriers[1]);
+    let fault = fault_of(&kernel, &schedule, &broken);
+    assert_names_everything(&fault, &kernel);
+    // Slot 32 (byte 128 of the window): level 64 has thread 32 write it,
+    // level 32 has thread 0 read it; which comes first is the scheduler's
+    // choice, the race is the same.
+    match fault.kind {
+        FaultKind::SharedRace {
+            offset,
+            first_was_write,
+            second_is_write,
+            first_thread,
+            ..
+        } => {
+            assert_eq!(offset, 128, "{fault}");
+            assert_ne!(first_was_write, second_is_write, "{fault}");
+            let mut threads = [first_thread[0], fault.thread[0]];
+            threads.sort_unstable();
+            assert_eq!(threads, [0, 32], "{fault}");
+        }
+        _ => panic!("expected a shared-memory race: {fault}"),
+    }
+    assert!(fault.to_string().contains("shared-memory race"), "{fault}");
+    assert!(fault.to_string().contains("no bar.sync between"), "{fault}");
+    assert!(fault.instruction.contains(".shared"), "{fault}");
 }
 
 #[test]

@@ -4,14 +4,17 @@
 //! on the virtual GPU under every point of its schedule space when the
 //! space has at most [`EVERY_POINT`] points and a seeded sample of
 //! [`SAMPLE`] points otherwise (the tensor-core family of a 16-bit
-//! contraction sampled on its own, [`SAMPLE_MMA`] points, and a
-//! contraction's grouped walks, `group_m` above 1, on their own too:
-//! every one up to [`SAMPLE_GROUPED`], a sample beyond), plus the
-//! heuristic's choice on every target and a generic point, against the CPU
-//! evaluation of the IR ([`ktune_vgpu::verify`]).
+//! contraction sampled on its own, [`SAMPLE_MMA`] points; a contraction's
+//! grouped walks, `group_m` above 1, on their own too: every one up to
+//! [`SAMPLE_GROUPED`], a sample beyond; likewise the rows points that keep
+//! the row in registers, that combine warps with a shared-memory tree, and
+//! that do both, [`SAMPLE_ROWS_KNOB`] points each), plus the heuristic's
+//! choice on every target and a generic point, against the CPU evaluation
+//! of the IR ([`ktune_vgpu::verify`]).
 //!
-//! It prints how many runs were on tensor cores and how many walked the
-//! grid in groups, and ends with one line,
+//! It prints how many runs were on tensor cores, walked the grid in
+//! groups, went over the row in one pass and used a shared-memory tree, and
+//! ends with one line,
 //! `verified <K> kernels, <P> schedule points, <S> shapes: <M> mismatches`,
 //! where K counts the catalogue's kernels (a kernel in another dtype is
 //! another kernel), S the distinct (kernel, shape) pairs, P every run: one
@@ -46,6 +49,9 @@ const SAMPLE_GROUPED: usize = 8;
 /// SIMT points sampled for the tensor-core entries (named `mma_…`), whose
 /// SIMT family the contraction entries already cover.
 const SAMPLE_SIMT_OF_MMA: usize = 4;
+/// Rows points sampled besides for each of `cache = 1`, `tree = 1` and
+/// both, when the space has them.
+const SAMPLE_ROWS_KNOB: usize = 6;
 
 const DTYPES: [&str; 3] = ["f32", "f16", "bf16"];
 
@@ -68,13 +74,17 @@ fn shapes2(
 }
 
 const ELEMENTWISE_SHAPES: [(u32, u32); 6] = [(1, 1), (7, 13), (3, 63), (2, 65), (31, 4), (5, 129)];
-const ROW_SHAPES: [(u32, u32); 7] = [
+/// Rows of one element, of primes and of lengths one off a multiple of the
+/// vector widths; one row, and 67 rows that no rows-per-block divides.
+const ROW_SHAPES: [(u32, u32); 9] = [
     (1, 1),
     (3, 7),
     (13, 31),
     (4, 63),
     (2, 65),
     (5, 129),
+    (1, 97),
+    (67, 20),
     (2, 1025),
 ];
 
@@ -201,7 +211,7 @@ fn rows() -> Vec<Entry> {
                     }
                 },
             ),
-            shapes: shapes2("R", "C", &ROW_SHAPES[..6]),
+            shapes: shapes2("R", "C", &ROW_SHAPES[..8]),
         });
         let name = format_ident!("rmsnorm_{dt}");
         out.push(Entry {
@@ -216,7 +226,7 @@ fn rows() -> Vec<Entry> {
                     }
                 },
             ),
-            shapes: shapes2("R", "C", &ROW_SHAPES[..6]),
+            shapes: shapes2("R", "C", &ROW_SHAPES[..8]),
         });
         let name = format_ident!("col_sum_{dt}");
         out.push(Entry {
@@ -242,6 +252,39 @@ fn rows() -> Vec<Entry> {
             },
         ),
         shapes: shapes2("R", "C", &ROW_SHAPES),
+    });
+    out.push(Entry {
+        kernel: parse(
+            quote!(shape(R = 4, C = 8)),
+            quote! {
+                fn shifted(x: Tensor<f32, (R, C)>, w: Tensor<f32, (C,)>) -> Tensor<f32, (R, C)> {
+                    compute(|r, c| {
+                        let y = x[r][c] - max(C, |j| x[r][j]);
+                        exp(y) * w[c] / sum(C, |j| exp(x[r][j] - max(C, |k| x[r][k])) * w[j])
+                    })
+                }
+            },
+        ),
+        shapes: shapes2("R", "C", &ROW_SHAPES),
+    });
+    out.push(Entry {
+        kernel: parse(
+            quote!(shape(B = 2, R = 4, C = 8)),
+            quote! {
+                fn rms_transposed_bf16(x: Tensor<bf16, (B, R, C)>, w: Tensor<f32, (C,)>)
+                    -> Tensor<bf16, (C, B, R)>
+                {
+                    compute(|c, b, r| {
+                        let ms = mean(C, |j| x[b][r][j] * x[b][r][j]);
+                        (x[b][r][c] * rsqrt(ms + 0.000001) * w[c]) as bf16
+                    })
+                }
+            },
+        ),
+        shapes: [(1, 1, 1), (3, 5, 64), (2, 1, 7), (1, 3, 129)]
+            .iter()
+            .map(|&(b, r, c)| vec![("B", b), ("R", r), ("C", c)])
+            .collect(),
     });
     out.push(Entry {
         kernel: parse(
@@ -508,12 +551,22 @@ fn grouped(schedule: &Schedule) -> bool {
 /// once.
 fn points(kernel: &Kernel, seed: u64) -> Vec<(Schedule, SmVersion)> {
     let target = SmVersion::BASELINE;
-    let (walks, rows): (Vec<Schedule>, Vec<Schedule>) =
+    let (walks, others): (Vec<Schedule>, Vec<Schedule>) =
         candidates(kernel, target).into_iter().partition(grouped);
-    let (tensor, simt): (Vec<Schedule>, Vec<Schedule>) =
-        rows.into_iter().partition(|s| s.kind() == Class::Mma);
+    let (tensor, rest): (Vec<Schedule>, Vec<Schedule>) =
+        others.into_iter().partition(|s| s.kind() == Class::Mma);
     let (tensor_walks, simt_walks): (Vec<Schedule>, Vec<Schedule>) =
         walks.into_iter().partition(|s| s.kind() == Class::Mma);
+    let mut rows_knobs: [Vec<Schedule>; 3] = Default::default();
+    let mut simt = Vec::new();
+    for s in rest {
+        match s {
+            Schedule::Rows { cache, tree, .. } if cache + tree > 0 => {
+                rows_knobs[(cache + 2 * tree - 1) as usize].push(s);
+            }
+            _ => simt.push(s),
+        }
+    }
     let pick = |points: Vec<Schedule>, every: usize, n: usize| {
         if points.len() <= every {
             points
@@ -530,7 +583,12 @@ fn points(kernel: &Kernel, seed: u64) -> Vec<(Schedule, SmVersion)> {
         .into_iter()
         .chain(pick(tensor, SAMPLE_MMA, SAMPLE_MMA))
         .chain(pick(simt_walks, SAMPLE_GROUPED, SAMPLE_GROUPED))
-        .chain(pick(tensor_walks, SAMPLE_GROUPED, SAMPLE_GROUPED));
+        .chain(pick(tensor_walks, SAMPLE_GROUPED, SAMPLE_GROUPED))
+        .chain(
+            rows_knobs
+                .into_iter()
+                .flat_map(|points| pick(points, SAMPLE_ROWS_KNOB, SAMPLE_ROWS_KNOB)),
+        );
     let mut out: Vec<(Schedule, SmVersion)> = chosen.map(|s| (s, target)).collect();
     for t in SmVersion::ALL {
         let h = heuristic(kernel, t);
@@ -567,6 +625,8 @@ fn every_kernel_class_and_dtype_over_many_points_and_shapes() {
     let runs = AtomicUsize::new(0);
     let tensor_runs = AtomicUsize::new(0);
     let grouped_runs = [AtomicUsize::new(0), AtomicUsize::new(0)];
+    let one_pass_runs = AtomicUsize::new(0);
+    let shared_tree_runs = AtomicUsize::new(0);
     let failures = Mutex::new(Vec::new());
     let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
     std::thread::scope(|scope| {
@@ -588,6 +648,14 @@ fn every_kernel_class_and_dtype_over_many_points_and_shapes() {
                         if grouped(&schedule) {
                             grouped_runs[usize::from(tensor)].fetch_add(1, Ordering::Relaxed);
                         }
+                        if let Schedule::Rows { cache, tree, .. } = schedule {
+                            if cache == 1 {
+                                one_pass_runs.fetch_add(1, Ordering::Relaxed);
+                            }
+                            if tree == 1 {
+                                shared_tree_runs.fetch_add(1, Ordering::Relaxed);
+                            }
+                        }
                         if let Err(e) = reference.check(&schedule, target) {
                             failures.lock().unwrap_or_else(|e| e.into_inner()).push(e);
                         }
@@ -603,12 +671,16 @@ fn every_kernel_class_and_dtype_over_many_points_and_shapes() {
     }
     let points = runs.into_inner();
     let tensor_runs = tensor_runs.into_inner();
+    let one_pass_runs = one_pass_runs.into_inner();
+    let shared_tree_runs = shared_tree_runs.into_inner();
     println!("verification suite ran in {:.1?}", started.elapsed());
     println!("of which on tensor cores: {tensor_runs} schedule points");
     let [simt_grouped, tensor_grouped] = grouped_runs.map(AtomicUsize::into_inner);
     println!(
         "of which walking the grid in groups of block rows: {simt_grouped} SIMT, {tensor_grouped} tensor-core schedule points"
     );
+    println!("of which rows in one pass: {one_pass_runs} schedule points");
+    println!("of which rows with a shared-memory tree: {shared_tree_runs} schedule points");
     println!(
         "verified {} kernels, {} schedule points, {} shapes: {} mismatches",
         catalogue.len(),
@@ -625,6 +697,14 @@ fn every_kernel_class_and_dtype_over_many_points_and_shapes() {
     assert!(
         simt_grouped >= 50 && tensor_grouped >= 20,
         "only {simt_grouped} SIMT and {tensor_grouped} tensor-core grouped points ran"
+    );
+    assert!(
+        one_pass_runs >= 300,
+        "only {one_pass_runs} one-pass rows points ran"
+    );
+    assert!(
+        shared_tree_runs >= 300,
+        "only {shared_tree_runs} shared-tree rows points ran"
     );
 }
 

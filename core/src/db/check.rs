@@ -209,6 +209,7 @@ fn knobs(schedule: &Schedule, target: SmVersion) -> Result<(), String> {
             threads_per_row,
             rows_per_block,
             vector,
+            ..
         } => {
             nonzero(&[vector])?;
             check(threads_per_row.saturating_mul(rows_per_block))

@@ -184,13 +184,33 @@ pub(super) fn emit_consecutive(
     var: Option<VarId>,
     n: u32,
 ) -> Vec<Reg> {
+    emit_consecutive_with(b, kernel, env, id, var, n, Vec::new())
+}
+
+/// [`emit_consecutive`] with some loads already in registers: `known[i]`
+/// holds the value of those load nodes for the `i`-th element (`known` is
+/// empty, or has `n` maps with the same nodes).
+pub(super) fn emit_consecutive_with(
+    b: &mut Builder,
+    kernel: &Kernel,
+    env: &mut Env,
+    id: ExprId,
+    var: Option<VarId>,
+    n: u32,
+    known: Vec<HashMap<ExprId, Reg>>,
+) -> Vec<Reg> {
+    let mut per_element = known;
+    per_element.resize(n as usize, HashMap::new());
     let var = match var {
         Some(v) if n > 1 => v,
-        _ => return vec![expr::emit(b, kernel, env, id).reg()],
+        _ => {
+            env.preloaded.extend(per_element.swap_remove(0));
+            return vec![expr::emit(b, kernel, env, id).reg()];
+        }
     };
     let mut loads = Vec::new();
-    collect_loads(kernel, env, id, &mut HashSet::new(), &mut loads);
-    let mut per_element: Vec<HashMap<ExprId, Reg>> = vec![HashMap::new(); n as usize];
+    let mut seen: HashSet<ExprId> = per_element[0].keys().copied().collect();
+    collect_loads(kernel, env, id, &mut seen, &mut loads);
     for load in loads {
         let Expr::Load { tensor, index } = kernel.expr(load) else {
             continue;
@@ -400,6 +420,8 @@ mod tests {
             threads_per_row: 32,
             rows_per_block: 4,
             vector: 1,
+            cache: 0,
+            tree: 0,
         };
         let err = lower(&bias_add(2, 8), &rows, SmVersion::Sm80).unwrap_err();
         assert!(err.to_string().contains("no reduction"), "{err}");

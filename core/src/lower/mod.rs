@@ -6,7 +6,7 @@ pub(crate) mod elementwise;
 pub mod expr;
 mod generic;
 pub mod matmul;
-mod rows;
+pub(crate) mod rows;
 
 use crate::ir::Kernel;
 use crate::ptx;
@@ -200,12 +200,16 @@ fn dispatch(
             threads_per_row,
             rows_per_block,
             vector,
+            cache,
+            tree,
         } => match classify::classify(kernel) {
             OpClass::Rows(plan) => {
                 let knobs = rows::Knobs {
                     threads_per_row,
                     rows_per_block,
                     vector,
+                    cache,
+                    tree,
                 };
                 if emit {
                     rows::lower(kernel, &plan, knobs, target).map(Some)

@@ -12,7 +12,16 @@
 //! - **Row reductions**: `threads_per_row` powers of two up to the row's
 //!   length rounded up (at least 64, so rows spanning several warps are
 //!   always in the space), `rows_per_block` powers of two up to the row
-//!   count rounded up; both capped by the block limit.
+//!   count rounded up; both capped by the block limit. `cache` 0 and 1
+//!   when some tensor is read by more than one pass over the row (the only
+//!   case where keeping it in registers saves a read), 0 otherwise; the
+//!   elements a thread keeps follow from the other knobs, and points that
+//!   keep more than the registers hold are a
+//!   [`Constraint::Registers`](crate::lower::Constraint) rejection. `tree`
+//!   0 and 1 (shuffles then shared memory, or a shared-memory tree, across
+//!   warps); a row within one warp has no cross-warp combine, so its
+//!   `tree = 1` points are [`Constraint::Range`](crate::lower::Constraint)
+//!   rejections.
 //! - **Contraction tiles**: `block_m`, `block_n` powers of two from 16 (or
 //!   the extent rounded up, when smaller: decode shapes) to the extent
 //!   rounded up, at most 256; `block_k` from 8 to 64 likewise along `K`;
@@ -38,6 +47,7 @@ use crate::ir::Kernel;
 use crate::lower::classify::{OpClass, classify};
 use crate::lower::elementwise::{MAX_PER_THREAD, VECTOR_WIDTHS};
 use crate::lower::matmul::{MatmulPlan, mma};
+use crate::lower::rows::CachePlan;
 use crate::schedule::Class;
 use crate::target::SmVersion;
 
@@ -82,6 +92,15 @@ pub(super) fn space(kernel: &Kernel, target: SmVersion) -> Space {
                             powers(1, rows.next_power_of_two().min(cap)),
                         ),
                         knob("vector", VECTOR_WIDTHS.to_vec()),
+                        knob(
+                            "cache",
+                            if CachePlan::of(kernel, &plan).is_empty() {
+                                vec![0]
+                            } else {
+                                vec![0, 1]
+                            },
+                        ),
+                        knob("tree", vec![0, 1]),
                     ],
                 }],
                 coverage: Coverage::Rows(u64::from(rows)),
@@ -199,6 +218,24 @@ mod tests {
         assert_eq!(values(&wide, "rows_per_block"), [1, 2, 4, 8]);
         let narrow = Space::of(&softmax(4096, 7), SmVersion::Sm80);
         assert_eq!(values(&narrow, "threads_per_row").last(), Some(&64));
+        // Softmax reads its rows three times: keeping them is an option.
+        assert_eq!(values(&wide, "cache"), [0, 1]);
+        assert_eq!(values(&wide, "tree"), [0, 1]);
+    }
+
+    #[test]
+    fn rows_read_once_have_nothing_to_keep() {
+        let row_sum = crate::syntax::parse_kernel(
+            quote::quote!(shape(R = 64, C = 1000)),
+            quote::quote! {
+                fn row_sum(x: Tensor<f32, (R, C)>) -> Tensor<f32, (R,)> {
+                    compute(|r| sum(C, |j| x[r][j]))
+                }
+            },
+        )
+        .expect("valid kernel");
+        let space = Space::of(&row_sum, SmVersion::Sm80);
+        assert_eq!(values(&space, "cache"), [0]);
     }
 
     #[test]

@@ -1,0 +1,445 @@
+//! One pass over global memory (`cache = 1`): each thread loads the row
+//! elements it owns once, into registers, and every pass over the row (each
+//! reduction, then the row's outputs) reads them there.
+//!
+//! **What is kept.** A pass reads a row along its *position*: the variable
+//! a reduction runs over, or the row's inner variable when the row's
+//! outputs have exactly one. A load whose index is row variables plus the
+//! position, once, reads the row of a tensor; two such loads read the same
+//! values when they name the same tensor with the same index, position
+//! aside (a *pattern*). Patterns that more than one pass reads are kept:
+//! softmax's `x[r][·]`, read by its max, its sum and its outputs, is one
+//! pattern read three times, so the row is read once instead of three
+//! times. This is the single-pass property of online softmax or Welford's
+//! algorithm, had generically from the IR: nothing matches softmax, and any
+//! row computation with several passes gets it. A row whose tensors are
+//! each read by one pass has nothing to keep, and `cache = 1` is out of
+//! range there (the space offers it only where it applies).
+//!
+//! **Who owns what.** Position `p` belongs to lane `(p / vector) mod T`, in
+//! slot `p / (vector · T)`: the split the multi-pass loops use, unrolled
+//! over the `⌈E / (vector · T)⌉` slots of a pattern of extent `E`. The
+//! elements a thread holds therefore follow from the row length,
+//! `threads_per_row` and `vector` (shapes are static), which is why there
+//! is no knob for them: one would repeat `threads_per_row`, with all but
+//! one of its values invalid for each. [`CachePlan::values_per_thread`]
+//! reports them. In the last slot, lanes past the row's end load a clamped
+//! (valid) position, and their values drop out: a reduction folds its
+//! identity instead, and no output is stored.
+//!
+//! **Cost.** Registers: the kept values, one f32 register each, plus
+//! [`WORKING_REGISTERS`] for the rest of the row's work, must fit
+//! [`REGISTER_BUDGET`] and each thread's share of the register file at the
+//! block's size, or the point breaks [`Constraint::Registers`].
+
+use std::collections::{HashMap, HashSet};
+
+use super::Shape;
+use crate::ir::{Expr, ExprId, Kernel, LetId, TensorId, VarId};
+use crate::lower::classify::{RowPlan, RowStep};
+use crate::lower::elementwise::{emit_consecutive_with, load_vec, store_vec};
+use crate::lower::expr::{self, Env};
+use crate::lower::{Constraint, Violation};
+use crate::ptx::Builder;
+use crate::ptx::inst::{Addr, ArithOp, Cmp, Operand, Reg, Space, Ty};
+use crate::target::SmVersion;
+
+/// Registers a one-pass row needs besides its kept values: addresses,
+/// indices, accumulators and the temporaries of the expressions.
+pub const WORKING_REGISTERS: u32 = 40;
+
+/// The most registers a one-pass row's estimate may reach, below the
+/// hardware's 255 so that ptxas keeps room to schedule without spilling.
+pub const REGISTER_BUDGET: u32 = 200;
+
+/// A tensor read along a row: its index with the position left open.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Pattern {
+    tensor: TensorId,
+    index: Vec<Option<VarId>>,
+}
+
+/// A pattern kept in registers.
+#[derive(Debug, Clone)]
+struct Kept {
+    pattern: Pattern,
+    /// One load of it: its index and the position variable in it.
+    index: Vec<VarId>,
+    position: VarId,
+    extent: u32,
+}
+
+/// The loads a one-pass row keeps in registers.
+#[derive(Debug, Clone)]
+pub struct CachePlan {
+    kept: Vec<Kept>,
+    /// Per pass that reads a kept pattern (a reduction's id, or the root's):
+    /// its load nodes of kept patterns, each with the pattern's index.
+    reads: HashMap<ExprId, Vec<(ExprId, usize)>>,
+    /// The row's inner variable, when the outputs read kept patterns.
+    root_position: Option<VarId>,
+}
+
+impl CachePlan {
+    /// What a one-pass schedule of `plan` keeps.
+    pub fn of(kernel: &Kernel, plan: &RowPlan) -> CachePlan {
+        let mut passes: Vec<(ExprId, VarId, Vec<ExprId>)> = Vec::new();
+        for r in plan.reductions() {
+            if let Expr::Reduce { var, body, .. } = kernel.expr(r) {
+                let mut loads = Vec::new();
+                pass_loads(kernel, *body, &HashSet::new(), &mut loads);
+                passes.push((r, *var, loads));
+            }
+        }
+        if let [inner] = plan.inner_vars[..] {
+            let row_lets: HashSet<LetId> = plan
+                .steps
+                .iter()
+                .filter_map(|s| match s {
+                    RowStep::Let(l) => Some(*l),
+                    RowStep::Reduce(_) => None,
+                })
+                .collect();
+            let mut loads = Vec::new();
+            pass_loads(kernel, kernel.root, &row_lets, &mut loads);
+            passes.push((kernel.root, inner, loads));
+        }
+
+        let patterns: Vec<Vec<(ExprId, Pattern)>> = passes
+            .iter()
+            .map(|(_, position, loads)| {
+                loads
+                    .iter()
+                    .filter_map(|l| pattern(kernel, plan, *l, *position).map(|p| (*l, p)))
+                    .collect()
+            })
+            .collect();
+        let mut readers: HashMap<&Pattern, usize> = HashMap::new();
+        for pass in &patterns {
+            let distinct: HashSet<&Pattern> = pass.iter().map(|(_, p)| p).collect();
+            for p in distinct {
+                *readers.entry(p).or_default() += 1;
+            }
+        }
+
+        let mut kept: Vec<Kept> = Vec::new();
+        let mut reads: HashMap<ExprId, Vec<(ExprId, usize)>> = HashMap::new();
+        let mut root_position = None;
+        for ((pass, position, _), loads) in passes.iter().zip(&patterns) {
+            for (load, p) in loads {
+                if readers[p] < 2 {
+                    continue;
+                }
+                let slot = match kept.iter().position(|k| k.pattern == *p) {
+                    Some(slot) => slot,
+                    None => {
+                        let Expr::Load { index, .. } = kernel.expr(*load) else {
+                            unreachable!("patterns come from loads")
+                        };
+                        kept.push(Kept {
+                            pattern: p.clone(),
+                            index: index.clone(),
+                            position: *position,
+                            extent: kernel.extent(*position),
+                        });
+                        kept.len() - 1
+                    }
+                };
+                reads.entry(*pass).or_default().push((*load, slot));
+                if *pass == kernel.root {
+                    root_position = Some(*position);
+                }
+            }
+        }
+        CachePlan {
+            kept,
+            reads,
+            root_position,
+        }
+    }
+
+    /// Whether no tensor is read by more than one pass over the row.
+    pub fn is_empty(&self) -> bool {
+        self.kept.is_empty()
+    }
+
+    /// The values each thread keeps in registers with `threads_per_row`
+    /// threads reading `vector` consecutive elements at a time.
+    pub fn values_per_thread(&self, threads_per_row: u32, vector: u32) -> u32 {
+        self.kept
+            .iter()
+            .map(|k| slots(k.extent, threads_per_row, vector) * vector)
+            .sum()
+    }
+
+    /// Checks that the kept values fit the registers of a block of `block`
+    /// threads on `target`.
+    pub(super) fn check(
+        &self,
+        kernel: &Kernel,
+        threads_per_row: u32,
+        vector: u32,
+        block: u32,
+        target: SmVersion,
+    ) -> Result<(), Violation> {
+        let values = self.values_per_thread(threads_per_row, vector);
+        let budget = REGISTER_BUDGET.min(target.limits().registers_per_sm / block.max(1));
+        if WORKING_REGISTERS.saturating_add(values) <= budget {
+            return Ok(());
+        }
+        let each: Vec<String> = self
+            .kept
+            .iter()
+            .map(|k| {
+                format!(
+                    "{} of `{}`",
+                    slots(k.extent, threads_per_row, vector) * vector,
+                    kernel.input(k.pattern.tensor).name
+                )
+            })
+            .collect();
+        Err(Violation::new(
+            Constraint::Registers,
+            format!(
+                "one pass keeps {values} values per thread in registers ({}, for rows of {} over {threads_per_row} threads); with {block} threads per block a thread has {budget} registers, {WORKING_REGISTERS} of them for the row's other work",
+                each.join(", "),
+                self.kept.iter().map(|k| k.extent).max().unwrap_or_default()
+            ),
+        ))
+    }
+}
+
+/// Chunks of `vector` elements per thread along an extent.
+fn slots(extent: u32, threads_per_row: u32, vector: u32) -> u32 {
+    (extent / vector).div_ceil(threads_per_row)
+}
+
+/// The loads a pass evaluates: through `lets` (the lets evaluated per
+/// element), not into reductions (computed as steps of their own).
+fn pass_loads(kernel: &Kernel, id: ExprId, lets: &HashSet<LetId>, out: &mut Vec<ExprId>) {
+    match kernel.expr(id) {
+        Expr::Load { .. } => {
+            if !out.contains(&id) {
+                out.push(id);
+            }
+        }
+        Expr::Let(l) if !lets.contains(l) => pass_loads(kernel, kernel.let_(*l).value, lets, out),
+        Expr::Let(_) | Expr::Reduce { .. } => {}
+        _ => {
+            for c in kernel.children(id) {
+                pass_loads(kernel, c, lets, out);
+            }
+        }
+    }
+}
+
+/// The pattern `load` reads along `position`: when its index is row
+/// variables and `position` once.
+fn pattern(kernel: &Kernel, plan: &RowPlan, load: ExprId, position: VarId) -> Option<Pattern> {
+    let Expr::Load { tensor, index } = kernel.expr(load) else {
+        return None;
+    };
+    let along = index.iter().filter(|v| **v == position).count();
+    let rest_in_row = index
+        .iter()
+        .all(|v| *v == position || plan.row_vars.contains(v));
+    (along == 1 && rest_in_row).then(|| Pattern {
+        tensor: *tensor,
+        index: index
+            .iter()
+            .map(|v| (*v != position).then_some(*v))
+            .collect(),
+    })
+}
+
+/// A thread's slots along one extent: the first position of each slot
+/// (clamped into the row), and whether the slot is in the row, for the last
+/// slot when some lanes run past the end.
+struct Slots {
+    first: Vec<Reg>,
+    inside: Vec<Option<Reg>>,
+}
+
+/// The kept values of one row, loaded.
+pub(super) struct Cache<'p> {
+    plan: &'p CachePlan,
+    vector: u32,
+    /// Per kept pattern: slot by slot, `vector` values each.
+    values: Vec<Vec<Reg>>,
+    slots: HashMap<u32, Slots>,
+}
+
+impl<'p> Cache<'p> {
+    /// Loads every kept value of the thread's row (`env` binds the row
+    /// variables), all before the first is used.
+    pub fn load(
+        b: &mut Builder,
+        kernel: &Kernel,
+        plan: &'p CachePlan,
+        env: &Env,
+        lane: Reg,
+        shape: &Shape,
+    ) -> Cache<'p> {
+        let (threads, vector) = (shape.threads_per_row, shape.vector);
+        let mut slot_map: HashMap<u32, Slots> = HashMap::new();
+        for k in &plan.kept {
+            slot_map.entry(k.extent).or_insert_with(|| {
+                let chunks = k.extent / vector;
+                let mut owned = Slots {
+                    first: Vec::new(),
+                    inside: Vec::new(),
+                };
+                for s in 0..slots(k.extent, threads, vector) {
+                    let chunk = match s {
+                        0 => lane,
+                        _ => b.u32_op(ArithOp::Add, lane, Operand::Int(i64::from(s * threads))),
+                    };
+                    let (chunk, inside) = if (s + 1) * threads <= chunks {
+                        (chunk, None)
+                    } else {
+                        let inside =
+                            b.setp(Cmp::Lt, Ty::U32, chunk, Operand::Int(i64::from(chunks)));
+                        let clamped =
+                            b.u32_op(ArithOp::Min, chunk, Operand::Int(i64::from(chunks - 1)));
+                        (clamped, Some(inside))
+                    };
+                    let first = match vector {
+                        1 => chunk,
+                        _ => b.u32_op(
+                            ArithOp::Shl,
+                            chunk,
+                            Operand::Int(i64::from(vector.trailing_zeros())),
+                        ),
+                    };
+                    owned.first.push(first);
+                    owned.inside.push(inside);
+                }
+                owned
+            });
+        }
+        let values = plan
+            .kept
+            .iter()
+            .map(|k| {
+                let t = kernel.input(k.pattern.tensor);
+                let strides = kernel.strides_of(t);
+                let contiguous = k.index.last() == Some(&k.position);
+                let mut at = env.clone();
+                let mut address = |b: &mut Builder, position: Reg| {
+                    at.index.insert(k.position, position);
+                    let flat = expr::flat_index(b, &at, &k.index, &strides);
+                    let base = b.global_addr(env.inputs[k.pattern.tensor.0], flat, t.dtype.size());
+                    Addr { base, offset: 0 }
+                };
+                let mut regs = Vec::new();
+                for &first in &slot_map[&k.extent].first {
+                    if contiguous {
+                        let addr = address(b, first);
+                        regs.extend(load_vec(b, Space::Global, t.dtype, addr, vector));
+                    } else {
+                        for i in 0..vector {
+                            let position = match i {
+                                0 => first,
+                                _ => b.u32_op(ArithOp::Add, first, Operand::Int(i64::from(i))),
+                            };
+                            let addr = address(b, position);
+                            regs.push(b.load(Space::Global, t.dtype, addr));
+                        }
+                    }
+                }
+                regs
+            })
+            .collect();
+        Cache {
+            plan,
+            vector,
+            values,
+            slots: slot_map,
+        }
+    }
+
+    /// Whether pass `pass` (a reduction's id, or the root's) reads kept
+    /// values.
+    pub fn reads(&self, pass: ExprId) -> bool {
+        self.plan.reads.contains_key(&pass)
+    }
+
+    /// The kept values of `pass`'s loads in slot `slot`, element by element.
+    fn known(&self, pass: ExprId, slot: usize) -> Vec<HashMap<ExprId, Reg>> {
+        let mut known = vec![HashMap::new(); self.vector as usize];
+        for &(load, kept) in &self.plan.reads[&pass] {
+            for (i, element) in known.iter_mut().enumerate() {
+                element.insert(load, self.values[kept][slot * self.vector as usize + i]);
+            }
+        }
+        known
+    }
+
+    /// The thread's partial result of reduction `id` (one that
+    /// [`Cache::reads`]), folded from the kept values.
+    pub fn partial(&self, b: &mut Builder, kernel: &Kernel, env: &Env, id: ExprId) -> Reg {
+        let Expr::Reduce { op, var, body } = *kernel.expr(id) else {
+            unreachable!("a reduction step")
+        };
+        let init = expr::reduce_init(op);
+        let acc = b.f32_imm(init);
+        let slots = &self.slots[&kernel.extent(var)];
+        for (s, (&first, inside)) in slots.first.iter().zip(&slots.inside).enumerate() {
+            let mut element = env.clone();
+            element.index.insert(var, first);
+            let known = self.known(id, s);
+            let values =
+                emit_consecutive_with(b, kernel, &mut element, body, Some(var), self.vector, known);
+            for x in values {
+                let x = match inside {
+                    Some(inside) => b.f32_select(*inside, x, Operand::F32(init)),
+                    None => x,
+                };
+                expr::fold_into(b, op, acc, x);
+            }
+        }
+        acc
+    }
+
+    /// Evaluates and stores the row's outputs (when the root
+    /// [`Cache::reads`]) from the kept values, slot by slot.
+    pub fn outputs(&self, b: &mut Builder, kernel: &Kernel, env: &Env, out: Reg) {
+        let var = self
+            .plan
+            .root_position
+            .expect("the root reads kept values along the row's inner variable");
+        let out_vars = kernel.output_vars();
+        let strides = kernel.strides_of(&kernel.output);
+        let dtype = kernel.output.dtype;
+        let contiguous = out_vars.last() == Some(&var);
+        let slots = &self.slots[&kernel.extent(var)];
+        for (s, (&first, inside)) in slots.first.iter().zip(&slots.inside).enumerate() {
+            let mut element = env.clone();
+            element.index.insert(var, first);
+            let known = self.known(kernel.root, s);
+            let values = emit_consecutive_with(
+                b,
+                kernel,
+                &mut element,
+                kernel.root,
+                Some(var),
+                self.vector,
+                known,
+            );
+            let groups: Vec<(u32, &[Reg])> = if contiguous {
+                vec![(0, &values[..])]
+            } else {
+                (0..).zip(values.chunks(1)).collect()
+            };
+            for (i, group) in groups {
+                if i > 0 {
+                    let position = b.u32_op(ArithOp::Add, first, Operand::Int(i64::from(i)));
+                    element.index.insert(var, position);
+                }
+                let flat = expr::flat_index(b, &element, &out_vars, &strides);
+                let base = b.global_addr(out, flat, dtype.size());
+                store_vec(b, dtype, Addr { base, offset: 0 }, group, *inside);
+            }
+        }
+    }
+}

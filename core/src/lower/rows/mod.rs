@@ -1,0 +1,644 @@
+//! The rows schedule: a group of `threads_per_row` threads per row of the
+//! output, `rows_per_block` rows per block.
+//!
+//! A row first runs the steps of its [`RowPlan`]: each reduction is folded
+//! cooperatively (thread `t` takes chunks `t, t + T, …` of `vector`
+//! consecutive values), then combined across the row's threads
+//! ([`combine`]: butterfly shuffles within a warp and, for rows spanning
+//! several warps, shared memory, in one of two trees); every thread ends
+//! with the same value. Lets that depend on row variables only are
+//! evaluated once. Then the row's elements are spread over its threads the
+//! same way and the root is evaluated for each.
+//!
+//! With `cache = 0` every reduction, and the outputs, read the row from
+//! global memory again (softmax reads it three times, the later times
+//! mostly from L2). With `cache = 1` ([`cache`]) each thread first loads
+//! the elements it owns of every tensor that more than one pass reads, into
+//! registers, and the passes read them there: one read of the row.
+//!
+//! Every thread executes every shuffle and barrier: a row past the last one
+//! computes on a clamped (valid) row index and only skips the final stores.
+
+mod cache;
+mod combine;
+
+pub use cache::CachePlan;
+pub use combine::shared_bytes;
+
+use super::classify::{RowPlan, RowStep};
+use super::elementwise::{bind_vars, check_vector, emit_consecutive, store_vec};
+use super::expr::{self, Env};
+use super::{Constraint, Launch, Lowered, Violation, check_block, entry_name};
+use crate::ir::{Expr, ExprId, Kernel, VarId};
+use crate::ptx::Builder;
+use crate::ptx::inst::{Addr, ArithOp, Cmp, Op, Operand, Reg, RegClass, Special, Ty};
+use crate::target::SmVersion;
+use cache::Cache;
+use combine::{Combiner, Tree};
+
+/// The knobs of a rows schedule, checked.
+pub(super) struct Shape {
+    threads_per_row: u32,
+    rows_per_block: u32,
+    vector: u32,
+    warp: u32,
+    tree: Tree,
+    /// What the row keeps in registers, with `cache = 1`.
+    cache: Option<CachePlan>,
+}
+
+impl Shape {
+    fn block(&self) -> u32 {
+        self.threads_per_row * self.rows_per_block
+    }
+
+    /// Warps per row when a row spans whole warps; 1 otherwise.
+    fn warps_per_row(&self) -> u32 {
+        (self.threads_per_row / self.warp).max(1)
+    }
+
+    fn shared_bytes(&self) -> u32 {
+        shared_bytes(
+            self.threads_per_row,
+            self.rows_per_block,
+            self.warp,
+            self.tree as u32,
+        ) as u32
+    }
+}
+
+/// A rows schedule's knobs.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Knobs {
+    pub threads_per_row: u32,
+    pub rows_per_block: u32,
+    pub vector: u32,
+    pub cache: u32,
+    pub tree: u32,
+}
+
+pub(super) fn check(
+    kernel: &Kernel,
+    plan: &RowPlan,
+    knobs: Knobs,
+    target: SmVersion,
+) -> Result<Shape, Violation> {
+    let Knobs {
+        threads_per_row,
+        rows_per_block,
+        vector,
+        cache,
+        tree,
+    } = knobs;
+    let limits = target.limits();
+    if !threads_per_row.is_power_of_two() || threads_per_row > limits.max_threads_per_block {
+        return Err(Violation::new(
+            Constraint::Range,
+            format!(
+                "{threads_per_row} threads per row; expected a power of two up to {}",
+                limits.max_threads_per_block
+            ),
+        ));
+    }
+    if rows_per_block == 0 {
+        return Err(Violation::new(Constraint::Range, "0 rows per block"));
+    }
+    let Some(tree) = Tree::from_knob(tree) else {
+        return Err(Violation::new(
+            Constraint::Range,
+            format!(
+                "tree {tree}; expected 0 (shuffles, then shared memory across warps) or 1 (a shared-memory tree)"
+            ),
+        ));
+    };
+    if tree == Tree::Shared && threads_per_row <= limits.warp_size {
+        return Err(Violation::new(
+            Constraint::Range,
+            format!(
+                "a shared-memory tree (tree 1) combines warps; a row of {threads_per_row} threads is within one warp, which shuffles"
+            ),
+        ));
+    }
+    if cache > 1 {
+        return Err(Violation::new(
+            Constraint::Range,
+            format!(
+                "cache {cache}; expected 0 (a pass over the row per step) or 1 (one pass, in registers)"
+            ),
+        ));
+    }
+    let block = threads_per_row.saturating_mul(rows_per_block);
+    check_block(block, target)?;
+    for r in plan.reductions() {
+        if let Expr::Reduce { var, .. } = kernel.expr(r) {
+            let name = &kernel.dim(kernel.var(*var).dim).name;
+            check_vector(
+                vector,
+                kernel.extent(*var),
+                &format!("the reduced extent `{name}`"),
+            )?;
+        }
+    }
+    let shared = shared_bytes(
+        threads_per_row,
+        rows_per_block,
+        limits.warp_size,
+        tree as u32,
+    );
+    if shared > u64::from(limits.max_shared_per_block) {
+        return Err(Violation::new(
+            Constraint::SharedMemory,
+            format!(
+                "{shared} bytes of shared memory; {target} allows {}",
+                limits.max_shared_per_block
+            ),
+        ));
+    }
+    let cache = match cache {
+        0 => None,
+        _ => {
+            let kept = CachePlan::of(kernel, plan);
+            if kept.is_empty() {
+                return Err(Violation::new(
+                    Constraint::Range,
+                    "cache 1 keeps nothing: no tensor is read by more than one pass over the row",
+                ));
+            }
+            kept.check(kernel, threads_per_row, vector, block, target)?;
+            Some(kept)
+        }
+    };
+    Ok(Shape {
+        threads_per_row,
+        rows_per_block,
+        vector,
+        warp: limits.warp_size,
+        tree,
+        cache,
+    })
+}
+
+pub(super) fn lower(
+    kernel: &Kernel,
+    plan: &RowPlan,
+    knobs: Knobs,
+    target: SmVersion,
+) -> Result<Lowered, Violation> {
+    let shape = check(kernel, plan, knobs, target)?;
+    let Knobs {
+        threads_per_row,
+        rows_per_block,
+        vector,
+        ..
+    } = knobs;
+    let extent_of = |vars: &[VarId]| vars.iter().map(|v| kernel.extent(*v)).product::<u32>();
+    let rows = extent_of(&plan.row_vars);
+    let inner = extent_of(&plan.inner_vars);
+    let shared = shape.shared_bytes();
+
+    let mut b = Builder::new();
+    let done = b.label();
+    let inputs: Vec<Reg> = (0..kernel.inputs.len()).map(|i| b.param_ptr(i)).collect();
+    let out = b.param_ptr(kernel.inputs.len());
+    let tid = b.special(Special::TidX);
+    let ctaid = b.special(Special::CtaidX);
+    let lane = b.u32_op(
+        ArithOp::And,
+        tid,
+        Operand::Int(i64::from(threads_per_row - 1)),
+    );
+    let row_in_block = b.u32_op(
+        ArithOp::Shr,
+        tid,
+        Operand::Int(i64::from(threads_per_row.trailing_zeros())),
+    );
+    let row = b.u32_mad(ctaid, Operand::Int(i64::from(rows_per_block)), row_in_block);
+    let inside = b.setp(Cmp::Lt, Ty::U32, row, Operand::Int(i64::from(rows)));
+    let safe_row = b.u32_op(ArithOp::Min, row, Operand::Int(i64::from(rows - 1)));
+    let mut combiner = Combiner::new(&mut b, &shape, tid, lane, row_in_block);
+
+    let mut env = Env {
+        inputs,
+        ..Env::default()
+    };
+    bind_vars(&mut b, kernel, &plan.row_vars, safe_row, &mut env.index);
+    let cache = shape
+        .cache
+        .as_ref()
+        .map(|kept| Cache::load(&mut b, kernel, kept, &env, lane, &shape));
+    for step in &plan.steps {
+        match *step {
+            RowStep::Reduce(id) => {
+                let value = match cache.as_ref().filter(|c| c.reads(id)) {
+                    Some(cache) => {
+                        let partial = cache.partial(&mut b, kernel, &env, id);
+                        combined(&mut b, kernel, &mut combiner, id, partial)
+                    }
+                    None => cooperative_reduce(
+                        &mut b,
+                        kernel,
+                        &mut env,
+                        &shape,
+                        lane,
+                        &mut combiner,
+                        id,
+                    ),
+                };
+                env.reduced.insert(id, value);
+            }
+            RowStep::Let(l) => {
+                let value = expr::emit(&mut b, kernel, &mut env, kernel.let_(l).value);
+                env.lets.insert(l, value);
+            }
+        }
+    }
+    b.bra_if(inside, true, done);
+
+    match cache.as_ref().filter(|c| c.reads(kernel.root)) {
+        Some(cache) => cache.outputs(&mut b, kernel, &env, out),
+        None => {
+            // The row's elements: groups of `vector` along the output's
+            // innermost variable when it indexes within the row, single
+            // elements otherwise.
+            let out_vars = kernel.output_vars();
+            let last = out_vars
+                .last()
+                .copied()
+                .filter(|v| plan.inner_vars.contains(v));
+            let group = match last {
+                Some(v) if kernel.extent(v).is_multiple_of(vector) => vector,
+                _ => 1,
+            };
+            let out_strides = kernel.strides_of(&kernel.output);
+            strided_loop(&mut b, lane, inner / group, threads_per_row, |b, g| {
+                let mut element = env.clone();
+                let first = match group {
+                    1 => g,
+                    _ => b.u32_op(
+                        ArithOp::Shl,
+                        g,
+                        Operand::Int(i64::from(group.trailing_zeros())),
+                    ),
+                };
+                bind_vars(b, kernel, &plan.inner_vars, first, &mut element.index);
+                let values = emit_consecutive(b, kernel, &mut element, kernel.root, last, group);
+                let flat = expr::flat_index(b, &element, &out_vars, &out_strides);
+                let addr = b.global_addr(out, flat, kernel.output.dtype.size());
+                store_vec(
+                    b,
+                    kernel.output.dtype,
+                    Addr {
+                        base: addr,
+                        offset: 0,
+                    },
+                    &values,
+                    None,
+                );
+            });
+        }
+    }
+    b.place(done);
+
+    Ok(Lowered {
+        ptx: b.finish(
+            entry_name(kernel),
+            kernel.inputs.len() + 1,
+            shape.block(),
+            shared,
+        ),
+        launch: Launch {
+            grid: [rows.div_ceil(rows_per_block), 1, 1],
+            block: [shape.block(), 1, 1],
+            dynamic_shared_bytes: shared,
+        },
+    })
+}
+
+/// Emits `for (i = start; i < count; i += step) body(i)` with `body` emitted
+/// once; threads whose `start` is past `count` skip it.
+fn strided_loop(
+    b: &mut Builder,
+    start: Reg,
+    count: u32,
+    step: u32,
+    body: impl FnOnce(&mut Builder, Reg),
+) {
+    let skip = b.label();
+    let top = b.label();
+    let i = b.reg(RegClass::B32);
+    b.push(Op::Mov {
+        ty: Ty::U32,
+        dst: i,
+        src: start.into(),
+    });
+    let outside = b.setp(Cmp::Ge, Ty::U32, i, Operand::Int(i64::from(count)));
+    b.bra_if(outside, false, skip);
+    b.place(top);
+    body(b, i);
+    b.push(Op::Arith {
+        op: ArithOp::Add,
+        ty: Ty::U32,
+        dst: i,
+        a: i.into(),
+        b: Operand::Int(i64::from(step)),
+    });
+    let more = b.setp(Cmp::Lt, Ty::U32, i, Operand::Int(i64::from(count)));
+    b.bra_if(more, false, top);
+    b.place(skip);
+}
+
+/// Computes reduction `id` for the thread's row, reading the row from
+/// global memory; every thread of the row gets the same value.
+fn cooperative_reduce(
+    b: &mut Builder,
+    kernel: &Kernel,
+    env: &mut Env,
+    shape: &Shape,
+    lane: Reg,
+    combiner: &mut Combiner,
+    id: ExprId,
+) -> Reg {
+    let Expr::Reduce { op, var, body } = *kernel.expr(id) else {
+        return expr::emit(b, kernel, env, id).reg();
+    };
+    let extent = kernel.extent(var);
+    let vector = shape.vector;
+    let acc = b.f32_imm(expr::reduce_init(op));
+    strided_loop(
+        b,
+        lane,
+        extent / vector,
+        shape.threads_per_row,
+        |b, chunk| {
+            let mut element = env.clone();
+            let first = match vector {
+                1 => chunk,
+                _ => b.u32_op(
+                    ArithOp::Shl,
+                    chunk,
+                    Operand::Int(i64::from(vector.trailing_zeros())),
+                ),
+            };
+            element.index.insert(var, first);
+            for x in emit_consecutive(b, kernel, &mut element, body, Some(var), vector) {
+                expr::fold_into(b, op, acc, x);
+            }
+        },
+    );
+    combined(b, kernel, combiner, id, acc)
+}
+
+/// Reduction `id`'s value from the thread's partial result: combined across
+/// the row, and divided for a mean.
+fn combined(
+    b: &mut Builder,
+    kernel: &Kernel,
+    combiner: &mut Combiner,
+    id: ExprId,
+    partial: Reg,
+) -> Reg {
+    let Expr::Reduce { op, var, .. } = *kernel.expr(id) else {
+        unreachable!("a reduction step")
+    };
+    let total = combiner.combine(b, op, partial);
+    expr::finish_reduce(b, op, total, kernel.extent(var))
+}
+
+#[cfg(test)]
+mod tests {
+    use quote::quote;
+
+    use crate::ir::Kernel;
+    use crate::lower::{Constraint, LowerError, Lowered, lower};
+    use crate::ptx::inst::{Op, Space};
+    use crate::schedule::Schedule;
+    use crate::syntax::parse_kernel;
+    use crate::target::SmVersion;
+
+    fn layernorm(r: u32, c: u32) -> Kernel {
+        parse_kernel(
+            quote!(shape(R = #r, C = #c)),
+            quote! {
+                fn layernorm(x: Tensor<f32, (R, C)>) -> Tensor<f32, (R, C)> {
+                    compute(|r, c| {
+                        let mu = mean(C, |j| x[r][j]);
+                        let var = mean(C, |j| (x[r][j] - mu) * (x[r][j] - mu));
+                        (x[r][c] - mu) * rsqrt(var + 0.00001)
+                    })
+                }
+            },
+        )
+        .expect("valid kernel")
+    }
+
+    fn point(threads_per_row: u32, rows_per_block: u32, vector: u32) -> Schedule {
+        Schedule::Rows {
+            threads_per_row,
+            rows_per_block,
+            vector,
+            cache: 0,
+            tree: 0,
+        }
+    }
+
+    fn with(s: Schedule, cache: u32, tree: u32) -> Schedule {
+        match s {
+            Schedule::Rows {
+                threads_per_row,
+                rows_per_block,
+                vector,
+                ..
+            } => Schedule::Rows {
+                threads_per_row,
+                rows_per_block,
+                vector,
+                cache,
+                tree,
+            },
+            other => other,
+        }
+    }
+
+    fn invalid(k: &Kernel, s: Schedule, target: SmVersion) -> String {
+        match lower(k, &s, target) {
+            Err(LowerError::Invalid { reason, .. }) => reason,
+            other => panic!("{s:?} should be invalid, got {other:?}"),
+        }
+    }
+
+    fn count(l: &Lowered, pred: impl Fn(&Op) -> bool) -> usize {
+        l.ptx.body.iter().filter(|i| pred(&i.op)).count()
+    }
+
+    #[test]
+    fn rejects_invalid_points() {
+        let k = layernorm(10, 1025);
+        let sm80 = SmVersion::Sm80;
+        assert!(invalid(&k, point(0, 1, 1), sm80).contains("power of two"));
+        assert!(invalid(&k, point(48, 1, 1), sm80).contains("power of two"));
+        assert!(invalid(&k, point(2048, 1, 1), sm80).contains("power of two up to 1024"));
+        assert!(invalid(&k, point(32, 0, 1), sm80).contains("0 rows per block"));
+        assert!(invalid(&k, point(256, 8, 1), sm80).contains("2048 threads per block"));
+        assert!(invalid(&k, point(4, 3, 1), sm80).contains("multiple of 32"));
+        assert!(invalid(&k, point(32, 1, 2), sm80).contains("reduced extent `C`"));
+        assert!(invalid(&k, point(32, 1, 8), sm80).contains("expected 1, 2 or 4"));
+        assert!(invalid(&k, point(u32::MAX / 2 + 1, 2, 1), sm80).contains("power of two"));
+        let k = layernorm(10, 1024);
+        assert!(lower(&k, &point(32, 1, 4), sm80).is_ok());
+        assert!(lower(&k, &point(8, 4, 2), sm80).is_ok());
+
+        let constraint = |k: &Kernel, s: Schedule| match lower(k, &s, sm80) {
+            Err(LowerError::Invalid { constraint, .. }) => constraint,
+            other => panic!("{s:?} should be invalid, got {other:?}"),
+        };
+        assert!(invalid(&k, with(point(64, 1, 1), 0, 2), sm80).contains("tree 2"));
+        assert!(invalid(&k, with(point(32, 2, 1), 0, 1), sm80).contains("within one warp"));
+        assert!(invalid(&k, with(point(64, 1, 1), 2, 0), sm80).contains("cache 2"));
+        // 1024 values per thread on one thread per row; 256 on 4.
+        let reason = invalid(&k, with(point(1, 32, 4), 1, 0), sm80);
+        assert!(reason.contains("1024 values per thread"), "{reason}");
+        assert!(reason.contains("1024 of `x`"), "{reason}");
+        assert_eq!(
+            constraint(&k, with(point(4, 8, 4), 1, 0)),
+            Constraint::Registers
+        );
+        assert!(lower(&k, &with(point(8, 4, 4), 1, 0), sm80).is_ok());
+        // 1024 threads per block leave 64 registers a thread: 24 values.
+        assert_eq!(
+            constraint(&k, with(point(32, 32, 1), 1, 0)),
+            Constraint::Registers
+        );
+        assert!(lower(&k, &with(point(64, 16, 1), 1, 0), sm80).is_ok());
+        assert!(lower(&k, &with(point(64, 1, 4), 1, 1), sm80).is_ok());
+        let row_sum = parse_kernel(
+            quote!(shape(R = 4, C = 64)),
+            quote! {
+                fn row_sum(x: Tensor<f32, (R, C)>) -> Tensor<f32, (R,)> {
+                    compute(|r| sum(C, |j| x[r][j]))
+                }
+            },
+        )
+        .expect("valid kernel");
+        let reason = invalid(&row_sum, with(point(32, 1, 1), 1, 0), sm80);
+        assert!(reason.contains("keeps nothing"), "{reason}");
+    }
+
+    fn global_loads(l: &Lowered) -> Vec<usize> {
+        l.ptx
+            .body
+            .iter()
+            .filter_map(|i| match &i.op {
+                Op::Ld {
+                    space: Space::Global,
+                    dsts,
+                    ..
+                } => Some(dsts.len()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn one_pass_reads_the_row_once() {
+        let k = layernorm(10, 1024);
+        // Two reductions and the outputs read `x`: three loops, the
+        // variance's with two loads of it.
+        let l = lower(&k, &point(128, 3, 4), SmVersion::Sm80).expect("lowers");
+        assert_eq!(global_loads(&l), [4, 4, 4, 4]);
+        // Kept: 1024 / 4 / 128 = 2 vector loads per thread, before any
+        // reduction, and no loop.
+        let l = lower(&k, &with(point(128, 3, 4), 1, 0), SmVersion::Sm80).expect("lowers");
+        assert_eq!(global_loads(&l), [4, 4]);
+        let first_shuffle = l
+            .ptx
+            .body
+            .iter()
+            .position(|i| matches!(i.op, Op::Shfl { .. }))
+            .expect("a shuffle");
+        let last_load = l
+            .ptx
+            .body
+            .iter()
+            .rposition(|i| {
+                matches!(
+                    i.op,
+                    Op::Ld {
+                        space: Space::Global,
+                        ..
+                    }
+                )
+            })
+            .expect("a load");
+        assert!(last_load < first_shuffle);
+        assert_eq!(count(&l, |op| matches!(op, Op::Bra { .. })), 1);
+        assert_eq!(count(&l, |op| matches!(op, Op::BarSync)), 2);
+
+        // 1000 = 250 vectors over 128 threads: the second slot is partial,
+        // its values drop out of the reductions (selected away) and its
+        // stores are guarded.
+        let k = layernorm(10, 1000);
+        let l = lower(&k, &with(point(128, 1, 4), 1, 0), SmVersion::Sm80).expect("lowers");
+        assert_eq!(global_loads(&l), [4, 4]);
+        assert_eq!(count(&l, |op| matches!(op, Op::Selp { .. })), 2 * 4);
+        let guarded_stores = l
+            .ptx
+            .body
+            .iter()
+            .filter(|i| {
+                i.guard.is_some()
+                    && matches!(
+                        i.op,
+                        Op::St {
+                            space: Space::Global,
+                            ..
+                        }
+                    )
+            })
+            .count();
+        assert_eq!(guarded_stores, 1);
+    }
+
+    #[test]
+    fn a_shared_tree_has_a_barrier_per_level() {
+        let k = layernorm(10, 1024);
+        let l = lower(&k, &with(point(128, 3, 4), 0, 1), SmVersion::Sm90).expect("lowers");
+        // Per reduction: a barrier after the writes and after each of the 7
+        // levels of 128 threads.
+        assert_eq!(count(&l, |op| matches!(op, Op::BarSync)), 2 * (1 + 7));
+        assert_eq!(count(&l, |op| matches!(op, Op::Shfl { .. })), 0);
+        assert_eq!(l.launch.dynamic_shared_bytes, 2 * 3 * 128 * 4);
+        assert_eq!(count(&l, |op| matches!(op, Op::Ret)), 1);
+    }
+
+    #[test]
+    fn launch_and_collectives() {
+        let k = layernorm(10, 1024);
+        // Two reductions across 4 warps: one barrier each, two slot sets.
+        let l = lower(&k, &point(128, 3, 4), SmVersion::Sm90).expect("lowers");
+        assert_eq!(l.launch.grid, [4, 1, 1]);
+        assert_eq!(l.launch.block, [384, 1, 1]);
+        assert_eq!(l.launch.dynamic_shared_bytes, 2 * 3 * 4 * 4);
+        assert_eq!(l.ptx.dynamic_shared_bytes, l.launch.dynamic_shared_bytes);
+        assert_eq!(count(&l, |op| matches!(op, Op::BarSync)), 2);
+        // 5 butterfly steps within a warp and 2 across the 4 warps, per reduction.
+        assert_eq!(count(&l, |op| matches!(op, Op::Shfl { .. })), 2 * (5 + 2));
+        // The only `ret` is the last instruction: no thread leaves before a
+        // collective.
+        assert_eq!(count(&l, |op| matches!(op, Op::Ret)), 1);
+        assert!(matches!(l.ptx.body.last().map(|i| &i.op), Some(Op::Ret)));
+
+        // Sub-warp groups of 8: three butterfly steps, no shared memory.
+        let l = lower(&k, &point(8, 4, 1), SmVersion::Sm80).expect("lowers");
+        assert_eq!(l.launch.grid, [3, 1, 1]);
+        assert_eq!(l.launch.dynamic_shared_bytes, 0);
+        assert_eq!(count(&l, |op| matches!(op, Op::BarSync)), 0);
+        assert_eq!(count(&l, |op| matches!(op, Op::Shfl { .. })), 2 * 3);
+
+        // One thread per row: no collective at all.
+        let l = lower(&k, &point(1, 32, 1), SmVersion::Sm80).expect("lowers");
+        assert_eq!(
+            count(&l, |op| matches!(op, Op::Shfl { .. } | Op::BarSync)),
+            0
+        );
+    }
+}
