@@ -66,7 +66,8 @@
 //!
 //! The code is split by pass: `detect` (the plan), `layout` (checking a
 //! schedule against the kernel and the target), `stage` (moving tiles from
-//! global to shared memory), `emit` (the rest of the instruction list),
+//! global to shared memory), `pipeline` (the `k` loop over a ring of
+//! `cp.async` stages), `emit` (the rest of the instruction list),
 //! `output` (the block's tile and the epilogue, shared with [`mma`]),
 //! `heuristic` (the default schedule).
 
@@ -76,6 +77,7 @@ mod heuristic;
 pub(crate) mod layout;
 pub mod mma;
 mod output;
+mod pipeline;
 mod stage;
 #[cfg(test)]
 mod tests;

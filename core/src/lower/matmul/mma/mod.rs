@@ -60,7 +60,8 @@
 //! they add nothing.
 //!
 //! The code is split by pass: `layout` (checking a schedule), `copy`
-//! (global → shared with `cp.async`), `emit` (the rest).
+//! (global → shared with `cp.async`), `emit` (the rest; its `k` loop is
+//! the ring of [`pipeline`](super::pipeline)).
 
 mod copy;
 mod emit;
