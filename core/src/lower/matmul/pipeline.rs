@@ -1,4 +1,6 @@
-//! The `k` loop over a ring of shared-memory slots filled by `cp.async`.
+//! The `k` loop over a ring of shared-memory slots filled by `cp.async`,
+//! shared by the tensor-core lowering and the SIMT lowering's multi-stage
+//! points.
 //!
 //! ```text
 //! prologue: copy tiles 0 .. stages-1 into slots 0 .. stages-2, one commit group each

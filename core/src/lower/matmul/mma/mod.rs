@@ -61,7 +61,8 @@
 //!
 //! The code is split by pass: `layout` (checking a schedule), `copy`
 //! (global → shared with `cp.async`), `emit` (the rest; its `k` loop is
-//! the ring of [`pipeline`](super::pipeline)).
+//! the ring of [`pipeline`](super::pipeline), which the SIMT lowering's
+//! multi-stage points share).
 
 mod copy;
 mod emit;
