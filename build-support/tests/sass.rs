@@ -92,12 +92,15 @@ fn wants(kernel: &Kernel, schedule: &Schedule) -> Wants {
             thread_n,
             vector_a,
             vector_b,
+            stages,
             ..
         } => {
             let plan = matmul::detect(kernel).expect("a matmul schedule is for a contraction");
             let bytes = |operand: &matmul::MatmulOperand| kernel.input(operand.tensor).dtype.size();
             Wants {
-                global_128: vector_a * bytes(&plan.a) == 16 || vector_b * bytes(&plan.b) == 16,
+                // Above one stage, tiles travel by `cp.async` (LDGSTS).
+                global_128: stages == 1
+                    && (vector_a * bytes(&plan.a) == 16 || vector_b * bytes(&plan.b) == 16),
                 // Fragments are read from shared memory as f32, up to four
                 // consecutive values.
                 shared_128: thread_m >= 4 || thread_n >= 4,

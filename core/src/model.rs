@@ -20,8 +20,11 @@
 //! - **Contractions** are bound by the slowest of: FFMA issue, instruction
 //!   issue and shared-memory bandwidth, per `block_k` step of all the
 //!   blocks an SM holds; the global-memory latency of a step, which the
-//!   other resident blocks hide; and L2 traffic (each operand is read once
-//!   per block tile across it). Steps are repeated over `K` and blocks in
+//!   other resident blocks hide, and with `stages` above 1 the block's own
+//!   `stages - 1` tiles in flight (the more bytes in flight per SM, the
+//!   less a step waits, while the ring's shared memory may cost resident
+//!   blocks); and L2 traffic (each operand is read once per block tile
+//!   across it). Steps are repeated over `K` and blocks in
 //!   whole waves over the SMs, so a grid that leaves SMs idle in its last
 //!   wave pays for it.
 //! - **Tensor-core contractions** likewise, per `block_k` step of the
@@ -343,7 +346,13 @@ fn contraction(
     // ⌈32 / threads_n⌉ of them.
     let lanes_n = f64::from(layout.threads_n).min(32.0);
     let warp_shared_bytes = bk * ((32.0 / lanes_n).ceil() * tm + lanes_n * tn) * 4.0;
-    let staging = 2.0 * f64::from(layout.a.passes + layout.b.passes);
+    // Through registers, a load and a store per access; by `cp.async`, a
+    // copy per access (per element where the store transposes), and the
+    // ring's slot arithmetic, commit and wait.
+    let staging = match tiles.stages {
+        1 => 2.0 * f64::from(layout.a.passes + layout.b.passes),
+        _ => f64::from(layout.a.copies() + layout.b.copies()) + 8.0,
+    };
     let instructions = ffma + shared_loads + staging + 12.0;
     let warps = f64::from(layout.threads) / 32.0;
 
@@ -352,8 +361,15 @@ fn contraction(
     let issue = sm_warps * instructions / ISSUE_PER_CLOCK;
     let fma = sm_warps * ffma / ffma_rate;
     let shared = sm_warps * (warp_shared_bytes / SHARED_BYTES_PER_CLOCK).max(shared_loads);
-    let one_block = warps * instructions / ISSUE_PER_CLOCK + 2.0 * BARRIER_CYCLES;
-    let latency = MEMORY_LATENCY_S * clock + one_block;
+    let memory = MEMORY_LATENCY_S * clock;
+    // One stage: a block waits for its tiles, then computes. More: the
+    // copies of `stages - 1` tiles ahead overlap its own steps.
+    let latency = match tiles.stages {
+        1 => memory + warps * instructions / ISSUE_PER_CLOCK + 2.0 * BARRIER_CYCLES,
+        s => {
+            (memory / f64::from(s - 1)).max(warps * instructions / ISSUE_PER_CLOCK) + BARRIER_CYCLES
+        }
+    };
     let (step_cycles, bound) = [
         (fma.max(issue), Bound::Compute),
         (shared, Bound::SharedMemory),
@@ -594,6 +610,7 @@ mod tests {
             vector_a: 4,
             vector_b: 4,
             group_m: 1,
+            stages: 1,
         }
     }
 
@@ -705,7 +722,8 @@ mod tests {
     fn grouped_walks_reread_less_of_operands_larger_than_l2() {
         let grouped = |s: Schedule, group: u32| {
             let mut values = s.knob_values();
-            *values.last_mut().expect("group_m") = group;
+            let at = s.kind().knobs().iter().position(|k| *k == "group_m");
+            values[at.expect("a contraction knob")] = group;
             s.kind().schedule(&values).expect("same knobs")
         };
         // B (128 MiB) is far larger than L2, and a wave of blocks covers
@@ -728,6 +746,24 @@ mod tests {
                 let tiled = seconds_on(&small, grouped(point, 8), target);
                 assert_eq!(tiled, rows, "{target}: operands that fit L2");
             }
+        }
+    }
+
+    #[test]
+    fn simt_stages_hide_latency_at_a_cost_in_shared_memory() {
+        let k = matmul(4096, 4096, 4096);
+        let staged = |s: Schedule, stages: u32| {
+            let mut values = s.knob_values();
+            *values.last_mut().expect("stages") = stages;
+            s.kind().schedule(&values).expect("same knobs")
+        };
+        for target in SmVersion::ALL {
+            let point = mm(32, 2, 8);
+            let serial = estimate(&k, &point, target).expect("valid");
+            assert_eq!(serial.bound, Bound::Latency, "{target}");
+            let piped = estimate(&k, &staged(point, 3), target).expect("valid");
+            assert!(piped.seconds < serial.seconds, "{target}");
+            assert_eq!(piped.shared_bytes, 3 * serial.shared_bytes);
         }
     }
 

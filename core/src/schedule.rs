@@ -56,8 +56,10 @@ pub enum Schedule {
     /// through shared memory `block_k` deep, `thread_m × thread_n` outputs per
     /// thread held in registers; global loads of A and B move `vector_a` and
     /// `vector_b` elements at once (up to 16 bytes); blocks walk the tiles
-    /// in groups of `group_m` block rows (1: row by row). See
-    /// [`crate::lower::matmul`].
+    /// in groups of `group_m` block rows (1: row by row); with `stages`
+    /// above 1, tiles travel by `cp.async` through a ring of `stages`
+    /// shared-memory buffers (1: loads and stores through registers, one
+    /// buffer). See [`crate::lower::matmul`].
     Matmul {
         block_m: u32,
         block_n: u32,
@@ -70,6 +72,9 @@ pub enum Schedule {
         /// the knob existed.
         #[serde(default = "one", skip_serializing_if = "is_one")]
         group_m: u32,
+        /// Absent from the JSON form when 1, likewise.
+        #[serde(default = "one", skip_serializing_if = "is_one")]
+        stages: u32,
     },
     /// Contractions of f16 or bf16 operands on tensor cores: a `block_m ×
     /// block_n` output tile per block, `warp_m × warp_n` per warp computed
@@ -138,7 +143,7 @@ impl Class {
             ],
             Class::Matmul => &[
                 "block_m", "block_n", "block_k", "thread_m", "thread_n", "vector_a", "vector_b",
-                "group_m",
+                "group_m", "stages",
             ],
             Class::Mma => &[
                 "block_m", "block_n", "block_k", "warp_m", "warp_n", "stages", "group_m",
@@ -176,6 +181,7 @@ impl Class {
                     vector_a,
                     vector_b,
                     group_m,
+                    stages,
                 ],
             ) => Schedule::Matmul {
                 block_m,
@@ -186,6 +192,7 @@ impl Class {
                 vector_a,
                 vector_b,
                 group_m,
+                stages,
             },
             (Class::Mma, &[block_m, block_n, block_k, warp_m, warp_n, stages, group_m]) => {
                 Schedule::Mma {
@@ -240,8 +247,9 @@ impl Schedule {
                 vector_a,
                 vector_b,
                 group_m,
+                stages,
             } => vec![
-                block_m, block_n, block_k, thread_m, thread_n, vector_a, vector_b, group_m,
+                block_m, block_n, block_k, thread_m, thread_n, vector_a, vector_b, group_m, stages,
             ],
             Schedule::Mma {
                 block_m,
@@ -281,8 +289,8 @@ mod tests {
         assert_eq!(parsed.knob_values().last(), Some(&1));
         assert_eq!(parsed.to_json(), old);
         let grouped = Class::Matmul
-            .schedule(&[64, 64, 16, 4, 4, 4, 4, 8])
-            .expect("eight knobs");
+            .schedule(&[64, 64, 16, 4, 4, 4, 4, 8, 1])
+            .expect("nine knobs");
         let json = grouped.to_json();
         assert!(json.ends_with(r#","group_m":8}"#), "{json}");
         assert_eq!(Schedule::from_json(&json).expect("round trip"), grouped);
@@ -311,5 +319,19 @@ mod tests {
         );
         assert_eq!(Schedule::from_json(&json).expect("parses"), one_pass);
         assert_eq!(one_pass.knob_values(), [64, 2, 4, 1, 1]);
+    }
+
+    #[test]
+    fn simt_stages_default_to_one_and_are_written_only_when_set() {
+        let old = r#"{"class":"matmul","block_m":64,"block_n":64,"block_k":16,"thread_m":4,"thread_n":4,"vector_a":4,"vector_b":4}"#;
+        let parsed = Schedule::from_json(old).expect("a schedule written before stages");
+        assert_eq!(parsed.knob_values().last(), Some(&1));
+        assert_eq!(parsed.to_json(), old);
+        let staged = Class::Matmul
+            .schedule(&[64, 64, 16, 4, 4, 4, 4, 1, 3])
+            .expect("nine knobs");
+        let json = staged.to_json();
+        assert!(json.ends_with(r#","vector_b":4,"stages":3}"#), "{json}");
+        assert_eq!(Schedule::from_json(&json).expect("round trip"), staged);
     }
 }

@@ -58,6 +58,12 @@ impl SmVersion {
             .find(|sm| sm.compute_capability() == (major, minor))
     }
 
+    /// Whether the target has `cp.async` (sm_80 and newer), which
+    /// multi-stage contraction pipelines copy tiles with.
+    pub fn has_async_copy(self) -> bool {
+        self.compute_capability() >= (8, 0)
+    }
+
     /// The oldest PTX ISA version that supports this target.
     pub fn ptx_isa(self) -> PtxIsa {
         match self {

@@ -182,9 +182,24 @@ fn other_schedules_round_trip() {
                 vector_a: 4,
                 vector_b: 4,
                 group_m: 1,
+                stages: 1,
             },
         ),
         ("matmul_t", Schedule::Generic { block: 128 }),
+        (
+            "matmul_t",
+            Schedule::Matmul {
+                block_m: 32,
+                block_n: 32,
+                block_k: 8,
+                thread_m: 2,
+                thread_n: 2,
+                vector_a: 1,
+                vector_b: 1,
+                group_m: 1,
+                stages: 3,
+            },
+        ),
     ];
     for (name, schedule) in points {
         let lowered = lower(find(name), &schedule, SmVersion::Sm80)

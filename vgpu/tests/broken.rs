@@ -353,6 +353,7 @@ fn a_matmul_tile_load_without_its_k_guard_reads_out_of_bounds() {
         vector_a: 1,
         vector_b: 1,
         group_m: 1,
+        stages: 1,
     };
     let mut broken = lowered(&kernel, &schedule);
     let mut removed = 0;
@@ -405,6 +406,7 @@ fn a_grouped_walk_that_forgets_its_partial_last_group_leaves_tiles_unwritten() {
         vector_a: 1,
         vector_b: 1,
         group_m: 8,
+        stages: 1,
     };
     let reference = Reference::new(&kernel, 3);
     let good = lowered(&kernel, &schedule);
@@ -437,4 +439,55 @@ fn a_grouped_walk_that_forgets_its_partial_last_group_leaves_tiles_unwritten() {
         Failure::Unwritten { index } => assert!(index >= 128 * 40, "{error}"),
         other => panic!("expected an unwritten output, got {other:?}"),
     }
+}
+
+#[test]
+fn a_pipelined_matmul_without_its_wait_group_reads_an_in_flight_copy() {
+    // K = 40 is five tiles of 8 through a ring of three slots.
+    let kernel = parse_kernel(
+        quote!(shape(M = 33, N = 32, K = 40)),
+        quote! {
+            fn mm(x: Tensor<f32, (M, K)>, w: Tensor<f32, (K, N)>) -> Tensor<f32, (M, N)> {
+                compute(|m, n| sum(K, |k| x[m][k] * w[k][n]))
+            }
+        },
+    )
+    .expect("valid kernel");
+    let schedule = Schedule::Matmul {
+        block_m: 32,
+        block_n: 32,
+        block_k: 8,
+        thread_m: 2,
+        thread_n: 2,
+        vector_a: 4,
+        vector_b: 4,
+        group_m: 1,
+        stages: 3,
+    };
+    let good = lowered(&kernel, &schedule);
+    Reference::new(&kernel, 1)
+        .check_lowered(&schedule, TARGET, &good)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut broken = good;
+    let before = broken.ptx.body.len();
+    broken
+        .ptx
+        .body
+        .retain(|i| !matches!(i.op, Op::CpAsyncWait { .. }));
+    assert_eq!(broken.ptx.body.len() + 1, before, "one cp.async.wait_group");
+    let fault = fault_of(&kernel, &schedule, &broken);
+    assert_names_everything(&fault, &kernel);
+    match fault.kind {
+        FaultKind::AsyncCopyPending {
+            access: Access::Load,
+            copy_pc,
+            ..
+        } => assert!(
+            matches!(broken.ptx.body[copy_pc].op, Op::CpAsync { .. }),
+            "{fault}"
+        ),
+        _ => panic!("expected a read of an in-flight cp.async: {fault}"),
+    }
+    assert!(fault.instruction.starts_with("ld.shared"), "{fault}");
+    assert!(fault.to_string().contains("cp.async.wait_group"), "{fault}");
 }

@@ -6,15 +6,16 @@
 //! [`SAMPLE`] points otherwise (the tensor-core family of a 16-bit
 //! contraction sampled on its own, [`SAMPLE_MMA`] points; a contraction's
 //! grouped walks, `group_m` above 1, on their own too: every one up to
-//! [`SAMPLE_GROUPED`], a sample beyond; likewise the rows points that keep
-//! the row in registers, that combine warps with a shared-memory tree, and
-//! that do both, [`SAMPLE_ROWS_KNOB`] points each), plus the heuristic's
-//! choice on every target and a generic point, against the CPU evaluation
-//! of the IR ([`ktune_vgpu::verify`]).
+//! [`SAMPLE_GROUPED`], a sample beyond; its SIMT points pipelined by
+//! `cp.async`, `stages` above 1, up to [`SAMPLE_STAGED`]; likewise the rows
+//! points that keep the row in registers, that combine warps with a
+//! shared-memory tree, and that do both, [`SAMPLE_ROWS_KNOB`] points each),
+//! plus the heuristic's choice on every target and a generic point, against
+//! the CPU evaluation of the IR ([`ktune_vgpu::verify`]).
 //!
 //! It prints how many runs were on tensor cores, walked the grid in
-//! groups, went over the row in one pass and used a shared-memory tree, and
-//! ends with one line,
+//! groups, were SIMT runs pipelined by `cp.async`, went over the row in one
+//! pass and used a shared-memory tree, and ends with one line,
 //! `verified <K> kernels, <P> schedule points, <S> shapes: <M> mismatches`,
 //! where K counts the catalogue's kernels (a kernel in another dtype is
 //! another kernel), S the distinct (kernel, shape) pairs, P every run: one
@@ -46,6 +47,9 @@ const SAMPLE_MMA: usize = 12;
 /// Grouped-walk points (`group_m` above 1) run besides, per family: all of
 /// them up to this many, else a sample of this many.
 const SAMPLE_GROUPED: usize = 8;
+/// SIMT points with `stages` above 1 run besides: all of them up to this
+/// many, else a sample of this many.
+const SAMPLE_STAGED: usize = 8;
 /// SIMT points sampled for the tensor-core entries (named `mma_…`), whose
 /// SIMT family the contraction entries already cover.
 const SAMPLE_SIMT_OF_MMA: usize = 4;
@@ -403,6 +407,19 @@ fn matmul() -> Vec<Entry> {
             shapes: shapes_mnk(&[(1, 1, 1), (13, 17, 19), (65, 33, 8)]),
         });
     }
+    // Long `K` (both operands `k`-contiguous, copied element by element
+    // when pipelined): the ring of stages wraps around several times.
+    out.push(Entry {
+        kernel: parse(
+            quote!(shape(M = 4, N = 4, K = 4)),
+            quote! {
+                fn mm_long_k(x: Tensor<f32, (M, K)>, w: Tensor<f32, (N, K)>) -> Tensor<f32, (M, N)> {
+                    compute(|m, n| sum(K, |k| x[m][k] * w[n][k]))
+                }
+            },
+        ),
+        shapes: shapes_mnk(&[(33, 31, 100), (64, 64, 64), (17, 65, 129)]),
+    });
     out.push(Entry {
         kernel: parse(
             quote!(shape(M = 4, N = 4, K = 4)),
@@ -545,16 +562,22 @@ fn grouped(schedule: &Schedule) -> bool {
     )
 }
 
+/// Whether a SIMT contraction point copies its tiles by `cp.async`.
+fn staged(schedule: &Schedule) -> bool {
+    matches!(*schedule, Schedule::Matmul { stages, .. } if stages > 1)
+}
+
 /// The points one (kernel, shape) runs: its space (all of it or a sample;
-/// the tensor-core family and each family's grouped walks sampled on their
-/// own), the heuristic's choice on every target, and a generic point, each
-/// once.
+/// the tensor-core family, each family's grouped walks and the SIMT
+/// family's pipelined points sampled on their own), the heuristic's choice
+/// on every target, and a generic point, each once.
 fn points(kernel: &Kernel, seed: u64) -> Vec<(Schedule, SmVersion)> {
     let target = SmVersion::BASELINE;
     let (walks, others): (Vec<Schedule>, Vec<Schedule>) =
         candidates(kernel, target).into_iter().partition(grouped);
     let (tensor, rest): (Vec<Schedule>, Vec<Schedule>) =
         others.into_iter().partition(|s| s.kind() == Class::Mma);
+    let (simt_staged, rest): (Vec<Schedule>, Vec<Schedule>) = rest.into_iter().partition(staged);
     let (tensor_walks, simt_walks): (Vec<Schedule>, Vec<Schedule>) =
         walks.into_iter().partition(|s| s.kind() == Class::Mma);
     let mut rows_knobs: [Vec<Schedule>; 3] = Default::default();
@@ -582,6 +605,7 @@ fn points(kernel: &Kernel, seed: u64) -> Vec<(Schedule, SmVersion)> {
     let chosen = pick(simt, simt_sample.min(EVERY_POINT), simt_sample)
         .into_iter()
         .chain(pick(tensor, SAMPLE_MMA, SAMPLE_MMA))
+        .chain(pick(simt_staged, SAMPLE_STAGED, SAMPLE_STAGED))
         .chain(pick(simt_walks, SAMPLE_GROUPED, SAMPLE_GROUPED))
         .chain(pick(tensor_walks, SAMPLE_GROUPED, SAMPLE_GROUPED))
         .chain(
@@ -627,6 +651,7 @@ fn every_kernel_class_and_dtype_over_many_points_and_shapes() {
     let grouped_runs = [AtomicUsize::new(0), AtomicUsize::new(0)];
     let one_pass_runs = AtomicUsize::new(0);
     let shared_tree_runs = AtomicUsize::new(0);
+    let staged_runs = AtomicUsize::new(0);
     let failures = Mutex::new(Vec::new());
     let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
     std::thread::scope(|scope| {
@@ -647,6 +672,9 @@ fn every_kernel_class_and_dtype_over_many_points_and_shapes() {
                         }
                         if grouped(&schedule) {
                             grouped_runs[usize::from(tensor)].fetch_add(1, Ordering::Relaxed);
+                        }
+                        if staged(&schedule) {
+                            staged_runs.fetch_add(1, Ordering::Relaxed);
                         }
                         if let Schedule::Rows { cache, tree, .. } = schedule {
                             if cache == 1 {
@@ -679,6 +707,8 @@ fn every_kernel_class_and_dtype_over_many_points_and_shapes() {
     println!(
         "of which walking the grid in groups of block rows: {simt_grouped} SIMT, {tensor_grouped} tensor-core schedule points"
     );
+    let staged_runs = staged_runs.into_inner();
+    println!("of which SIMT pipelined by cp.async (stages > 1): {staged_runs} schedule points");
     println!("of which rows in one pass: {one_pass_runs} schedule points");
     println!("of which rows with a shared-memory tree: {shared_tree_runs} schedule points");
     println!(
@@ -706,6 +736,44 @@ fn every_kernel_class_and_dtype_over_many_points_and_shapes() {
         shared_tree_runs >= 300,
         "only {shared_tree_runs} shared-tree rows points ran"
     );
+    assert!(
+        staged_runs >= 200,
+        "only {staged_runs} pipelined SIMT points ran"
+    );
+}
+
+/// SIMT points above one stage copy tiles unchanged with `cp.async`: where
+/// staging widens a 16-bit operand they stay in the space, every one
+/// rejected by the operands constraint, and the default keeps one stage.
+#[test]
+fn pipelined_simt_points_of_16_bit_operands_are_rejected_by_name() {
+    let catalogue = matmul();
+    for name in ["mm_bf16_bf16", "mm_bt_f16_f32", "bmm_bf16"] {
+        let entry = catalogue
+            .iter()
+            .find(|e| e.kernel.name == name)
+            .unwrap_or_else(|| panic!("{name} is in the catalogue"));
+        let kernel = &entry.kernel;
+        let target = SmVersion::BASELINE;
+        let space = Space::of(kernel, target);
+        let family = space.family(Class::Matmul).expect("a SIMT family");
+        let mut rejected = 0;
+        for i in 0..family.size() {
+            let point = family.point(i);
+            if !staged(&point) {
+                continue;
+            }
+            let (why, reason) = space
+                .reject(kernel, &point, target)
+                .unwrap_or_else(|| panic!("{name}: {point:?} is valid"));
+            if why == Rejection::Constraint(Constraint::Operands) {
+                rejected += 1;
+                assert!(reason.contains("cp.async"), "{reason}");
+            }
+        }
+        assert!(rejected > 0, "{name}: no operands rejection");
+        assert!(!staged(&heuristic(kernel, target)));
+    }
 }
 
 /// Where 16-byte copies cannot reach the operands aligned, the tensor-core

@@ -223,9 +223,10 @@ fn knobs(schedule: &Schedule, target: SmVersion) -> Result<(), String> {
             vector_a,
             vector_b,
             group_m,
+            stages,
         } => {
             nonzero(&[
-                block_m, block_n, block_k, thread_m, thread_n, vector_a, vector_b, group_m,
+                block_m, block_n, block_k, thread_m, thread_n, vector_a, vector_b, group_m, stages,
             ])?;
             check((block_m / thread_m).saturating_mul(block_n / thread_n))
         }

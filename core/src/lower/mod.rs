@@ -76,7 +76,8 @@ pub enum Constraint {
     Tiling,
     /// The operands must suit the instructions: tensor-core products need
     /// plain loads (a cast to f32 allowed) of f16 or bf16 tensors of one
-    /// dtype.
+    /// dtype; SIMT tiles staged by `cp.async` (`stages` above 1) need plain
+    /// loads of f32 tensors.
     Operands,
 }
 

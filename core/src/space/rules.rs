@@ -31,8 +31,13 @@
 //!   `block_n` powers of two from 16 to the extent rounded up, at most 256;
 //!   `block_k` 16 to 64 likewise along `K`; `warp_m`, `warp_n` from 16 to
 //!   the extent rounded up, at most 128 (a warp tile larger than its block
-//!   tile is a [`Constraint::Tiling`](crate::lower::Constraint) rejection);
-//!   `stages` 1 to 4.
+//!   tile is a [`Constraint::Tiling`](crate::lower::Constraint) rejection).
+//! - **Pipeline depth** (`stages`, both contraction families): 1 to 4 on
+//!   targets with `cp.async` (sm_80 and newer: every target ktune has),
+//!   else 1. SIMT points above 1 stage copy tiles unchanged, so a
+//!   contraction whose staging widens a 16-bit operand or applies a
+//!   prologue has them rejected by
+//!   [`Constraint::Operands`](crate::lower::Constraint).
 //! - **The grid's walk** (`group_m`, both contraction families): 1 (row by
 //!   row), and 4, 8, 16 block rows per group when the grid has more block
 //!   rows than that with the family's smallest `block_m` and more than one
@@ -46,7 +51,7 @@ use crate::dtype::DType;
 use crate::ir::Kernel;
 use crate::lower::classify::{OpClass, classify};
 use crate::lower::elementwise::{MAX_PER_THREAD, VECTOR_WIDTHS};
-use crate::lower::matmul::{MatmulPlan, mma};
+use crate::lower::matmul::{MAX_STAGES, MatmulPlan, mma};
 use crate::lower::rows::CachePlan;
 use crate::schedule::Class;
 use crate::target::SmVersion;
@@ -106,11 +111,11 @@ pub(super) fn space(kernel: &Kernel, target: SmVersion) -> Space {
                 coverage: Coverage::Rows(u64::from(rows)),
             }
         }
-        OpClass::Matmul(plan) => matmul(kernel, &plan),
+        OpClass::Matmul(plan) => matmul(kernel, &plan, target),
     }
 }
 
-fn matmul(kernel: &Kernel, plan: &MatmulPlan) -> Space {
+fn matmul(kernel: &Kernel, plan: &MatmulPlan, target: SmVersion) -> Space {
     let tile = |extent: u32, low: u32, high: u32| {
         let top = extent.next_power_of_two().clamp(low, high);
         powers(low.min(extent.next_power_of_two()), top)
@@ -121,6 +126,11 @@ fn matmul(kernel: &Kernel, plan: &MatmulPlan) -> Space {
     let block_m = tile(m, 16, 256);
     let block_n = tile(n, 16, 256);
     let group_m = groups(m.div_ceil(block_m[0]), n.div_ceil(block_n[0]));
+    let stages: Vec<u32> = if target.has_async_copy() {
+        (1..=MAX_STAGES).collect()
+    } else {
+        vec![1]
+    };
     let mut families = vec![Family {
         class: Class::Matmul,
         knobs: vec![
@@ -132,6 +142,7 @@ fn matmul(kernel: &Kernel, plan: &MatmulPlan) -> Space {
             knob("vector_a", vectors(kernel.input(plan.a.tensor).dtype)),
             knob("vector_b", vectors(kernel.input(plan.b.tensor).dtype)),
             knob("group_m", group_m),
+            knob("stages", stages.clone()),
         ],
     }];
     if mma::applies(kernel, plan) {
@@ -145,7 +156,7 @@ fn matmul(kernel: &Kernel, plan: &MatmulPlan) -> Space {
                 knob("block_k", tile(plan.k_extent(kernel), 64)),
                 knob("warp_m", tile(m, 128)),
                 knob("warp_n", tile(n, 128)),
-                knob("stages", (1..=4).collect()),
+                knob("stages", stages),
                 knob("group_m", groups(m.div_ceil(16), n.div_ceil(16))),
             ],
         });
@@ -196,6 +207,15 @@ mod tests {
         let odd = Space::of(&matmul(33, 65, 17), SmVersion::Sm90);
         assert_eq!(values(&odd, "block_n"), [16, 32, 64, 128]);
         assert_eq!(values(&odd, "block_k"), [8, 16, 32]);
+    }
+
+    #[test]
+    fn stages_come_with_async_copies() {
+        for target in SmVersion::ALL {
+            assert!(target.has_async_copy());
+            let space = Space::of(&matmul(64, 64, 64), target);
+            assert_eq!(values(&space, "stages"), [1, 2, 3, 4]);
+        }
     }
 
     #[test]

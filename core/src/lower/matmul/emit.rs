@@ -13,15 +13,16 @@
 //! epilogue: evaluate the root per in-range output, store
 //! ```
 //!
+//! With `stages` above 1 the loop is [`pipeline::ring`]: `cp.async` copies
+//! the tiles `stages - 1` ahead into a ring of slots ([`Stager::issue`]),
+//! and the same `block_k` steps read the slot of the current tile.
+//!
 //! Every thread runs the whole loop (an out-of-range thread computes on
 //! zeros), so every thread reaches every barrier; only the epilogue, after
 //! the last one, branches per output.
-//!
-//! Loading and storing a tile are separate steps ([`Stager::load`],
-//! [`Stager::store`]) so that a pipelined variant (prefetch into registers or
-//! `cp.async` into a second buffer) can reorder them.
 
 use super::output::{Outputs, Tile, epilogue};
+use super::pipeline::{self, Ring};
 use super::stage::{Origin, Stager};
 use super::{Layout, MatmulPlan, Side};
 use crate::dtype::DType;
@@ -47,7 +48,11 @@ pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &Layout) -> Lower
 
     let tx = b.u32_op(ArithOp::Rem, tile.tid, imm(layout.threads_n));
     let ty = b.u32_op(ArithOp::Div, tile.tid, imm(layout.threads_n));
-    let acc = main_loop(&mut b, kernel, layout, [&a, &bs], [tx, ty], smem);
+    let acc = if t.stages == 1 {
+        main_loop(&mut b, kernel, layout, [&a, &bs], [tx, ty], smem)
+    } else {
+        pipelined(&mut b, layout, [&a, &bs], [tx, ty], smem)
+    };
 
     let m_base = b.u32_mad(ty, imm(layout.frag_m), tile.m0);
     let n_base = b.u32_mad(tx, imm(layout.frag_n), tile.n0);
@@ -81,24 +86,18 @@ pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &Layout) -> Lower
     }
 }
 
-/// The `k` loop; returns the accumulators, `[i][j]` for the thread's `i`-th
-/// row and `j`-th column.
+/// The `k` loop with one stage; returns the accumulators, `[i][j]` for the
+/// thread's `i`-th row and `j`-th column.
 fn main_loop(
     b: &mut Builder,
     kernel: &Kernel,
     layout: &Layout,
     [a, bs]: [&Stager<'_>; 2],
-    [tx, ty]: [Reg; 2],
+    threads: [Reg; 2],
     smem: Reg,
 ) -> Vec<Vec<Reg>> {
     let t = layout.tiles;
-    let a_frag = b.u32_mad(ty, imm(layout.frag_m * 4), smem);
-    let a_frag = b.u32_op(ArithOp::Add, a_frag, imm(layout.a.offset));
-    let b_frag = b.u32_mad(tx, imm(layout.frag_n * 4), smem);
-    let b_frag = b.u32_op(ArithOp::Add, b_frag, imm(layout.b.offset));
-    let acc: Vec<Vec<Reg>> = (0..t.thread_m)
-        .map(|_| (0..t.thread_n).map(|_| b.f32_imm(0.0)).collect())
-        .collect();
+    let ([a_frag, b_frag], acc) = fragments(b, layout, threads, smem);
 
     let iterations = layout.k_extent.div_ceil(t.block_k);
     let looped = (iterations > 1).then(|| {
@@ -114,23 +113,7 @@ fn main_loop(
     a.store(b, &a_values);
     bs.store(b, &b_values);
     b.push(Op::BarSync);
-    let m_axis = Axis::m(layout);
-    let n_axis = Axis::n(layout);
-    for kk in 0..t.block_k {
-        let xs = fragment(b, a_frag, kk * layout.a.row, m_axis);
-        let ys = fragment(b, b_frag, kk * layout.b.row, n_axis);
-        for (x, row) in xs.iter().zip(&acc) {
-            for (y, c) in ys.iter().zip(row) {
-                b.push(Op::Mad {
-                    ty: Ty::F32,
-                    dst: *c,
-                    a: (*x).into(),
-                    b: (*y).into(),
-                    c: (*c).into(),
-                });
-            }
-        }
-    }
+    rank_updates(b, layout, &acc, [a_frag, b_frag]);
     if let Some((counter, top)) = looped {
         // The next iteration's stores must wait for every thread's reads.
         b.push(Op::BarSync);
@@ -147,6 +130,77 @@ fn main_loop(
         b.bra_if(more, false, top);
     }
     acc
+}
+
+/// The `k` loop over a ring of `stages` slots filled by `cp.async`
+/// ([`pipeline::ring`]); returns the accumulators as [`main_loop`] does.
+fn pipelined(
+    b: &mut Builder,
+    layout: &Layout,
+    [a, bs]: [&Stager<'_>; 2],
+    threads: [Reg; 2],
+    smem: Reg,
+) -> Vec<Vec<Reg>> {
+    let t = layout.tiles;
+    let ([a_frag, b_frag], acc) = fragments(b, layout, threads, smem);
+    let issue = |b: &mut Builder, slot: Reg| {
+        a.issue(b, slot);
+        bs.issue(b, slot);
+        a.advance(b);
+        bs.advance(b);
+    };
+    let ring = Ring {
+        tiles: layout.k_extent.div_ceil(t.block_k),
+        stages: t.stages,
+        slot_bytes: layout.slot_bytes,
+    };
+    pipeline::ring(b, ring, issue, |b, slot| {
+        let a_slot = b.u32_op(ArithOp::Add, a_frag, slot);
+        let b_slot = b.u32_op(ArithOp::Add, b_frag, slot);
+        rank_updates(b, layout, &acc, [a_slot, b_slot]);
+    });
+    acc
+}
+
+/// The shared addresses of the thread's A and B fragments (in slot 0), and
+/// its accumulators, zeroed.
+fn fragments(
+    b: &mut Builder,
+    layout: &Layout,
+    [tx, ty]: [Reg; 2],
+    smem: Reg,
+) -> ([Reg; 2], Vec<Vec<Reg>>) {
+    let t = layout.tiles;
+    let a_frag = b.u32_mad(ty, imm(layout.frag_m * 4), smem);
+    let a_frag = b.u32_op(ArithOp::Add, a_frag, imm(layout.a.offset));
+    let b_frag = b.u32_mad(tx, imm(layout.frag_n * 4), smem);
+    let b_frag = b.u32_op(ArithOp::Add, b_frag, imm(layout.b.offset));
+    let acc = (0..t.thread_m)
+        .map(|_| (0..t.thread_n).map(|_| b.f32_imm(0.0)).collect())
+        .collect();
+    ([a_frag, b_frag], acc)
+}
+
+/// One tile's `block_k` unrolled rank-1 updates of the accumulators, from
+/// the fragments at `a_frag` and `b_frag`.
+fn rank_updates(b: &mut Builder, layout: &Layout, acc: &[Vec<Reg>], [a_frag, b_frag]: [Reg; 2]) {
+    let m_axis = Axis::m(layout);
+    let n_axis = Axis::n(layout);
+    for kk in 0..layout.tiles.block_k {
+        let xs = fragment(b, a_frag, kk * layout.a.row, m_axis);
+        let ys = fragment(b, b_frag, kk * layout.b.row, n_axis);
+        for (x, row) in xs.iter().zip(acc) {
+            for (y, c) in ys.iter().zip(row) {
+                b.push(Op::Mad {
+                    ty: Ty::F32,
+                    dst: *c,
+                    a: (*x).into(),
+                    b: (*y).into(),
+                    c: (*c).into(),
+                });
+            }
+        }
+    }
 }
 
 /// How a thread's outputs spread along one tile dimension: `count` values in

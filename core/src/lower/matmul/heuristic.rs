@@ -41,7 +41,10 @@
 //!    narrow problems.
 //! 3. **Vectors.** Each operand's global loads are as wide (up to 16 bytes)
 //!    as its layout and alignment allow.
-//! 4. If a choice fails validation (it should not), smaller tiles are tried,
+//! 4. **Stages.** One: tiles go through registers. Pipelined points
+//!    (`stages` above 1) are left to the search; the model does not rank
+//!    them ahead consistently enough to change the default.
+//! 5. If a choice fails validation (it should not), smaller tiles are tried,
 //!    down to a 1×32 tile that fits every target.
 //!
 //! # The grid's walk
@@ -106,7 +109,8 @@ pub fn heuristic(kernel: &Kernel, plan: &MatmulPlan, target: SmVersion) -> Sched
             if plan.m_extent(kernel).div_ceil(block_m) > GROUP_M =>
         {
             let mut values = rows.knob_values();
-            *values.last_mut().expect("group_m is the last knob") = GROUP_M;
+            let at = rows.kind().knobs().iter().position(|k| *k == "group_m");
+            values[at.expect("a contraction knob")] = GROUP_M;
             rows.kind().schedule(&values).expect("the same knobs")
         }
         _ => return rows,
@@ -142,6 +146,7 @@ fn heuristic_tiles(kernel: &Kernel, plan: &MatmulPlan, target: SmVersion) -> Sch
             vector_a: 1,
             vector_b: 1,
             group_m: 1,
+            stages: 1,
         })
         .to_schedule()
 }
@@ -206,7 +211,7 @@ impl Shape {
 }
 
 /// Block and thread tiles in the order they are tried (rule 1, then the
-/// fallbacks of rule 4).
+/// fallbacks of rule 5).
 fn candidates(s: &Shape) -> Vec<(u32, u32, u32, u32)> {
     let mut out = Vec::new();
     let (pm, pn) = (s.m.next_power_of_two(), s.n.next_power_of_two());
@@ -293,6 +298,7 @@ fn finish(
         vector_a: 1,
         vector_b: 1,
         group_m: 1,
+        stages: 1,
     };
     let valid = |t: Tiles| Layout::new(kernel, plan, t, target).is_ok();
     if !valid(tiles) {

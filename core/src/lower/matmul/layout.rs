@@ -2,7 +2,8 @@
 //! everything the emitter needs from it.
 
 use super::output::check_group;
-use super::{MatmulPlan, Side, Tiles};
+use super::pipeline::MAX_STAGES;
+use super::{MatmulOperand, MatmulPlan, Side, Tiles};
 use crate::dtype::DType;
 use crate::ir::Kernel;
 use crate::lower::{Constraint, Violation, check_block};
@@ -56,6 +57,12 @@ impl Staging {
         (units / self.cols, (units % self.cols) * self.vector)
     }
 
+    /// `cp.async` copies per thread per tile: one per access, or one per
+    /// element when the store transposes.
+    pub fn copies(&self) -> u32 {
+        self.passes * if self.k_major { self.vector } else { 1 }
+    }
+
     /// Registers live while a tile is in flight.
     fn staged_registers(&self) -> u32 {
         let raw = if self.dtype == DType::F32 {
@@ -80,6 +87,8 @@ pub(crate) struct Layout {
     pub frag_n: u32,
     pub a: Staging,
     pub b: Staging,
+    /// Bytes of one ring slot (both tiles); the whole window with one stage.
+    pub slot_bytes: u32,
     pub shared_bytes: u32,
     /// Registers per thread, as estimated when checking the tiles.
     pub registers: u32,
@@ -118,6 +127,19 @@ impl Layout {
             }
         }
         check_group(tiles.group_m, block_m, kernel.extent(plan.m))?;
+        let stages = tiles.stages;
+        if !(1..=MAX_STAGES).contains(&stages) {
+            return Err(Violation::new(
+                Constraint::Range,
+                format!("stages = {stages}; expected 1 to {MAX_STAGES}"),
+            ));
+        }
+        if stages > 1 && !target.has_async_copy() {
+            return Err(Violation::new(
+                Constraint::Range,
+                format!("stages = {stages} needs cp.async, which {target} lacks"),
+            ));
+        }
         if thread_m > block_m || thread_n > block_n {
             return Err(Violation::new(
                 Constraint::Tiling,
@@ -134,25 +156,38 @@ impl Layout {
 
         let a = staging(kernel, plan, Side::A, tiles, threads)?;
         let b = staging(kernel, plan, Side::B, tiles, threads)?;
+        if stages > 1 {
+            for (name, side) in [("A", Side::A), ("B", Side::B)] {
+                copyable(kernel, side.operand(plan), name, stages)?;
+            }
+        }
         let b = Staging {
             offset: a.bytes(block_k),
             ..b
         };
-        let shared_bytes = b.offset + b.bytes(block_k);
+        let slot_bytes = b.offset + b.bytes(block_k);
+        let shared_bytes = stages * slot_bytes;
         let max_shared = target.limits().max_shared_per_block;
         if shared_bytes > max_shared {
+            let tiles = match stages {
+                1 => "the A and B tiles".to_string(),
+                s => format!("{s} stages of the A and B tiles"),
+            };
             return Err(Violation::new(
                 Constraint::SharedMemory,
                 format!(
-                    "the A and B tiles need {shared_bytes} bytes of shared memory; {target} allows {max_shared} per block"
+                    "{tiles} need {shared_bytes} bytes of shared memory; {target} allows {max_shared} per block"
                 ),
             ));
         }
         // Accumulators live throughout; fragments (two steps' worth, as
-        // ptxas overlaps them) and staged tiles take turns.
-        let registers = thread_m * thread_n
-            + (2 * (thread_m + thread_n)).max(a.staged_registers() + b.staged_registers())
-            + 24;
+        // ptxas overlaps them) and staged tiles take turns. Copies hold no
+        // values: a source size per pass, and the ring's two slot offsets.
+        let staged = match stages {
+            1 => a.staged_registers() + b.staged_registers(),
+            _ => a.passes + b.passes + 2,
+        };
+        let registers = thread_m * thread_n + (2 * (thread_m + thread_n)).max(staged) + 24;
         let budget = REGISTER_BUDGET.min(target.limits().registers_per_sm / threads);
         if registers > budget {
             return Err(Violation::new(
@@ -172,6 +207,7 @@ impl Layout {
             frag_n: thread_n.min(4),
             a,
             b,
+            slot_bytes,
             shared_bytes,
             registers,
             m_extent: kernel.extent(plan.m),
@@ -179,6 +215,31 @@ impl Layout {
             k_extent: kernel.extent(plan.k),
         })
     }
+}
+
+/// Checks that `cp.async` can stage an operand: it copies bytes, so the
+/// tile must be the tensor's f32 elements themselves (no widening, no
+/// prologue); the transposing store copies them one by one.
+fn copyable(
+    kernel: &Kernel,
+    operand: &MatmulOperand,
+    name: &str,
+    stages: u32,
+) -> Result<(), Violation> {
+    let dtype = kernel.input(operand.tensor).dtype;
+    let why = if dtype != DType::F32 {
+        format!("widens {name}'s {dtype} elements to f32")
+    } else if operand.value != operand.load {
+        format!("applies a prologue to {name}")
+    } else {
+        return Ok(());
+    };
+    Err(Violation::new(
+        Constraint::Operands,
+        format!(
+            "stages = {stages} copies tiles with cp.async, which moves bytes unchanged, but staging {why}"
+        ),
+    ))
 }
 
 /// Chooses how an operand is staged and checks its vector width.

@@ -42,6 +42,24 @@
 //! elements at once when `n` is contiguous and the extents keep them
 //! aligned.
 //!
+//! # Pipelining (`stages`)
+//!
+//! With `stages = 1` the tiles go through registers: the loads of one tile
+//! are in flight together, then the block waits for them, stores, and
+//! computes. With `stages = s` above 1 (sm_80 and newer) the tiles are
+//! copied by `cp.async` into a ring of `s` shared-memory slots, `s - 1`
+//! tiles ahead of the one computed on, one commit group per tile, and the
+//! block waits (`cp.async.wait_group s-2`, then `bar.sync`) only for the
+//! tile it is about to compute on ([`pipeline`], the tensor-core path's
+//! loop). A copy moves `vector` elements at once (`cp.async.cg` for 16
+//! bytes, `.ca` for 4 or 8), or one element at a time when the tile is
+//! transposed into shared memory (`k`-contiguous operands); elements past
+//! `K` are zero-filled by the copy's source size, rows past `M` or `N`
+//! clamped as above. Copies move bytes unchanged: they cannot widen a
+//! 16-bit operand to the f32 tile or apply a prologue, so such operands
+//! keep one stage ([`Constraint::Operands`](crate::lower::Constraint)).
+//! The ring costs `s` times the tiles' shared memory.
+//!
 //! # The grid's walk (`group_m`)
 //!
 //! Blocks run roughly in `ctaid.x` order, so the blocks resident at once
@@ -66,7 +84,9 @@
 //!
 //! The code is split by pass: `detect` (the plan), `layout` (checking a
 //! schedule against the kernel and the target), `stage` (moving tiles from
-//! global to shared memory), `emit` (the rest of the instruction list),
+//! global to shared memory), `pipeline` (the `k` loop over a ring of
+//! `cp.async` stages, shared with [`mma`]), `emit` (the rest of the
+//! instruction list),
 //! `output` (the block's tile and the epilogue, shared with [`mma`]),
 //! `heuristic` (the default schedule).
 
@@ -76,6 +96,7 @@ mod heuristic;
 pub(crate) mod layout;
 pub mod mma;
 mod output;
+mod pipeline;
 mod stage;
 #[cfg(test)]
 mod tests;
@@ -88,6 +109,7 @@ use crate::target::SmVersion;
 pub use heuristic::heuristic;
 pub(crate) use layout::Layout;
 use layout::Staging;
+pub(crate) use pipeline::MAX_STAGES;
 
 /// How a contraction kernel maps onto `C[batch][m][n] = Σ_k A[batch][m][k] ·
 /// B[batch][k][n]`, followed by an epilogue.
@@ -185,6 +207,9 @@ pub struct Tiles {
     pub vector_b: u32,
     /// Block rows per group of the grid's walk (see [`output::Tile`]).
     pub group_m: u32,
+    /// Shared-memory buffers the tiles travel through (1: through
+    /// registers; more: by `cp.async`, see [`pipeline`]).
+    pub stages: u32,
 }
 
 impl Tiles {
@@ -199,6 +224,7 @@ impl Tiles {
                 vector_a,
                 vector_b,
                 group_m,
+                stages,
             } => Some(Tiles {
                 block_m,
                 block_n,
@@ -208,6 +234,7 @@ impl Tiles {
                 vector_a,
                 vector_b,
                 group_m,
+                stages,
             }),
             _ => None,
         }
@@ -223,6 +250,7 @@ impl Tiles {
             vector_a: self.vector_a,
             vector_b: self.vector_b,
             group_m: self.group_m,
+            stages: self.stages,
         }
     }
 

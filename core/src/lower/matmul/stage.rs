@@ -3,11 +3,17 @@
 //! Each thread owns the same positions of every tile: `passes` accesses of
 //! `vector` consecutive elements along the operand's contiguous dimension,
 //! consecutive threads on consecutive vectors. Its global addresses advance
-//! by `block_k` along `k` per tile; its shared addresses never change.
+//! by `block_k` along `k` per tile; its shared addresses never change (with
+//! one stage) or move to the tile's ring slot.
+//!
+//! With one stage a tile goes through registers ([`Stager::load`], which
+//! widens and applies the prologue, then [`Stager::store`]); with more,
+//! `cp.async` copies it ([`Stager::issue`]), which only moves bytes.
 //!
 //! A tile that overhangs the tensor is handled per dimension:
 //! - along `k`, elements past `K` are loaded as zeros (the load is
-//!   predicated off), so they add nothing to any output;
+//!   predicated off, or the copy reads nothing and zero-fills), so they
+//!   add nothing to any output;
 //! - along `m` (or `n`), the row is clamped to the last one: the values it
 //!   stages only reach accumulators of outputs past `M` (`N`), which are
 //!   never stored. This keeps the loop free of per-pass predicates, which
@@ -20,7 +26,7 @@ use crate::dtype::DType;
 use crate::ir::Kernel;
 use crate::lower::expr::{self, Env};
 use crate::ptx::Builder;
-use crate::ptx::inst::{Addr, ArithOp, Cmp, Op, Operand, Reg, RegClass, Space, Ty};
+use crate::ptx::inst::{Addr, ArithOp, Cmp, CpAsyncCache, Op, Operand, Reg, RegClass, Space, Ty};
 
 /// What a stager needs from the block's set-up.
 #[derive(Debug)]
@@ -266,6 +272,66 @@ impl<'a> Stager<'a> {
                 for (c, chunk) in values.chunks(4).enumerate() {
                     let srcs = chunk.iter().map(|v| (*v).into()).collect();
                     push(b, at(c as u32 * 4, 0), srcs);
+                }
+            }
+        }
+    }
+
+    /// Starts `cp.async` copies of this thread's part of the current tile
+    /// into the ring slot at byte offset `slot` (a register), without
+    /// committing them: `vector` elements at once, or one at a time where
+    /// the store transposes; elements past `K` are zero-filled (source
+    /// size 0). Only for plain f32 loads ([`Layout`] checks that).
+    pub fn issue(&self, b: &mut Builder, slot: Reg) {
+        let s = self.staging;
+        let dst = b.u32_op(ArithOp::Add, self.shared, slot);
+        let (bytes, copies) = if s.k_major {
+            (4, s.vector)
+        } else {
+            (4 * s.vector, 1)
+        };
+        let cache = if bytes == 16 {
+            CpAsyncCache::Cg
+        } else {
+            CpAsyncCache::Ca
+        };
+        let mut size_of: HashMap<Reg, Reg> = HashMap::new();
+        for pass in 0..s.passes {
+            let src_bytes = match (self.k_local[pass as usize], self.k_end) {
+                (Some(k), Some(end)) => Some(*size_of.entry(k).or_insert_with(|| {
+                    let inside = b.setp(Cmp::Lt, Ty::S32, k, end);
+                    let size = b.reg(RegClass::B32);
+                    b.push(Op::Selp {
+                        ty: Ty::U32,
+                        dst: size,
+                        a: imm(bytes),
+                        b: imm(0u32),
+                        cond: inside,
+                    });
+                    size
+                })),
+                _ => None,
+            };
+            let (dx, dk) = steps(s, pass, self.threads);
+            let src = self.access[pass as usize];
+            // Transposing, copy `e` is the element at `k + e`.
+            for e in 0..copies {
+                let op = Op::CpAsync {
+                    cache,
+                    dst: Addr {
+                        base: dst,
+                        offset: i64::from(((dk + e) * s.row + dx) * 4),
+                    },
+                    src: Addr {
+                        offset: src.offset + i64::from(e * 4),
+                        ..src
+                    },
+                    bytes,
+                    src_bytes,
+                };
+                match self.active {
+                    Some(p) => b.push_guarded(p, false, op),
+                    None => b.push(op),
                 }
             }
         }

@@ -219,6 +219,7 @@ fn tiles(
         vector_a: vector,
         vector_b: vector,
         group_m: 1,
+        stages: 1,
     }
 }
 
@@ -255,6 +256,36 @@ fn validation_rejects_with_reasons() {
     check(&aligned, tiles(128, 128, 8, 8, 8, 8), sm80).expect("16-byte bf16 loads");
     let f32 = gemm(1024, 1024, 1024, "f32", false);
     assert!(check(&f32, tiles(128, 128, 8, 8, 8, 8), sm80).is_err());
+}
+
+#[test]
+fn stages_copy_plain_f32_tiles_into_a_ring() {
+    let k = gemm(1024, 1024, 1024, "f32", false);
+    let sm80 = SmVersion::Sm80;
+    let staged = |base: Tiles, stages| Tiles { stages, ..base };
+    let base = tiles(64, 64, 16, 4, 4, 4);
+    let one = check(&k, base, sm80).expect("valid");
+    let three = check(&k, staged(base, 3), sm80).expect("valid");
+    assert_eq!(three.slot_bytes, one.shared_bytes);
+    assert_eq!(three.shared_bytes, 3 * one.shared_bytes);
+    for stages in [0, 5] {
+        let reason = check(&k, staged(base, stages), sm80).expect_err("out of range");
+        assert!(reason.contains("expected 1 to 4"), "{reason}");
+    }
+    // 64 KiB of tiles: three stages are over sm_80's 163 KiB.
+    let large = tiles(128, 128, 64, 8, 8, 4);
+    check(&k, staged(large, 2), sm80).expect("two stages fit");
+    let reason = check(&k, staged(large, 3), sm80).expect_err("three do not");
+    assert!(reason.contains("3 stages of the A and B tiles"), "{reason}");
+    // Copies widen nothing: a bf16 operand keeps one stage.
+    let bf16 = gemm(1024, 1024, 1024, "bf16", false);
+    check(&bf16, tiles(64, 64, 16, 4, 4, 8), sm80).expect("one stage");
+    let reason = check(&bf16, staged(tiles(64, 64, 16, 4, 4, 8), 2), sm80)
+        .expect_err("cp.async cannot widen");
+    assert!(
+        reason.contains("cp.async") && reason.contains("bf16"),
+        "{reason}"
+    );
 }
 
 fn targets() -> [SmVersion; 4] {

@@ -16,10 +16,11 @@ use super::copy::Copier;
 use super::layout::MmaStaging;
 use crate::ir::Kernel;
 use crate::lower::matmul::output::{Outputs, Tile, epilogue};
+use crate::lower::matmul::pipeline::{self, Ring};
 use crate::lower::matmul::{MatmulPlan, Side};
 use crate::lower::{Launch, Lowered, entry_name};
 use crate::ptx::Builder;
-use crate::ptx::inst::{Addr, ArithOp, Cmp, Op, Operand, Reg, Ty};
+use crate::ptx::inst::{Addr, ArithOp, Operand, Reg};
 
 pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &MmaLayout) -> Lowered {
     let t = layout.tiles;
@@ -145,92 +146,20 @@ fn main_loop(
                 .collect()
         })
         .collect();
-    let tiles = layout.k_extent.div_ceil(t.block_k);
-    let stages = t.stages;
-    let ring = stages * layout.slot_bytes;
     let issue = |b: &mut Builder, slot: Reg| {
         a.issue(b, slot);
         bs.issue(b, slot);
         a.advance(b);
         bs.advance(b);
     };
-    let next_slot = |b: &mut Builder, slot: Reg| {
-        b.push(Op::Arith {
-            op: ArithOp::Add,
-            ty: Ty::U32,
-            dst: slot,
-            a: slot.into(),
-            b: imm(layout.slot_bytes),
-        });
-        b.push(Op::Arith {
-            op: ArithOp::Rem,
-            ty: Ty::U32,
-            dst: slot,
-            a: slot.into(),
-            b: imm(ring),
-        });
+    let ring = Ring {
+        tiles: layout.k_extent.div_ceil(t.block_k),
+        stages: t.stages,
+        slot_bytes: layout.slot_bytes,
     };
-
-    let read = b.u32_imm(0);
-    let write = b.u32_imm((stages - 1) * layout.slot_bytes);
-    // The prologue fills all slots but one; every slot gets a group, empty
-    // or not, so that group counts stay uniform.
-    if stages > 1 {
-        let slot = b.u32_imm(0);
-        for s in 0..stages - 1 {
-            if s < tiles {
-                issue(b, slot);
-            }
-            b.cp_async_commit();
-            if s + 1 < stages - 1 {
-                next_slot(b, slot);
-            }
-        }
-    }
-
-    let counter = b.u32_imm(0);
-    let top = b.label();
-    b.place(top);
-    if stages == 1 {
-        issue(b, read);
-        b.cp_async_commit();
-        b.cp_async_wait(0);
-        b.push(Op::BarSync);
-    } else {
-        b.cp_async_wait(stages - 2);
-        // Tile kt is visible to the block, and every warp is done with
-        // slot kt - 1, which the next copies overwrite.
-        b.push(Op::BarSync);
-        if tiles > stages - 1 {
-            let skip = b.label();
-            let ahead = b.u32_op(ArithOp::Add, counter, imm(stages - 1));
-            let more = b.setp(Cmp::Lt, Ty::U32, ahead, imm(tiles));
-            b.bra_if(more, true, skip);
-            issue(b, write);
-            b.place(skip);
-        }
-        b.cp_async_commit();
-    }
-    compute(b, layout, &acc, read, [a_lane, b_lane]);
-    if stages == 1 {
-        // The next tile's copies must wait for every warp's reads.
-        b.push(Op::BarSync);
-    } else {
-        next_slot(b, read);
-        next_slot(b, write);
-    }
-    b.push(Op::Arith {
-        op: ArithOp::Add,
-        ty: Ty::U32,
-        dst: counter,
-        a: counter.into(),
-        b: Operand::Int(1),
+    pipeline::ring(b, ring, issue, |b, slot| {
+        compute(b, layout, &acc, slot, [a_lane, b_lane]);
     });
-    let more = b.setp(Cmp::Lt, Ty::U32, counter, imm(tiles));
-    b.bra_if(more, false, top);
-    if stages > 1 {
-        b.cp_async_wait_all();
-    }
     acc
 }
 

@@ -5,6 +5,7 @@ use super::MmaTiles;
 use crate::dtype::DType;
 use crate::ir::{Expr, Kernel};
 use crate::lower::matmul::output::check_group;
+use crate::lower::matmul::pipeline::MAX_STAGES;
 use crate::lower::matmul::{MatmulOperand, MatmulPlan, Side};
 use crate::lower::{Constraint, Violation, check_block};
 use crate::ptx::inst::MmaKind;
@@ -106,10 +107,10 @@ impl MmaLayout {
                 ));
             }
         }
-        if !(1..=4).contains(&stages) {
+        if !(1..=MAX_STAGES).contains(&stages) {
             return Err(Violation::new(
                 Constraint::Range,
-                format!("stages = {stages}; expected 1 to 4"),
+                format!("stages = {stages}; expected 1 to {MAX_STAGES}"),
             ));
         }
         check_group(group_m, block_m, kernel.extent(plan.m))?;

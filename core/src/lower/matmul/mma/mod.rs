@@ -60,7 +60,9 @@
 //! they add nothing.
 //!
 //! The code is split by pass: `layout` (checking a schedule), `copy`
-//! (global → shared with `cp.async`), `emit` (the rest).
+//! (global → shared with `cp.async`), `emit` (the rest; its `k` loop is
+//! the ring of [`pipeline`](super::pipeline), which the SIMT lowering's
+//! multi-stage points share).
 
 mod copy;
 mod emit;
