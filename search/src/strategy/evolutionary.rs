@@ -101,7 +101,7 @@ impl Evolutionary {
             model_name: model_name.into(),
             model,
             features: Features::knobs(),
-            initial: 16,
+            initial: 10,
             batch: 8,
             epsilon: 0.2,
             candidates: 512,
