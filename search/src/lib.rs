@@ -11,7 +11,7 @@
 //! - The strategies, in [`strategy`]: `Random`, `Bounded` (a heuristic
 //!   score, the best k), `CoordinateDescent`, and `Evolutionary` guided by a
 //!   `CostModel` (in [`model`]: k nearest neighbours, or XGBoost with the
-//!   `xgboost` feature).
+//!   `xgboost` feature), starting from a space-filling design (`spread`).
 //! - [`scheduler`]: one evaluation budget spread over several searches
 //!   (a crate's kernels), more where the expected saving is larger.
 //! - [`score`]: a strategy run over many seeds on a replayed space,

@@ -231,6 +231,13 @@ impl Space {
         }
     }
 
+    /// The valid points, as [`Space::valid_points`], when that takes at most
+    /// `limit` validity checks (always for a listed space); `None` otherwise.
+    pub fn enumerate_within(&self, limit: u64) -> Option<Vec<Point>> {
+        let listed = matches!(self.validity, Validity::Listed(_));
+        (listed || self.cardinality() <= limit).then(|| self.valid_points())
+    }
+
     /// A uniformly random point, valid or not.
     pub fn random_point(&self, rng: &mut impl Rng) -> Point {
         Point(

@@ -210,11 +210,17 @@ fn a_session_measures_nothing_after_its_deadline() {
 
 #[test]
 fn the_evolutionary_search_records_its_models_predictions() {
-    let (history, _) = run(&Evolutionary::knn(), 4, 80);
+    let strategy = Evolutionary::knn();
+    let (history, _) = run(&strategy, 4, 80);
     let predicted = history.iter().filter(|e| e.predicted.is_some()).count();
-    // The first population is random; the model chooses most of the rest.
+    // The first population is the initial design; the model chooses most of
+    // the rest.
     assert!(predicted > 20, "{predicted} of {} predicted", history.len());
-    assert!(history[..16].iter().all(|e| e.predicted.is_none()));
+    assert!(
+        history[..strategy.initial]
+            .iter()
+            .all(|e| e.predicted.is_none())
+    );
 }
 
 #[test]

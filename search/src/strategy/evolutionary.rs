@@ -1,7 +1,7 @@
 //! Evolutionary search guided by a learned cost model.
 //!
-//! 1. The first population is the given start points plus `initial` random
-//!    valid points, all measured.
+//! 1. The first population is the given start points plus `initial` valid
+//!    points spread over each knob's values (see [`spread`]), all measured.
 //! 2. Each generation: the cost model is retrained on everything measured;
 //!    `candidates` unmeasured valid points are bred from the elite (the best
 //!    measured points) by mutation (one or more knobs moved to an adjacent or
@@ -25,7 +25,7 @@ use std::sync::Arc;
 use rand::Rng as _;
 
 use super::coordinate::descend;
-use super::{Rng, Strategy, random_unmeasured, rng};
+use super::{Rng, Strategy, random_unmeasured, rng, spread};
 use crate::model::{CostModel, Features};
 use crate::session::Session;
 use crate::space::{Neighbourhood, Point, Space};
@@ -56,7 +56,7 @@ pub struct Evolutionary {
     pub model_name: String,
     pub model: ModelFactory,
     pub features: Features,
-    /// Random points in the first population.
+    /// Points of the space-filling design in the first population.
     pub initial: usize,
     /// Points measured per generation.
     pub batch: usize,
@@ -101,7 +101,7 @@ impl Evolutionary {
             model_name: model_name.into(),
             model,
             features: Features::knobs(),
-            initial: 16,
+            initial: 10,
             batch: 8,
             epsilon: 0.2,
             candidates: 512,
@@ -149,10 +149,9 @@ impl Strategy for Evolutionary {
         for p in &self.starts {
             session.measure(p);
         }
-        for _ in 0..self.initial {
-            let Some(p) = random_unmeasured(session, &mut rng) else {
-                return;
-            };
+        for p in spread(run.space, self.initial, &mut rng, |p| {
+            session.is_measured(p)
+        }) {
             session.measure(&p);
         }
         let mut best = session.best().map(|(_, t)| t);

@@ -9,11 +9,13 @@
 
 mod bounded;
 mod coordinate;
+mod design;
 mod evolutionary;
 mod random;
 
 pub use bounded::Bounded;
 pub use coordinate::CoordinateDescent;
+pub use design::spread;
 pub use evolutionary::{Evolutionary, ModelFactory};
 pub use random::Random;
 
