@@ -134,6 +134,7 @@ mod memory;
 mod numeric;
 mod poison;
 mod shared;
+pub mod suite;
 pub mod timing;
 pub mod verify;
 

@@ -204,6 +204,11 @@ impl Reference {
         }
     }
 
+    /// The kernel, at the shape the reference was evaluated at.
+    pub fn kernel(&self) -> &Kernel {
+        &self.kernel
+    }
+
     /// The reference's output, row-major.
     pub fn output(&self) -> &[f32] {
         &self.want
@@ -234,15 +239,41 @@ impl Reference {
         target: SmVersion,
         lowered: &ktune_core::lower::Lowered,
     ) -> Result<Verified, VerifyError> {
-        let dtype = self.kernel.output.dtype;
-        let inputs: Vec<&[u8]> = self.buffers.iter().map(Vec::as_slice).collect();
-        let output = poisoned(dtype, self.want.len());
-        let (bytes, stats) = run_bytes(&lowered.ptx, &lowered.launch, &inputs, output)
+        let (bytes, stats) = self
+            .run_virtual(lowered)
             .map_err(|f| self.error(schedule, target, Failure::Fault(Box::new(f))))?;
-        if let Some(index) = first_poisoned(dtype, &bytes) {
-            return Err(self.error(schedule, target, Failure::Unwritten { index }));
+        let (max_error, tolerance) = self
+            .compare(&bytes)
+            .map_err(|kind| self.error(schedule, target, kind))?;
+        Ok(Verified {
+            max_error,
+            tolerance,
+            stats,
+            elements: self.want.len(),
+        })
+    }
+
+    /// Runs a lowered kernel on the virtual GPU, on the reference's inputs
+    /// and a poisoned output; returns the output's bytes.
+    pub fn run_virtual(
+        &self,
+        lowered: &ktune_core::lower::Lowered,
+    ) -> Result<(Vec<u8>, Stats), Fault> {
+        let inputs: Vec<&[u8]> = self.buffers.iter().map(Vec::as_slice).collect();
+        let output = poisoned(self.kernel.output.dtype, self.want.len());
+        run_bytes(&lowered.ptx, &lowered.launch, &inputs, output)
+    }
+
+    /// Compares an output, as the device left it (any device, its output
+    /// poisoned before the run), with the reference: every element written
+    /// and within tolerance. Returns the largest error and the tolerance
+    /// where it occurred; the failure names the first element that is not.
+    pub fn compare(&self, bytes: &[u8]) -> Result<(f32, f32), Failure> {
+        let dtype = self.kernel.output.dtype;
+        if let Some(index) = first_poisoned(dtype, bytes) {
+            return Err(Failure::Unwritten { index });
         }
-        let got = decode(dtype, &bytes);
+        let got = decode(dtype, bytes);
         let (mut max_error, mut at) = (0.0f32, 0.0f32);
         for (index, (&g, &w)) in got.iter().zip(&self.want).enumerate() {
             let tolerance = self.tolerance(w);
@@ -251,30 +282,23 @@ impl Reference {
             }
             let error = (g - w).abs();
             if error.is_nan() || error > tolerance {
-                return Err(self.error(
-                    schedule,
-                    target,
-                    Failure::Mismatch {
-                        index,
-                        got: g,
-                        want: w,
-                        tolerance,
-                    },
-                ));
+                return Err(Failure::Mismatch {
+                    index,
+                    got: g,
+                    want: w,
+                    tolerance,
+                });
             }
             if error > max_error {
                 (max_error, at) = (error, tolerance);
             }
         }
-        Ok(Verified {
-            max_error,
-            tolerance: at,
-            stats,
-            elements: got.len(),
-        })
+        Ok((max_error, at))
     }
 
-    fn error(&self, schedule: &Schedule, target: SmVersion, kind: Failure) -> VerifyError {
+    /// Names `kind` as a failure of `schedule` on `target` for this
+    /// reference's kernel and shape.
+    pub fn error(&self, schedule: &Schedule, target: SmVersion, kind: Failure) -> VerifyError {
         VerifyError {
             kernel: self.kernel.name.clone(),
             shape: self.kernel.shape().collect(),

@@ -95,7 +95,7 @@ fn test(root: &Path) -> Result<()> {
             "-p",
             "ktune-vgpu",
             "--test",
-            "verification",
+            "suite",
             "--",
             "--nocapture",
         ],
@@ -128,10 +128,13 @@ fn run(root: &Path, program: &str, args: &[&str], ptxas: Option<&Path>) -> Resul
 /// The script `gpu-bundle/run.sh` runs on the GPU machine.
 const GPU_RUN_SCRIPT: &str = r#"#!/usr/bin/env bash
 # Runs ktune's GPU checks; built by `cargo xtask gpu-bundle`.
-#   PARTS="checks bench tune" (default: all; about 4, 7 and 5 minutes; a
-#   device call returns at most 8 files, so run "checks bench" and "tune"
-#   as two calls there, 7 files each):
-#   checks  the demo on the GPU and on the virtual GPU, the runtime's GPU tests
+#   PARTS="checks bench tune" (default: all; about 4, 5 and 3 minutes at
+#   most; a device call returns at most 8 files, so run "checks bench" and
+#   "tune" as two calls there, 8 and 7 files). Time budgets in seconds:
+#   AGREE_SECONDS (150), BENCH_SECONDS (150), TORCH_SECONDS (80),
+#   TUNE_SECONDS (150), each part killed a minute or so past its budget.
+#   checks  the demo on the GPU and on the virtual GPU, the runtime's GPU
+#           tests, the verification suite on both devices (agree.json)
 #   bench   ktune-bench against cuBLAS, then torch where present
 #   tune    `cargo ktune tune` of the demo's kernels on the GPU (TUNE_TRIALS,
 #           TUNE_SECONDS; TUNE_DEVICE=vgpu tries the part without one), its
@@ -154,10 +157,16 @@ if has_part checks; then
     for test in "$here"/tests/*; do
         "$test" --include-ignored 2>&1 | tee -a "$out/tests.txt" || status=1
     done
+    # Every run of the virtual GPU's verification suite on this GPU too:
+    # both against the CPU reference, and the two devices against each
+    # other (bit for bit where the PTX is exact).
+    agree_s=${AGREE_SECONDS:-150}
+    timeout $(( agree_s + 60 )) "$here/ktune-bench" --agree --budget-s "$agree_s" --out "$out/agree.json" \
+        2>&1 | tee -a "$out/tests.txt" || status=1
 fi
 if has_part bench; then
-    # The benchmark (bench/gpu/README.md): at most 270 s, then torch at most
-    # 140 s. cudarc loads cuBLAS as libcublas.so: link it from the Python
+    # The benchmark (bench/gpu/README.md), then torch, each killed a minute
+    # (half a minute) past its budget. cudarc loads cuBLAS as libcublas.so: link it from the Python
     # environment's nvidia-* wheels, whose folders also go on LD_LIBRARY_PATH.
     libs=$(mktemp -d)
     for site in $(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null); do
@@ -167,10 +176,14 @@ if has_part bench; then
         done
     done
     export LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-    timeout 270 "$here/ktune-bench" --budget-s 200 --out "$out/bench.json" 2>&1 | tee "$out/bench.txt" || status=1
+    bench_s=${BENCH_SECONDS:-150}
+    torch_s=${TORCH_SECONDS:-80}
+    timeout $(( bench_s + 60 )) "$here/ktune-bench" --budget-s "$bench_s" --out "$out/bench.json" 2>&1 \
+        | tee "$out/bench.txt" || status=1
     "$here/ktune-bench" --list > "$libs/cases.json"
-    timeout 140 python3 "$here/torch_baseline.py" --cases-json "$libs/cases.json" --bench "$out/bench.json" \
-        --budget-s 100 --out "$out/torch.json" 2>&1 | tee -a "$out/bench.txt" || status=1
+    timeout $(( torch_s + 30 )) python3 "$here/torch_baseline.py" --cases-json "$libs/cases.json" \
+        --bench "$out/bench.json" --budget-s "$torch_s" --out "$out/torch.json" 2>&1 \
+        | tee -a "$out/bench.txt" || status=1
 fi
 if has_part tune; then
     # The demo's four kernels tuned on the GPU under one budget (the
@@ -184,9 +197,9 @@ if has_part tune; then
         echo "cargo-ktune does not start here (libstdc++ and libgomp are needed):" | tee -a "$out/tune.txt"
         status=1
     else
-        timeout $(( ${TUNE_SECONDS:-240} + 60 )) "${ktune[@]}" tune --sources "$here/demo-src" \
+        timeout $(( ${TUNE_SECONDS:-150} + 60 )) "${ktune[@]}" tune --sources "$here/demo-src" \
             --work-dir "$work" --database "$out/tune-ktune.json" --device "${TUNE_DEVICE:-gpu}" \
-            --trials "${TUNE_TRIALS:-256}" --seconds "${TUNE_SECONDS:-240}" 2>&1 | tee -a "$out/tune.txt" || status=1
+            --trials "${TUNE_TRIALS:-256}" --seconds "${TUNE_SECONDS:-150}" 2>&1 | tee -a "$out/tune.txt" || status=1
         rm -f "$out/tune-ktune.json.lock"
         cp "$work/tune-history.json" "$out/" || status=1
         bench_json=()

@@ -5,6 +5,7 @@
 //! loading and timing kernels, cuBLAS and the copy baseline. See the
 //! crate's README.md.
 
+pub mod agreement;
 pub mod cases;
 pub mod check;
 pub mod plan;

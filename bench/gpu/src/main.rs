@@ -5,6 +5,7 @@
 //! error (or the dry run found a schedule that does not lower or
 //! assemble), 2 for a bad command line, 3 when there is no GPU.
 
+mod agree;
 mod blas;
 mod gpu;
 mod run;
@@ -63,6 +64,13 @@ struct Cli {
     /// Print the selected cases as JSON (for torch_baseline.py) and exit.
     #[arg(long)]
     list: bool,
+    /// Instead of benchmarking: run the virtual GPU's verification suite on
+    /// this GPU too, check both devices against the CPU reference and
+    /// compare them point by point, within `--budget-s`; writes the results
+    /// to `--out` [default: $OUT/agree.json when OUT is set, else
+    /// agree.json].
+    #[arg(long, conflicts_with_all = ["cases", "dry_run", "list", "quick"])]
+    agree: bool,
 }
 
 fn main() -> ExitCode {
@@ -123,10 +131,46 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
         Err(OpenError::Failed(e)) => return Err(e.context("opening the GPU")),
     };
-    let out = cli
-        .out
-        .or_else(|| std::env::var_os("OUT").map(|dir| PathBuf::from(dir).join("bench.json")))
-        .unwrap_or_else(|| PathBuf::from("bench.json"));
+    let out_file = |name: &str| {
+        cli.out
+            .clone()
+            .or_else(|| std::env::var_os("OUT").map(|dir| PathBuf::from(dir).join(name)))
+            .unwrap_or_else(|| PathBuf::from(name))
+    };
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    if cli.agree {
+        let out = out_file("agree.json");
+        let started = Instant::now();
+        eprintln!(
+            "ktune-bench: the verification suite on {} and on the virtual GPU",
+            gpu.info.name
+        );
+        let deadline = started + Duration::from_secs_f64(cli.budget_s.max(0.0));
+        let results = agree::agree(&gpu, deadline).results(&gpu, iso_date(now));
+        for failure in &results.failures {
+            println!("{failure}");
+        }
+        println!(
+            "{} of {} runs exactly specified, {} identical on both devices, {} skipped (targets newer than the GPU), {} not run (time budget spent), in {:.1} s",
+            results.exact_points,
+            results.points,
+            results.identical_points,
+            results.skipped_points,
+            results.out_of_time_points,
+            started.elapsed().as_secs_f64()
+        );
+        println!("{}", results.summary);
+        write(&out, &results)?;
+        eprintln!("ktune-bench: results in {}", out.display());
+        return Ok(if results.failures.is_empty() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        });
+    }
+    let out = out_file("bench.json");
     let blas = match Blas::open(&gpu) {
         Ok((blas, version)) => {
             gpu.info.cublas_version = Some(version);
@@ -138,9 +182,6 @@ fn run(cli: Cli) -> Result<ExitCode> {
         }
     };
     let policy = Policy::new(cli.quick);
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
     let mut results = Results {
         tool: "ktune-bench",
         ktune_version: env!("CARGO_PKG_VERSION"),
@@ -200,7 +241,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
 
 /// Writes the results so far (after every case, so that a run cut short
 /// still leaves its measurements).
-fn write(path: &Path, results: &Results) -> Result<()> {
+fn write(path: &Path, results: &impl serde::Serialize) -> Result<()> {
     if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }

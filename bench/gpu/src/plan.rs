@@ -8,7 +8,7 @@ use std::path::Path;
 
 use ktune_build::ptxas;
 use ktune_core::ir::Kernel;
-use ktune_core::lower::{self, Launch, LowerError};
+use ktune_core::lower::{self, Launch, LowerError, Lowered};
 use ktune_core::schedule::Schedule;
 use ktune_core::{SmVersion, ptx, space};
 use rand::SeedableRng;
@@ -34,12 +34,17 @@ impl Variant {
         target: SmVersion,
     ) -> Result<Self, LowerError> {
         let lowered = lower::lower(kernel, schedule, target)?;
-        Ok(Variant {
+        Ok(Variant::of(schedule, &lowered, target))
+    }
+
+    /// An already lowered kernel's variant.
+    pub fn of(schedule: &Schedule, lowered: &Lowered, target: SmVersion) -> Self {
+        Variant {
             schedule: schedule.clone(),
             ptx: ptx::print(&lowered.ptx, target),
             entry: lowered.ptx.entry.clone(),
             launch: lowered.launch,
-        })
+        }
     }
 }
 

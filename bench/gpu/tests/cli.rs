@@ -23,6 +23,26 @@ fn without_a_gpu_it_says_so_and_exits_with_3() {
 }
 
 #[test]
+fn the_agreement_check_needs_a_gpu_too_and_takes_no_cases() {
+    let output = bench()
+        .env("CUDA_VISIBLE_DEVICES", "")
+        .args(["--agree", "--budget-s", "10"])
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("no GPU"), "{stderr}");
+
+    let output = bench()
+        .args(["--agree", "--cases", "decode_m1"])
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("--cases"), "{stderr}");
+}
+
+#[test]
 fn dry_run_lists_the_default_and_the_sample() {
     let output = bench()
         .args([

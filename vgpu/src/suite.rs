@@ -1,42 +1,41 @@
 //! The verification suite: a catalogue of kernels covering every op class
 //! and dtype, each at shapes chosen to hit edges (1, primes, one less and
 //! one more than tile multiples, non-square, tall-skinny), each shape run
-//! on the virtual GPU under every point of its schedule space when the
-//! space has at most [`EVERY_POINT`] points and a seeded sample of
-//! [`SAMPLE`] points otherwise (the tensor-core family of a 16-bit
-//! contraction sampled on its own, [`SAMPLE_MMA`] points; a contraction's
-//! grouped walks, `group_m` above 1, on their own too: every one up to
-//! [`SAMPLE_GROUPED`], a sample beyond; its SIMT points pipelined by
-//! `cp.async`, `stages` above 1, up to [`SAMPLE_STAGED`]; likewise the rows
-//! points that keep the row in registers, that combine warps with a
-//! shared-memory tree, and that do both, [`SAMPLE_ROWS_KNOB`] points each),
-//! plus the heuristic's choice on every target and a generic point, against
-//! the CPU evaluation of the IR ([`ktune_vgpu::verify`]).
+//! under every point of its schedule space when the space has at most
+//! [`EVERY_POINT`] points and a seeded sample of [`SAMPLE`] points otherwise
+//! (the tensor-core family of a 16-bit contraction sampled on its own,
+//! [`SAMPLE_MMA`] points; a contraction's grouped walks, `group_m` above 1,
+//! on their own too: every one up to [`SAMPLE_GROUPED`], a sample beyond;
+//! its SIMT points pipelined by `cp.async`, `stages` above 1, up to
+//! [`SAMPLE_STAGED`]; likewise the rows points that keep the row in
+//! registers, that combine warps with a shared-memory tree, and that do
+//! both, [`SAMPLE_ROWS_KNOB`] points each), plus the heuristic's choice on
+//! every target and a generic point.
 //!
-//! It prints how many runs were on tensor cores, walked the grid in
-//! groups, were SIMT runs pipelined by `cp.async`, went over the row in one
-//! pass and used a shared-memory tree, and ends with one line,
-//! `verified <K> kernels, <P> schedule points, <S> shapes: <M> mismatches`,
-//! where K counts the catalogue's kernels (a kernel in another dtype is
-//! another kernel), S the distinct (kernel, shape) pairs, P every run: one
-//! (kernel, shape, schedule, target) combination each, and M the runs that
-//! faulted, left an element unwritten or computed a wrong one (each printed
-//! in full before the summary).
+//! [`run`] hands every run (one kernel, shape, schedule and target) to a
+//! check, in parallel: the test `vgpu/tests/suite.rs` checks each on the
+//! virtual GPU against the CPU evaluation of the IR ([`crate::verify`]);
+//! `ktune-bench agree` runs each on a real GPU as well and compares the two
+//! devices. The [`Report`] counts the runs of each family and prints the
+//! summary line `verified <K> kernels, <P> schedule points, <S> shapes: <M>
+//! mismatches`, where K counts the catalogue's kernels (a kernel in another
+//! dtype is another kernel), S the distinct (kernel, shape) pairs, P every
+//! run, and M the runs the check failed.
 
+use std::fmt;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Instant;
 
 use ktune_core::ir::Kernel;
-use ktune_core::lower::Constraint;
 use ktune_core::lower::heuristic;
 use ktune_core::schedule::{Class, Schedule};
-use ktune_core::space::{Rejection, Space, candidates, sample};
+use ktune_core::space::{candidates, sample};
 use ktune_core::syntax::parse_kernel;
 use ktune_core::target::SmVersion;
-use ktune_vgpu::verify::{Reference, with_shape};
 use proc_macro2::TokenStream;
 use quote::{format_ident, quote};
+
+use crate::verify::{Reference, with_shape};
 
 /// Spaces up to this size run every point.
 const EVERY_POINT: usize = 24;
@@ -59,14 +58,16 @@ const SAMPLE_ROWS_KNOB: usize = 6;
 
 const DTYPES: [&str; 3] = ["f32", "f16", "bf16"];
 
-struct Entry {
-    kernel: Kernel,
-    shapes: Vec<Vec<(&'static str, u32)>>,
+/// A kernel of the catalogue and the shapes it runs at.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    pub kernel: Kernel,
+    pub shapes: Vec<Vec<(&'static str, u32)>>,
 }
 
 fn parse(shape: TokenStream, item: TokenStream) -> Kernel {
     parse_kernel(shape, item.clone())
-        .unwrap_or_else(|e| panic!("test kernel rejected: {e}\n{item}"))
+        .unwrap_or_else(|e| panic!("the suite's kernel is rejected: {e}\n{item}"))
 }
 
 fn shapes2(
@@ -563,7 +564,7 @@ fn grouped(schedule: &Schedule) -> bool {
 }
 
 /// Whether a SIMT contraction point copies its tiles by `cp.async`.
-fn staged(schedule: &Schedule) -> bool {
+pub fn staged(schedule: &Schedule) -> bool {
     matches!(*schedule, Schedule::Matmul { stages, .. } if stages > 1)
 }
 
@@ -571,7 +572,7 @@ fn staged(schedule: &Schedule) -> bool {
 /// the tensor-core family, each family's grouped walks and the SIMT
 /// family's pipelined points sampled on their own), the heuristic's choice
 /// on every target, and a generic point, each once.
-fn points(kernel: &Kernel, seed: u64) -> Vec<(Schedule, SmVersion)> {
+pub fn points(kernel: &Kernel, seed: u64) -> Vec<(Schedule, SmVersion)> {
     let target = SmVersion::BASELINE;
     let (walks, others): (Vec<Schedule>, Vec<Schedule>) =
         candidates(kernel, target).into_iter().partition(grouped);
@@ -627,64 +628,99 @@ fn points(kernel: &Kernel, seed: u64) -> Vec<(Schedule, SmVersion)> {
     out
 }
 
-#[test]
-fn every_kernel_class_and_dtype_over_many_points_and_shapes() {
-    let started = Instant::now();
-    let catalogue: Vec<Entry> = [elementwise(), rows(), matmul(), tensor_cores(), generic()]
+/// Every kernel of the suite.
+///
+/// # Panics
+///
+/// If one of the suite's own kernels no longer parses: a bug in the suite.
+pub fn catalogue() -> Vec<Entry> {
+    [elementwise(), rows(), matmul(), tensor_cores(), generic()]
         .into_iter()
         .flatten()
-        .collect();
-    let jobs: Vec<(usize, Kernel)> = catalogue
-        .iter()
-        .enumerate()
-        .flat_map(|(i, e)| {
-            e.shapes.iter().map(move |shape| {
-                let k = with_shape(&e.kernel, shape).unwrap_or_else(|err| panic!("{err}"));
-                (i, k)
-            })
-        })
-        .collect();
+        .collect()
+}
 
+/// The catalogue's kernels at each of their shapes.
+///
+/// # Panics
+///
+/// If an entry names a dimension its kernel does not have: a bug in the
+/// suite.
+pub fn shaped(catalogue: &[Entry]) -> Vec<Kernel> {
+    catalogue
+        .iter()
+        .flat_map(|e| {
+            e.shapes
+                .iter()
+                .map(|shape| with_shape(&e.kernel, shape).unwrap_or_else(|err| panic!("{err}")))
+        })
+        .collect()
+}
+
+/// One run of the suite: a kernel at one shape, its reference (inputs drawn
+/// with a seed of its own), and one schedule point on one target.
+#[derive(Debug, Clone, Copy)]
+pub struct Run<'a> {
+    pub reference: &'a Reference,
+    pub schedule: &'a Schedule,
+    pub target: SmVersion,
+}
+
+/// How many runs of each family the suite made, and the failures.
+#[derive(Debug)]
+pub struct Report<E> {
+    /// Kernels in the catalogue.
+    pub kernels: usize,
+    /// (kernel, shape) pairs.
+    pub shapes: usize,
+    /// Runs: (kernel, shape, schedule, target) combinations.
+    pub points: usize,
+    /// Runs on tensor cores.
+    pub tensor: usize,
+    /// Runs walking the grid in groups of block rows: SIMT, tensor cores.
+    pub grouped: [usize; 2],
+    /// SIMT runs pipelined by `cp.async`.
+    pub staged: usize,
+    /// Rows runs that keep the row in registers.
+    pub one_pass: usize,
+    /// Rows runs that combine a row's warps with a shared-memory tree.
+    pub shared_tree: usize,
+    /// What the check returned for the runs that failed.
+    pub failures: Vec<E>,
+}
+
+/// Runs `check` on every run of the suite over `catalogue`, on `workers`
+/// threads (kernels and shapes taken in turn; the points of one shape share
+/// its reference, drawn with the seed of the shape's position).
+pub fn run<E: Send>(
+    catalogue: &[Entry],
+    workers: usize,
+    check: impl Fn(&Run<'_>) -> Result<(), E> + Sync,
+) -> Report<E> {
+    let jobs = shaped(catalogue);
     let next = AtomicUsize::new(0);
-    let runs = AtomicUsize::new(0);
-    let tensor_runs = AtomicUsize::new(0);
-    let grouped_runs = [AtomicUsize::new(0), AtomicUsize::new(0)];
-    let one_pass_runs = AtomicUsize::new(0);
-    let shared_tree_runs = AtomicUsize::new(0);
-    let staged_runs = AtomicUsize::new(0);
+    let counts: [AtomicUsize; 7] = Default::default();
     let failures = Mutex::new(Vec::new());
-    let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
     std::thread::scope(|scope| {
-        for _ in 0..workers {
+        for _ in 0..workers.max(1) {
             scope.spawn(|| {
                 loop {
                     let j = next.fetch_add(1, Ordering::Relaxed);
-                    let Some((_, kernel)) = jobs.get(j) else {
+                    let Some(kernel) = jobs.get(j) else {
                         break;
                     };
                     let seed = j as u64 + 1;
                     let reference = Reference::new(kernel, seed);
                     for (schedule, target) in points(kernel, seed) {
-                        runs.fetch_add(1, Ordering::Relaxed);
-                        let tensor = schedule.kind() == Class::Mma;
-                        if tensor {
-                            tensor_runs.fetch_add(1, Ordering::Relaxed);
+                        for (count, family) in counts.iter().zip(families(&schedule)) {
+                            count.fetch_add(usize::from(family), Ordering::Relaxed);
                         }
-                        if grouped(&schedule) {
-                            grouped_runs[usize::from(tensor)].fetch_add(1, Ordering::Relaxed);
-                        }
-                        if staged(&schedule) {
-                            staged_runs.fetch_add(1, Ordering::Relaxed);
-                        }
-                        if let Schedule::Rows { cache, tree, .. } = schedule {
-                            if cache == 1 {
-                                one_pass_runs.fetch_add(1, Ordering::Relaxed);
-                            }
-                            if tree == 1 {
-                                shared_tree_runs.fetch_add(1, Ordering::Relaxed);
-                            }
-                        }
-                        if let Err(e) = reference.check(&schedule, target) {
+                        let run = Run {
+                            reference: &reference,
+                            schedule: &schedule,
+                            target,
+                        };
+                        if let Err(e) = check(&run) {
                             failures.lock().unwrap_or_else(|e| e.into_inner()).push(e);
                         }
                     }
@@ -692,122 +728,85 @@ fn every_kernel_class_and_dtype_over_many_points_and_shapes() {
             });
         }
     });
-
-    let failures = failures.into_inner().unwrap_or_else(|e| e.into_inner());
-    for f in &failures {
-        println!("{f}");
-    }
-    let points = runs.into_inner();
-    let tensor_runs = tensor_runs.into_inner();
-    let one_pass_runs = one_pass_runs.into_inner();
-    let shared_tree_runs = shared_tree_runs.into_inner();
-    println!("verification suite ran in {:.1?}", started.elapsed());
-    println!("of which on tensor cores: {tensor_runs} schedule points");
-    let [simt_grouped, tensor_grouped] = grouped_runs.map(AtomicUsize::into_inner);
-    println!(
-        "of which walking the grid in groups of block rows: {simt_grouped} SIMT, {tensor_grouped} tensor-core schedule points"
-    );
-    let staged_runs = staged_runs.into_inner();
-    println!("of which SIMT pipelined by cp.async (stages > 1): {staged_runs} schedule points");
-    println!("of which rows in one pass: {one_pass_runs} schedule points");
-    println!("of which rows with a shared-memory tree: {shared_tree_runs} schedule points");
-    println!(
-        "verified {} kernels, {} schedule points, {} shapes: {} mismatches",
-        catalogue.len(),
+    let [
         points,
-        jobs.len(),
-        failures.len()
-    );
-    assert_eq!(failures.len(), 0, "{}", failures[0]);
-    assert!(points >= 500, "only {points} schedule points ran");
-    assert!(
-        tensor_runs >= 200,
-        "only {tensor_runs} tensor-core points ran"
-    );
-    assert!(
-        simt_grouped >= 50 && tensor_grouped >= 20,
-        "only {simt_grouped} SIMT and {tensor_grouped} tensor-core grouped points ran"
-    );
-    assert!(
-        one_pass_runs >= 300,
-        "only {one_pass_runs} one-pass rows points ran"
-    );
-    assert!(
-        shared_tree_runs >= 300,
-        "only {shared_tree_runs} shared-tree rows points ran"
-    );
-    assert!(
-        staged_runs >= 200,
-        "only {staged_runs} pipelined SIMT points ran"
-    );
-}
-
-/// SIMT points above one stage copy tiles unchanged with `cp.async`: where
-/// staging widens a 16-bit operand they stay in the space, every one
-/// rejected by the operands constraint, and the default keeps one stage.
-#[test]
-fn pipelined_simt_points_of_16_bit_operands_are_rejected_by_name() {
-    let catalogue = matmul();
-    for name in ["mm_bf16_bf16", "mm_bt_f16_f32", "bmm_bf16"] {
-        let entry = catalogue
-            .iter()
-            .find(|e| e.kernel.name == name)
-            .unwrap_or_else(|| panic!("{name} is in the catalogue"));
-        let kernel = &entry.kernel;
-        let target = SmVersion::BASELINE;
-        let space = Space::of(kernel, target);
-        let family = space.family(Class::Matmul).expect("a SIMT family");
-        let mut rejected = 0;
-        for i in 0..family.size() {
-            let point = family.point(i);
-            if !staged(&point) {
-                continue;
-            }
-            let (why, reason) = space
-                .reject(kernel, &point, target)
-                .unwrap_or_else(|| panic!("{name}: {point:?} is valid"));
-            if why == Rejection::Constraint(Constraint::Operands) {
-                rejected += 1;
-                assert!(reason.contains("cp.async"), "{reason}");
-            }
-        }
-        assert!(rejected > 0, "{name}: no operands rejection");
-        assert!(!staged(&heuristic(kernel, target)));
+        tensor,
+        simt_grouped,
+        tensor_grouped,
+        staged,
+        one_pass,
+        shared_tree,
+    ] = counts.map(AtomicUsize::into_inner);
+    Report {
+        kernels: catalogue.len(),
+        shapes: jobs.len(),
+        points,
+        tensor,
+        grouped: [simt_grouped, tensor_grouped],
+        staged,
+        one_pass,
+        shared_tree,
+        failures: failures.into_inner().unwrap_or_else(|e| e.into_inner()),
     }
 }
 
-/// Where 16-byte copies cannot reach the operands aligned, the tensor-core
-/// family stays in the space and every point of it is rejected, the
-/// in-range ones by the alignment constraint.
-#[test]
-fn tensor_core_points_of_unaligned_shapes_are_rejected_by_name() {
-    let unaligned = [
-        ("mma_bf16", vec![("M", 7), ("N", 8), ("K", 20)]),
-        ("mma_bt_f16", vec![("M", 7), ("N", 7), ("K", 20)]),
-        ("mma_f16", vec![("M", 33), ("N", 7), ("K", 16)]),
-    ];
-    let catalogue = tensor_cores();
-    for (name, shape) in unaligned {
-        let entry = catalogue
-            .iter()
-            .find(|e| e.kernel.name == name)
-            .unwrap_or_else(|| panic!("{name} is in the catalogue"));
-        let kernel = with_shape(&entry.kernel, &shape).unwrap_or_else(|err| panic!("{err}"));
-        let target = SmVersion::BASELINE;
-        let space = Space::of(&kernel, target);
-        let family = space.family(Class::Mma).expect("a tensor-core family");
-        let mut aligned = 0;
-        for i in 0..family.size() {
-            let point = family.point(i);
-            let (why, reason) = space
-                .reject(&kernel, &point, target)
-                .unwrap_or_else(|| panic!("{name} {shape:?}: {point:?} is valid"));
-            if why == Rejection::Constraint(Constraint::Alignment) {
-                aligned += 1;
-                assert!(reason.contains("16-byte"), "{reason}");
-            }
-        }
-        assert!(aligned > 0, "{name} {shape:?}: no alignment rejection");
-        assert_ne!(heuristic(&kernel, target).kind(), Class::Mma);
+/// Which of [`Report`]'s counts a run of `schedule` adds to, in the order
+/// `run` keeps them: every run, tensor cores, SIMT grouped, tensor-core
+/// grouped, pipelined SIMT, one pass, shared-memory tree.
+fn families(schedule: &Schedule) -> [bool; 7] {
+    let tensor = schedule.kind() == Class::Mma;
+    let grouped = grouped(schedule);
+    let (cache, tree) = match *schedule {
+        Schedule::Rows { cache, tree, .. } => (cache == 1, tree == 1),
+        _ => (false, false),
+    };
+    [
+        true,
+        tensor,
+        grouped && !tensor,
+        grouped && tensor,
+        staged(schedule),
+        cache,
+        tree,
+    ]
+}
+
+impl<E> fmt::Display for Report<E> {
+    /// The families' counts, then the summary line.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let [simt_grouped, tensor_grouped] = self.grouped;
+        writeln!(
+            f,
+            "of which on tensor cores: {} schedule points",
+            self.tensor
+        )?;
+        writeln!(
+            f,
+            "of which walking the grid in groups of block rows: {simt_grouped} SIMT, \
+             {tensor_grouped} tensor-core schedule points"
+        )?;
+        writeln!(
+            f,
+            "of which SIMT pipelined by cp.async (stages > 1): {} schedule points",
+            self.staged
+        )?;
+        writeln!(
+            f,
+            "of which rows in one pass: {} schedule points",
+            self.one_pass
+        )?;
+        writeln!(
+            f,
+            "of which rows with a shared-memory tree: {} schedule points",
+            self.shared_tree
+        )?;
+        write!(
+            f,
+            "verified {} kernels, {} schedule points, {} shapes: {} mismatches",
+            self.kernels,
+            self.points,
+            self.shapes,
+            self.failures.len()
+        )
     }
 }
