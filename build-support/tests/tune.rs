@@ -96,6 +96,7 @@ impl Bench for Fake {
             low_us: t * 0.99,
             high_us: t * 1.01,
             samples: 20,
+            throttled: false,
         })
     }
 }

@@ -132,9 +132,8 @@ pub struct DeviceInfo {
     /// `major.minor`.
     pub cuda_version: Option<String>,
     /// The maximum SM clock in MHz (a device attribute). The current
-    /// clocks and the temperature need NVML, which ktune does not use: they
-    /// are unknown, and throttling is inferred from the times themselves
-    /// ([`crate::Measured::throttled`]).
+    /// clock and the temperature, read after each measurement where the
+    /// driver allows, are in [`crate::Measured::sensors`].
     pub max_sm_clock_mhz: Option<u32>,
     /// The memory clock in MHz (a device attribute).
     pub memory_clock_mhz: Option<u32>,

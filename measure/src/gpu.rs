@@ -18,6 +18,7 @@ use ktune_vgpu::verify::{Reference, decode, encode, random_inputs};
 use ktune_vgpu::{first_poisoned, poisoned};
 
 use crate::lock::{GpuLock, lock_path};
+use crate::sensors::{Reading, Sensors};
 use crate::stats::{converged, quantile, slowed_down};
 use crate::{DeviceInfo, Measured, Rejected, Settings, device};
 
@@ -77,6 +78,8 @@ pub(crate) struct Gpu {
     stream: Arc<CudaStream>,
     info: DeviceInfo,
     lock: PathBuf,
+    /// NVML for this GPU, where the driver has it.
+    sensors: Option<Sensors>,
 }
 
 /// A candidate's module, loaded.
@@ -169,11 +172,22 @@ impl Gpu {
             uuid: uuid.clone(),
             virtual_gpu: false,
         };
+        let pci = [
+            CUdevice_attribute::CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID,
+            CUdevice_attribute::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID,
+            CUdevice_attribute::CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID,
+        ]
+        .map(|a| attribute(a).and_then(|v| u32::try_from(v).ok()));
+        let sensors = match pci {
+            [Some(domain), Some(bus), Some(device)] => Sensors::open(domain, bus, device),
+            _ => None,
+        };
         Ok(Gpu {
             lock: lock_path(uuid.as_deref(), ordinal),
             context,
             stream,
             info,
+            sensors,
         })
     }
 
@@ -266,6 +280,7 @@ impl Gpu {
         let _lock =
             GpuLock::acquire(&self.lock).map_err(|e| (Rejected::WorkerCrashed(e), false))?;
         let times = self.time(&program, &mut rotation.sets, settings)?;
+        let sensors = self.sensors.as_ref().and_then(Sensors::read);
         let mut sorted = times.clone();
         sorted.sort_by(f64::total_cmp);
         Ok(Measured {
@@ -274,7 +289,8 @@ impl Gpu {
             p90_us: quantile(&sorted, 0.9),
             samples: u32::try_from(times.len()).unwrap_or(u32::MAX),
             device: self.info.clone(),
-            throttled: slowed_down(&times),
+            throttled: slowed_down(&times) || sensors.as_ref().is_some_and(Reading::throttled),
+            sensors,
         })
     }
 

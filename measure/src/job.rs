@@ -8,6 +8,7 @@ use ktune_core::syntax;
 use serde::{Deserialize, Serialize};
 
 use crate::DeviceInfo;
+use crate::sensors::Reading;
 
 /// A kernel to measure points of, for one target.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -111,10 +112,17 @@ pub struct Measured {
     pub samples: u32,
     /// Where it was measured.
     pub device: DeviceInfo,
-    /// The runs slowed down while they were timed (the median of the last
-    /// quarter of the runs over that of the first quarter by more than
-    /// 5%), as thermal or power throttling shows; the time is suspect.
+    /// The GPU was throttling while the runs were timed: the driver
+    /// reported a power or thermal slowdown right after them (see
+    /// `sensors`), or the runs themselves slowed down (the median of the
+    /// last quarter over that of the first quarter by more than 5%). The
+    /// time is suspect.
     pub throttled: bool,
+    /// The SM clock, temperature and active slowdowns the driver reported
+    /// right after the timed runs (through NVML); `None` on the virtual
+    /// GPU and where the driver has no NVML.
+    #[serde(default)]
+    pub sensors: Option<Reading>,
 }
 
 /// Why a point has no time.

@@ -70,8 +70,11 @@
 //!   events: a warm-up, input sets rotated so that together they exceed
 //!   twice the L2 cache, and repeats until the 95% confidence interval of
 //!   the median lies within [`Settings::confidence`] of it or
-//!   [`Settings::time_cap_s`] has passed. See [`Measured`] for what is
-//!   recorded.
+//!   [`Settings::time_cap_s`] has passed. Right after, it reads the SM
+//!   clock, the temperature and the active slowdown reasons through the
+//!   driver's NVML where it has one ([`Reading`]); a power or thermal
+//!   slowdown, or runs that slowed down as they went, flag the time as
+//!   [`Measured::throttled`]. See [`Measured`] for what is recorded.
 //!
 //! A fault on a GPU leaves its context unusable, so the worker answers and
 //! then exits; the [`Worker`] starts a new one for the next request.
@@ -97,6 +100,7 @@ mod job;
 mod lock;
 mod protocol;
 pub mod search;
+mod sensors;
 mod serve;
 mod stats;
 mod vgpu;
@@ -109,5 +113,6 @@ pub use info::device_info;
 pub use inject::Injection;
 pub use job::{Job, Measured, Rejected, Settings};
 pub use protocol::PROTOCOL_VERSION;
+pub use sensors::Reading;
 pub use serve::{WORKER_ENV, worker_main_if_requested};
 pub use worker::{Worker, WorkerConfig, WorkerError};

@@ -37,7 +37,7 @@ pub(crate) enum Response {
     /// writing it (its GPU context is unusable after a fault).
     Done {
         id: u64,
-        result: Result<Measured, Rejected>,
+        result: Result<Box<Measured>, Rejected>,
         retire: bool,
     },
     /// A line the worker could not read as a request.

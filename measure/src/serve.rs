@@ -53,7 +53,7 @@ fn serve(input: impl BufRead, mut output: impl Write) -> i32 {
                 let (result, retire) = state.handle(&request);
                 Response::Done {
                     id: request.id,
-                    result,
+                    result: result.map(Box::new),
                     retire,
                 }
             }

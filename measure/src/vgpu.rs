@@ -42,5 +42,6 @@ pub(crate) fn measure(
         samples: 1,
         device: DeviceInfo::vgpu(target),
         throttled: false,
+        sensors: None,
     })
 }

@@ -209,7 +209,7 @@ impl Worker {
                     if retire {
                         self.stop();
                     }
-                    result
+                    result.map(|m| *m)
                 }
                 Ok(Response::Done { id: answered, .. }) => {
                     let why = format!("answered request {answered} to request {id}");

@@ -25,10 +25,15 @@ pub trait Observer {
     fn line(&mut self, text: &str);
 }
 
-/// A measurement as one line: the time and the schedule, or why it was
-/// rejected.
+/// A measurement as one line: the time and the schedule (marked when the
+/// GPU was throttling), or why it was rejected.
 pub fn measured_line(schedule: &Schedule, result: &Result<Timing, String>) -> String {
     match result {
+        Ok(t) if t.throttled => format!(
+            "  {:>10.2} µs  {}  (throttled: the time is suspect)",
+            t.median_us,
+            schedule.to_json()
+        ),
         Ok(t) => format!("  {:>10.2} µs  {}", t.median_us, schedule.to_json()),
         Err(why) => format!("  rejected       {}: {why}", schedule.to_json()),
     }
@@ -163,5 +168,38 @@ impl Observer for Progress {
         for sink in [&mut self.log, &mut self.tty].into_iter().flatten() {
             let _ = writeln!(sink, "ktune: {text}");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn throttled_times_are_marked_and_unthrottled_ones_keep_their_json() {
+        let schedule = Schedule::Generic { block: 128 };
+        let mut timing = Timing {
+            median_us: 12.5,
+            low_us: 12.0,
+            high_us: 13.0,
+            samples: 40,
+            throttled: false,
+        };
+        let json = serde_json::to_string(&timing).expect("serialises");
+        assert!(!json.contains("throttled"), "{json}");
+        assert_eq!(
+            serde_json::from_str::<Timing>(&json).expect("parses"),
+            timing
+        );
+        assert!(!measured_line(&schedule, &Ok(timing)).contains("throttled"));
+
+        timing.throttled = true;
+        let line = measured_line(&schedule, &Ok(timing));
+        assert!(
+            line.contains("12.50 µs") && line.contains("throttled"),
+            "{line}"
+        );
+        let json = serde_json::to_string(&timing).expect("serialises");
+        assert!(json.contains("\"throttled\":true"), "{json}");
     }
 }

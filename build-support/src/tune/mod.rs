@@ -181,6 +181,11 @@ pub struct Timing {
     pub low_us: f64,
     pub high_us: f64,
     pub samples: u32,
+    /// The GPU was throttling while the runs were timed (the driver
+    /// reported a power or thermal slowdown, or the runs slowed down): the
+    /// time is suspect. Left out of the JSON form when false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub throttled: bool,
 }
 
 /// Measures schedule points of kernels on one device.
@@ -354,6 +359,7 @@ impl Bench for WorkerBench {
             low_us: m.p10_us,
             high_us: m.p90_us,
             samples: m.samples,
+            throttled: m.throttled,
         })
     }
 }
