@@ -267,7 +267,7 @@ impl Reference {
         let want = self.want[index].abs();
         let base = |magnitude: f32| self.rel * magnitude + 0.1 * self.rel * self.scale;
         match self.tf32.get(index) {
-            // A NaN allowance (an epilogue of infinities) allows nothing.
+            // An infinite output has no finite allowance: nothing more.
             Some(&d) if d.is_finite() => base(want + d) + d,
             _ => base(want),
         }
@@ -428,10 +428,10 @@ fn contains_reduce(kernel: &Kernel, id: ktune_core::ir::ExprId) -> bool {
     }
 }
 
-/// The share of the output's largest magnitude that two runs of an
-/// `allow_tf32` contraction, one on tensor cores and one with exact
-/// products, may differ by relative to `rel` (`0.1 · rel · scale` is the
-/// absolute allowance): 2⁻⁷.
+/// What an `allow_tf32` contraction adds to the relative tolerance `rel`
+/// between two of its GPU runs, one possibly on tensor cores and the other
+/// with exact products: 2⁻⁷. Its absolute part, `0.1 · rel · scale`, is
+/// what matters, near zero.
 ///
 /// Unlike the bound in the [module docs](self), which needs `Σ|a·b|` per
 /// element, this is statistical. The factors' rounding errors are

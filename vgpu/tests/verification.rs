@@ -3,8 +3,8 @@
 //! one more than tile multiples, non-square, tall-skinny), each shape run
 //! on the virtual GPU under every point of its schedule space when the
 //! space has at most [`EVERY_POINT`] points and a seeded sample of
-//! [`SAMPLE`] points otherwise (the tensor-core family of a 16-bit
-//! contraction sampled on its own, [`SAMPLE_MMA`] points; a contraction's
+//! [`SAMPLE`] points otherwise (the tensor-core family of a 16-bit or
+//! `allow_tf32` contraction sampled on its own, [`SAMPLE_MMA`] points; a contraction's
 //! grouped walks, `group_m` above 1, on their own too: every one up to
 //! [`SAMPLE_GROUPED`], a sample beyond; its SIMT points pipelined by
 //! `cp.async`, `stages` above 1, up to [`SAMPLE_STAGED`]; likewise the rows
@@ -850,6 +850,8 @@ fn tensor_core_points_of_unaligned_shapes_are_rejected_by_name() {
         ("mma_bf16", vec![("M", 7), ("N", 8), ("K", 20)]),
         ("mma_bt_f16", vec![("M", 7), ("N", 7), ("K", 20)]),
         ("mma_f16", vec![("M", 33), ("N", 7), ("K", 16)]),
+        ("mma_tf32", vec![("M", 7), ("N", 7), ("K", 20)]),
+        ("mma_bt_tf32", vec![("M", 3), ("N", 5), ("K", 127)]),
     ];
     let catalogue = tensor_cores();
     for (name, shape) in unaligned {

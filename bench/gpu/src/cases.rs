@@ -425,4 +425,22 @@ mod tests {
             assert_eq!(case.dtype().ok(), Some(DType::F32), "{}", case.name);
         }
     }
+
+    #[test]
+    fn the_tf32_case_is_the_sgemm_with_allow_tf32_on_tensor_cores() {
+        let find = |name: &str| CASES.iter().find(|c| c.name == name).expect(name);
+        let (exact, tf32) = (find("sgemm_4096"), find("sgemm_tf32_4096"));
+        assert_eq!((exact.allow_tf32, tf32.allow_tf32), (false, true));
+        assert_eq!((exact.source, exact.shape), (tf32.source, tf32.shape));
+        for shape in [tf32.shape, tf32.tiny] {
+            let kernel = tf32.kernel_at(shape).expect("parses");
+            assert!(kernel.allow_tf32);
+            let schedule = ktune_core::lower::heuristic(&kernel, ktune_core::SmVersion::Sm80);
+            assert_eq!(
+                schedule.kind(),
+                ktune_core::schedule::Class::Mma,
+                "{shape:?}"
+            );
+        }
+    }
 }

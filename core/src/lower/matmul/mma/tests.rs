@@ -436,3 +436,37 @@ fn tf32_fragment_reads_are_free_of_bank_conflicts() {
         }
     }
 }
+
+#[test]
+fn the_default_takes_tf32_tensor_cores_where_the_model_says_they_are_faster() {
+    let big = tf32_gemm(4096, 4096, 4096, false);
+    for target in [SmVersion::Sm80, SmVersion::Sm86, SmVersion::Sm90] {
+        let chosen = crate::lower::heuristic(&big, target);
+        assert_eq!(chosen.kind(), Class::Mma, "{target}: {chosen:?}");
+        // The same tiles take about twice as long as on bf16 operands:
+        // half the tensor rate, twice the bytes.
+        let bf16 = gemm(4096, 4096, 4096, "bf16", false);
+        let seconds = |k: &Kernel| {
+            crate::model::estimate(k, &chosen, target)
+                .expect("valid")
+                .seconds
+        };
+        let ratio = seconds(&big) / seconds(&bf16);
+        assert!((1.3..=2.5).contains(&ratio), "{target}: {ratio}");
+        let exact = gemm(4096, 4096, 4096, "f32", false);
+        let simt = crate::lower::heuristic(&exact, target);
+        assert_eq!(simt.kind(), Class::Matmul);
+        assert!(
+            seconds(&big)
+                < crate::model::estimate(&exact, &simt, target)
+                    .expect("valid")
+                    .seconds
+        );
+    }
+    // Odd K and N leave tf32 the SIMT path's.
+    let odd = tf32_gemm(100, 99, 101, false);
+    assert_eq!(
+        crate::lower::heuristic(&odd, SmVersion::Sm80).kind(),
+        Class::Matmul
+    );
+}
