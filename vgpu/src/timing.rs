@@ -8,7 +8,8 @@
 //! The run's work is spread evenly over the SMs its blocks occupy. The time
 //! is the slowest of:
 //! - instruction issue: warp instructions over four schedulers per SM;
-//! - tensor cores: `mma` FLOPs over the SM's tensor rate;
+//! - tensor cores: `mma` FLOPs over the SM's tensor rate (tf32 FLOPs over
+//!   its tf32 rate, half the 16-bit one);
 //! - shared memory: bytes over 128 per clock per SM;
 //! - L2: global bytes (every load and store) over [`L2_OVER_DRAM`] times
 //!   the DRAM bandwidth, in proportion to the SMs in use;

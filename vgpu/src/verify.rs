@@ -210,6 +210,14 @@ impl Reference {
             }
         }
         let want = interp::evaluate(kernel, &inputs);
+        let buffers = kernel
+            .inputs
+            .iter()
+            .zip(&inputs)
+            .map(|(t, v)| encode(t.dtype, v))
+            .collect();
+        // The GPU gets the inputs as drawn; only the second reference sees
+        // them rounded.
         let tf32: Vec<f32> = match tf32_factors(kernel) {
             Some(tensors) => {
                 for t in tensors {
@@ -221,12 +229,6 @@ impl Reference {
             }
             None => Vec::new(),
         };
-        let buffers = kernel
-            .inputs
-            .iter()
-            .zip(&inputs)
-            .map(|(t, v)| encode(t.dtype, v))
-            .collect();
         let scale = want
             .iter()
             .chain(&tf32)
