@@ -205,6 +205,47 @@ fn suite() -> Vec<(Kernel, Vec<Schedule>)> {
             Schedule::Generic { block: 256 },
         ],
     ));
+    // tf32 tensor cores: the heuristic's point, and tiles from one warp of
+    // 16×16 to 128×128 blocks, both operand layouts.
+    let mma = |block: (u32, u32, u32), warp: (u32, u32), stages: u32| Schedule::Mma {
+        block_m: block.0,
+        block_n: block.1,
+        block_k: block.2,
+        warp_m: warp.0,
+        warp_n: warp.1,
+        stages,
+        group_m: 1,
+    };
+    let tf32_points = vec![
+        mma((16, 16, 16), (16, 16), 1),
+        mma((64, 64, 32), (32, 32), 3),
+        mma((128, 128, 32), (64, 64), 3),
+        mma((64, 128, 64), (64, 32), 2),
+    ];
+    out.push((
+        kernel(
+            quote!(shape(M = 65, N = 36, K = 68), allow_tf32),
+            quote! {
+                fn mm_tf32(a: Tensor<f32, (M, K)>, b: Tensor<f32, (K, N)>) -> Tensor<f32, (M, N)> {
+                    compute(|m, n| sum(K, |k| a[m][k] * b[k][n]))
+                }
+            },
+        ),
+        tf32_points.clone(),
+    ));
+    out.push((
+        kernel(
+            quote!(shape(M = 33, N = 7, K = 20), allow_tf32),
+            quote! {
+                fn mm_bt_bias_tf32(a: Tensor<f32, (M, K)>, b: Tensor<f32, (N, K)>, bias: Tensor<f32, (N,)>)
+                    -> Tensor<f32, (M, N)>
+                {
+                    compute(|m, n| sum(K, |k| a[m][k] * b[n][k]) + bias[n])
+                }
+            },
+        ),
+        tf32_points,
+    ));
     out.push((
         kernel(
             quote!(shape(M = 17, N = 9, K = 3)),

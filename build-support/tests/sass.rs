@@ -1,14 +1,16 @@
 //! Static quality of the machine code ptxas makes of ktune's default
 //! schedules, read from nvdisasm's listing (`ktune_build::sass`), for sm_80
-//! and sm_90: the demo's kernels and two benchmark-style contractions, an
-//! f32 SGEMM at 4096³ and a bf16 matmul + bias + gelu at 4096×11008×4096.
+//! and sm_90: the demo's kernels and three benchmark-style contractions, an
+//! f32 SGEMM at 4096³ (exact, and with `allow_tf32`) and a bf16 matmul +
+//! bias + gelu at 4096×11008×4096.
 //!
 //! Thresholds: no register spills; where a schedule moves 16 bytes per
 //! global access (vector width 4 for f32, 8 for 16-bit types), 128-bit
 //! global loads; where a contraction's thread tile reads four consecutive
 //! f32 values from shared memory, 128-bit shared loads; in the SGEMM's main
-//! loop, at least 70 % FFMA; the bf16 matmul's default runs on tensor
-//! cores, with every `mma.sync` of its main loop an HMMA there.
+//! loop, at least 70 % FFMA; the bf16 matmul's and the tf32 SGEMM's
+//! defaults run on tensor cores, with every `mma.sync` of their main loops
+//! an HMMA there.
 //!
 //! Needs ptxas and nvdisasm: `cargo xtask setup` installs both into the
 //! workspace's `.venv` (or set `KTUNE_PTXAS` and `KTUNE_NVDISASM`). Without
@@ -41,6 +43,27 @@ fn sgemm_4096() -> Kernel {
         },
     )
     .expect("the SGEMM parses")
+}
+
+fn tf32_sgemm_4096() -> Kernel {
+    let sgemm = sgemm_4096();
+    let tf32 = parse_kernel(
+        quote!(shape(M = 4096, N = 4096, K = 4096), allow_tf32),
+        quote! {
+            fn sgemm(a: Tensor<f32, (M, K)>, b: Tensor<f32, (K, N)>) -> Tensor<f32, (M, N)> {
+                compute(|m, n| sum(K, |k| a[m][k] * b[k][n]))
+            }
+        },
+    )
+    .expect("the tf32 SGEMM parses");
+    assert_eq!(
+        tf32,
+        Kernel {
+            allow_tf32: true,
+            ..sgemm
+        }
+    );
+    tf32
 }
 
 fn bf16_matmul_bias_gelu() -> Kernel {
@@ -268,6 +291,49 @@ fn bf16_matmul_bias_gelu_meets_the_static_thresholds() {
         if hmma < 64 {
             failures.push(format!(
                 "bf16 {target}: {hmma} HMMA in the main loop (want ≥ 64): {:?}",
+                i.main_loop
+            ));
+        }
+    }
+    eprintln!("{table}");
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn tf32_sgemm_default_runs_on_tensor_cores() {
+    let tools = tools();
+    let kernel = tf32_sgemm_4096();
+    let mut table = String::new();
+    let mut failures = Vec::new();
+    for target in TARGETS {
+        let (schedule, i) = inspect_default(&tools, &kernel, target);
+        row(&mut table, &kernel.name, &schedule, &i);
+        assert_eq!(
+            schedule.kind(),
+            Class::Mma,
+            "the default allow_tf32 SGEMM schedule is a tensor-core one: {}",
+            schedule.to_json()
+        );
+        failures.extend(check(&kernel, &schedule, &i));
+        let Schedule::Mma {
+            warp_m,
+            warp_n,
+            block_k,
+            ..
+        } = schedule
+        else {
+            unreachable!("checked above")
+        };
+        let hmma = i
+            .main_loop
+            .as_ref()
+            .map_or(0, |l| l.mix.get("HMMA").copied().unwrap_or(0));
+        let _ = writeln!(table, "  main loop HMMA {hmma}");
+        // One m16n8k8 per fragment of the warp's tile per k-step of 8.
+        let want = (warp_m / 16) * (warp_n / 8) * (block_k / 8);
+        if hmma < want {
+            failures.push(format!(
+                "tf32 {target}: {hmma} HMMA in the main loop (want ≥ {want}): {:?}",
                 i.main_loop
             ));
         }

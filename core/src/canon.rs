@@ -4,6 +4,11 @@
 //! when the computation changes and never with whitespace, comments or
 //! dimension sizes (those are part of the shape, keyed separately). The
 //! checksum keys tuning records to the computation they were measured for.
+//!
+//! `allow_tf32` changes the numerics a schedule may have, so it is part of
+//! the form (one line, only when set: kernels without it keep their
+//! checksums), and a record measured without it is stale for the kernel
+//! with it, and the other way round.
 
 use std::fmt::Write;
 
@@ -14,6 +19,9 @@ use crate::ir::{BinaryOp, CmpOp, Expr, ExprId, Kernel, LogicOp, ReduceOp, Tensor
 /// The canonical text of a kernel's computation.
 pub fn canonical_form(k: &Kernel) -> String {
     let mut out = format!("kernel {}\n", k.name);
+    if k.allow_tf32 {
+        out.push_str("allow tf32\n");
+    }
     for t in &k.inputs {
         let _ = writeln!(out, "in {}", tensor(k, t));
     }

@@ -221,6 +221,10 @@ pub struct Kernel {
     pub types: Vec<Type>,
     /// The output element's value.
     pub root: ExprId,
+    /// `#[tuned_kernel(..., allow_tf32)]`: a contraction of f32 operands may
+    /// run on tensor cores, which round each factor to tf32 (10 mantissa
+    /// bits) and accumulate in f32. Without it f32 products are exact.
+    pub allow_tf32: bool,
 }
 
 impl Kernel {

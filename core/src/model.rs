@@ -29,10 +29,13 @@
 //!   wave pays for it.
 //! - **Tensor-core contractions** likewise, per `block_k` step of the
 //!   blocks an SM holds: the `mma` work at
-//!   [`Hardware::tensor_flops_per_sm_clock`] (derated on sm_90, whose peak
+//!   [`Hardware::tensor_flops_per_sm_clock`] (tf32:
+//!   [`Hardware::tf32_flops_per_sm_clock`], half of it; derated on sm_90, whose peak
 //!   needs `wgmma`: `mma.sync` reaches about [`MMA_SYNC_SM90`] of it there,
 //!   which is why cuBLAS outruns this path on H100), the shared-memory
-//!   bytes `ldmatrix` reads and `cp.async` writes, instruction issue, and
+//!   bytes the fragment reads (`ldmatrix`, or tf32's 32-bit loads) and
+//!   `cp.async` writes, instruction issue (tf32 adds a load and a `cvt` per
+//!   fragment register), and
 //!   the global-memory latency of a step, which `stages - 1` tiles in
 //!   flight (and the other resident blocks) hide; then L2 and DRAM traffic
 //!   and waves as for SIMT tiles.
@@ -55,6 +58,7 @@ use crate::lower::matmul::{self, Layout, MatmulPlan, Tiles};
 use crate::lower::rows::{CachePlan, shared_bytes};
 use crate::lower::{LowerError, validate};
 use crate::occupancy::{BlockUsage, Occupancy, occupancy};
+use crate::ptx::inst::MmaKind;
 use crate::schedule::Schedule;
 use crate::target::{Hardware, SmVersion};
 
@@ -525,7 +529,11 @@ fn tensor_core(
     let warps = f64::from(tiles.warps());
 
     // One block_k step of one block.
-    let mma_rate = f64::from(hw.tensor_flops_per_sm_clock)
+    let peak = match layout.kind {
+        MmaKind::F16 | MmaKind::Bf16 => hw.tensor_flops_per_sm_clock,
+        MmaKind::Tf32 => hw.tf32_flops_per_sm_clock,
+    };
+    let mma_rate = f64::from(peak)
         * if target == SmVersion::Sm90 {
             MMA_SYNC_SM90
         } else {
@@ -533,12 +541,19 @@ fn tensor_core(
         };
     let mma_cycles = 2.0 * bm * bn * bk / mma_rate;
     // Every warp reads its A rows and B columns; the copies write both tiles.
-    let shared_bytes = warps * (wm + wn) * bk * 2.0 + (bm + bn) * bk * 2.0;
+    let element = f64::from(layout.a.element_bytes);
+    let shared_bytes = (warps * (wm + wn) + bm + bn) * bk * element;
     let shared_cycles = shared_bytes / SHARED_BYTES_PER_CLOCK;
-    let mmas = (wm / 16.0) * (wn / 8.0) * (bk / 16.0);
-    let ldmatrix = (wm / 16.0 + wn / 16.0) * (bk / 16.0);
+    let k_steps = bk / f64::from(layout.kind.k());
+    let mmas = (wm / 16.0) * (wn / 8.0) * k_steps;
+    // Fragment reads per k-step: an `ldmatrix.x4` per 16×16 of A and of B,
+    // or for tf32 a 32-bit load and a `cvt` per fragment register.
+    let fragment_reads = match layout.kind {
+        MmaKind::F16 | MmaKind::Bf16 => wm / 16.0 + wn / 16.0,
+        MmaKind::Tf32 => 2.0 * (wm / 16.0 * 4.0 + wn / 8.0 * 2.0),
+    } * k_steps;
     let copies = f64::from(layout.a.passes + layout.b.passes);
-    let issue_cycles = warps * (mmas + ldmatrix + 3.0 * copies + 16.0) / ISSUE_PER_CLOCK;
+    let issue_cycles = warps * (mmas + fragment_reads + 3.0 * copies + 16.0) / ISSUE_PER_CLOCK;
 
     let sm_blocks = f64::from(resident);
     let compute = sm_blocks * mma_cycles.max(issue_cycles);

@@ -329,3 +329,32 @@ fn a_record_is_checked_against_the_kernel_of_its_name_with_its_checksum() {
     assert_eq!(problems.len(), 1);
     assert_eq!(problems[0].kind, ProblemKind::Stale);
 }
+
+#[test]
+fn allow_tf32_makes_a_record_without_it_stale() {
+    let kernel = |args: &str| {
+        let item: proc_macro2::TokenStream = "fn mm(a: Tensor<f32, (M, K)>, b: Tensor<f32, (K, N)>) -> Tensor<f32, (M, N)> { compute(|m, n| sum(K, |k| a[m][k] * b[k][n])) }"
+            .parse()
+            .unwrap();
+        ktune_core::syntax::parse_kernel(args.parse().unwrap(), item).unwrap()
+    };
+    let exact = kernel("shape(M = 64, N = 64, K = 64)");
+    let tf32 = kernel("shape(M = 64, N = 64, K = 64), allow_tf32");
+    assert!(!exact.allow_tf32 && tf32.allow_tf32);
+    assert_ne!(
+        ktune_core::canon::checksum(&exact),
+        ktune_core::canon::checksum(&tf32)
+    );
+    let mut r = record("mm", 128, 10.0, 0.2, "2026-11-01T00:00:00Z");
+    r.shape = BTreeMap::from([
+        ("M".to_owned(), 64),
+        ("N".to_owned(), 64),
+        ("K".to_owned(), 64),
+    ]);
+    r.checksum = ktune_core::canon::checksum(&exact);
+    let db = db_of(vec![r]);
+    assert_eq!(db.check_against(std::slice::from_ref(&exact)), vec![]);
+    let problems = db.check_against(std::slice::from_ref(&tf32));
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert_eq!(problems[0].kind, ProblemKind::Stale);
+}

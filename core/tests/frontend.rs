@@ -739,14 +739,14 @@ fn unknown_argument() {
             #[tuned_kernel(shape(N = 4), targets = "sm_90")]
             fn f(x: Tensor<f32, (N,)>) -> Tensor<f32, (N,)> { compute(|n| x[n]) }
         },
-        "unknown argument `targets`; expected `shape(...)`",
+        "unknown argument `targets`; expected `shape(...)` or `allow_tf32`",
     );
     error(
         quote! {
             #[tuned_kernel(foo(bar), shape(N = 4))]
             fn f(x: Tensor<f32, (N,)>) -> Tensor<f32, (N,)> { compute(|n| x[n]) }
         },
-        "unknown argument `foo`; expected `shape(...)`",
+        "unknown argument `foo`; expected `shape(...)` or `allow_tf32`",
     );
 }
 
@@ -815,6 +815,38 @@ fn shape_forms() {
             fn f(x: Tensor<f32, (N,)>) -> Tensor<f32, (N,)> { compute(|n| x[n]) }
         },
         "dimension names must be plain identifiers, like `M`",
+    );
+}
+
+#[test]
+fn allow_tf32_is_a_flag() {
+    let mm = |attr: TokenStream| {
+        quote! {
+            #[tuned_kernel(#attr)]
+            fn mm(a: Tensor<f32, (M, K)>, b: Tensor<f32, (K, N)>) -> Tensor<f32, (M, N)> {
+                compute(|m, n| sum(K, |k| a[m][k] * b[k][n]))
+            }
+        }
+    };
+    assert!(!ok(mm(quote!(shape(M = 4, N = 4, K = 4)))).allow_tf32);
+    assert!(ok(mm(quote!(shape(M = 4, N = 4, K = 4), allow_tf32))).allow_tf32);
+    assert!(ok(mm(quote!(allow_tf32, shape(M = 4, N = 4, K = 4)))).allow_tf32);
+    error(
+        mm(quote!(shape(M = 4, N = 4, K = 4), allow_tf32, allow_tf32)),
+        "duplicate argument `allow_tf32`; remove one",
+    );
+    let no_value = "`allow_tf32` is a flag and takes no value: write `allow_tf32`, or leave it out";
+    error(
+        mm(quote!(shape(M = 4, N = 4, K = 4), allow_tf32 = true)),
+        no_value,
+    );
+    error(
+        mm(quote!(shape(M = 4, N = 4, K = 4), allow_tf32(yes))),
+        no_value,
+    );
+    error(
+        mm(quote!(allow_tf32)),
+        &format!("missing `shape(...)`: declare the kernel's dimensions, e.g. {SHAPE_EXAMPLE}"),
     );
 }
 

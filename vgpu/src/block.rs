@@ -262,10 +262,11 @@ impl Block<'_> {
                     let b = self.fragment(env, lanes.start, b)?;
                     let c = self.fragment(env, lanes.start, c)?;
                     let out = fragment::mma(kind, &a, &b, &c);
-                    stats.mma_flops += match kind {
-                        MmaKind::F16 | MmaKind::Bf16 => 2 * 16 * 8 * 16,
-                        MmaKind::Tf32 => 2 * 16 * 8 * 8,
-                    };
+                    let flops = 2 * 16 * 8 * u64::from(kind.k());
+                    stats.mma_flops += flops;
+                    if kind == MmaKind::Tf32 {
+                        stats.tf32_flops += flops;
+                    }
                     for (lane, regs) in out.iter().enumerate() {
                         for (dst, v) in d.iter().zip(regs) {
                             self.set(env, lanes.start + lane, *dst, u64::from(*v));

@@ -168,6 +168,8 @@ pub struct Stats {
     /// Floating-point operations done by `mma.sync`, per warp instruction
     /// (`2·m·n·k`).
     pub mma_flops: u64,
+    /// Of `mma_flops`, those of tf32 `mma`s (half the 16-bit rate).
+    pub tf32_flops: u64,
 }
 
 /// How a run is limited.

@@ -3,8 +3,8 @@
 //! one more than tile multiples, non-square, tall-skinny), each shape run
 //! under every point of its schedule space when the space has at most
 //! [`EVERY_POINT`] points and a seeded sample of [`SAMPLE`] points otherwise
-//! (the tensor-core family of a 16-bit contraction sampled on its own,
-//! [`SAMPLE_MMA`] points; a contraction's grouped walks, `group_m` above 1,
+//! (the tensor-core family of a 16-bit or `allow_tf32` contraction sampled on
+//! its own, [`SAMPLE_MMA`] points; a contraction's grouped walks, `group_m` above 1,
 //! on their own too: every one up to [`SAMPLE_GROUPED`], a sample beyond;
 //! its SIMT points pipelined by `cp.async`, `stages` above 1, up to
 //! [`SAMPLE_STAGED`]; likewise the rows points that keep the row in
@@ -529,7 +529,72 @@ fn tensor_cores() -> Vec<Entry> {
         ),
         shapes: shapes_mnk(&[(8, 16, 7), (40, 8, 33)]),
     });
+    out.extend(tf32());
     out
+}
+
+/// `allow_tf32` contractions of f32 tensors (m16n8k8 tf32 on tensor cores,
+/// 16-byte copies of 4 elements): M among 1, 7, 31, 65, 129 (tile ± 1), N
+/// among 1, 7, 33 where `w[n][k]` leaves it free, K among 4, 12, 20, 68
+/// (4 + the 64-deep tile) and 127; shapes whose contiguous extent is not a
+/// multiple of 4 (K = 127, N = 7 for `w[k][n]`) keep their tensor-core
+/// family, every point rejected by its alignment constraint.
+fn tf32() -> Vec<Entry> {
+    let kernel = |name: &str, item: TokenStream| {
+        let kernel = parse(quote!(shape(M = 4, N = 4, K = 4), allow_tf32), item);
+        assert_eq!(kernel.name, name);
+        kernel
+    };
+    vec![
+        Entry {
+            kernel: kernel(
+                "mma_tf32",
+                quote! {
+                    fn mma_tf32(x: Tensor<f32, (M, K)>, w: Tensor<f32, (K, N)>) -> Tensor<f32, (M, N)> {
+                        compute(|m, n| sum(K, |k| x[m][k] * w[k][n]))
+                    }
+                },
+            ),
+            shapes: shapes_mnk(&[
+                (1, 4, 4),
+                (7, 12, 20),
+                (31, 36, 12),
+                (65, 8, 68),
+                (129, 20, 36),
+                (7, 7, 20),
+            ]),
+        },
+        Entry {
+            kernel: kernel(
+                "mma_bt_tf32",
+                quote! {
+                    fn mma_bt_tf32(x: Tensor<f32, (M, K)>, w: Tensor<f32, (N, K)>) -> Tensor<f32, (M, N)> {
+                        compute(|m, n| sum(K, |k| x[m][k] * w[n][k]))
+                    }
+                },
+            ),
+            shapes: shapes_mnk(&[
+                (1, 1, 4),
+                (7, 33, 12),
+                (65, 7, 20),
+                (33, 31, 68),
+                (3, 5, 127),
+            ]),
+        },
+        Entry {
+            kernel: kernel(
+                "mma_at_bias_relu_tf32",
+                quote! {
+                    fn mma_at_bias_relu_tf32(x: Tensor<f32, (K, M)>, w: Tensor<f32, (K, N)>, bias: Tensor<f32, (N,)>)
+                        -> Tensor<f32, (M, N)>
+                    {
+                        compute(|m, n| relu(sum(K, |k| x[k][m] * w[k][n]) + bias[n]))
+                    }
+                },
+            ),
+            shapes: shapes_mnk(&[(4, 8, 1), (36, 12, 7), (68, 4, 31)]),
+        },
+    ]
 }
 
 fn generic() -> Vec<Entry> {

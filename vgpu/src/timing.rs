@@ -8,7 +8,8 @@
 //! The run's work is spread evenly over the SMs its blocks occupy. The time
 //! is the slowest of:
 //! - instruction issue: warp instructions over four schedulers per SM;
-//! - tensor cores: `mma` FLOPs over the SM's tensor rate;
+//! - tensor cores: `mma` FLOPs over the SM's tensor rate (tf32 FLOPs over
+//!   its tf32 rate, half the 16-bit one);
 //! - shared memory: bytes over 128 per clock per SM;
 //! - L2: global bytes (every load and store) over [`L2_OVER_DRAM`] times
 //!   the DRAM bandwidth, in proportion to the SMs in use;
@@ -54,7 +55,11 @@ pub fn estimate(stats: &Stats, launch: &Launch, target: SmVersion, compulsory_by
     let waves = (blocks / (resident * sms)).ceil();
 
     let issue = stats.instructions as f64 / 32.0 / active / ISSUE_PER_CLOCK / clock;
-    let tensor = stats.mma_flops as f64 / active / f64::from(hw.tensor_flops_per_sm_clock) / clock;
+    let sixteen_bit = (stats.mma_flops - stats.tf32_flops) as f64;
+    let tensor = (sixteen_bit / f64::from(hw.tensor_flops_per_sm_clock)
+        + stats.tf32_flops as f64 / f64::from(hw.tf32_flops_per_sm_clock))
+        / active
+        / clock;
     let shared = (stats.shared_load_bytes + stats.shared_store_bytes) as f64
         / active
         / SHARED_BYTES_PER_CLOCK
@@ -123,6 +128,24 @@ mod tests {
             estimate(&s, &l, SmVersion::Sm90, bytes) < t,
             "H100 has more bandwidth"
         );
+    }
+
+    #[test]
+    fn tf32_tensor_work_takes_twice_as_long_as_16_bit() {
+        let l = launch(4096, 128);
+        let bf16 = Stats {
+            mma_flops: 1 << 40,
+            ..stats(4096, 128)
+        };
+        let tf32 = Stats {
+            tf32_flops: 1 << 40,
+            ..bf16
+        };
+        for target in SmVersion::ALL {
+            let t = |s: &Stats| estimate(s, &l, target, 0) - LAUNCH_S;
+            let ratio = t(&tf32) / t(&bf16);
+            assert!((ratio - 2.0).abs() < 1e-9, "{target}: {ratio}");
+        }
     }
 
     #[test]

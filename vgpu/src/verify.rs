@@ -39,13 +39,35 @@
 //! - `rel = 1e-2` plus the above when the output is f16 or bf16 or the
 //!   kernel casts to one of them anywhere: an f32 difference of one ulp
 //!   can move a rounding to the neighbouring 16-bit value.
+//!
+//! ## tf32
+//!
+//! A kernel with `allow_tf32` whose contraction multiplies two f32 tensors
+//! may run on tensor cores, which round each factor to tf32 (10 mantissa
+//! bits, to nearest: a relative error of at most 2⁻¹¹ each) and accumulate
+//! the exact products in f32. Each product `a·b` is then off by at most
+//! `(2⁻¹⁰ + 2⁻²²)·|a·b|`, and the sum by at most that times `Σ|a·b|`: the
+//! error grows with `K` and with the magnitude of the products, not of
+//! their sum, which cancellation can make arbitrarily small (an output
+//! element near zero), and the epilogue then scales it by its slope. So
+//! the allowance is per element, and exact rather than bounded: element
+//! `i` may also differ by `d_i = |want_i − want'_i|`, where `want'` is the
+//! reference evaluated with the contraction's two input tensors rounded to
+//! tf32 (`cvt.rna`, as the kernel does). A tensor-core result is `want'`
+//! up to the f32 summation order, which the terms above allow measured
+//! from `|want_i| + d_i ≥ |want'_i|` (and `scale` over both outputs); a SIMT
+//! result, exact products, is `want` up to the same. By the bound above,
+//! `d_i ≤ (2⁻¹⁰ + 2⁻²²)·Σ|a·b|` for a contraction without epilogue.
+//! Between two GPU runs, where no CPU reference is affordable,
+//! [`relative_tolerance`] carries a statistical allowance instead
+//! ([`TF32_BASELINE`]).
 
 use std::fmt;
 
 use ktune_core::DType;
 use ktune_core::interp;
 use ktune_core::ir::{BinaryOp, Expr, Kernel, ReduceOp, UnaryOp};
-use ktune_core::lower::{LowerError, lower};
+use ktune_core::lower::{LowerError, lower, matmul};
 use ktune_core::schedule::Schedule;
 use ktune_core::target::SmVersion;
 use rand::rngs::StdRng;
@@ -160,6 +182,10 @@ pub struct Reference {
     /// The input buffers, as the GPU holds them.
     buffers: Vec<Vec<u8>>,
     want: Vec<f32>,
+    /// Per element, `|want − want'|` with `want'` the reference on
+    /// tf32-rounded factors (see the [module docs](self)); empty when the
+    /// kernel's products are exact.
+    tf32: Vec<f32>,
     rel: f32,
     scale: f32,
 }
@@ -190,16 +216,36 @@ impl Reference {
             .zip(&inputs)
             .map(|(t, v)| encode(t.dtype, v))
             .collect();
+        // The GPU gets the inputs as drawn; only the second reference sees
+        // them rounded.
+        let tf32: Vec<f32> = match tf32_factors(kernel) {
+            Some(tensors) => {
+                for t in tensors {
+                    for v in &mut inputs[t] {
+                        *v = f32::from_bits(crate::numeric::tf32_rna(*v));
+                    }
+                }
+                interp::evaluate(kernel, &inputs)
+            }
+            None => Vec::new(),
+        };
         let scale = want
             .iter()
+            .chain(&tf32)
             .filter(|w| w.is_finite())
             .fold(0.0f32, |m, w| m.max(w.abs()))
             .max(f32::MIN_POSITIVE);
+        let tf32 = tf32
+            .iter()
+            .zip(&want)
+            .map(|(rounded, exact)| (rounded - exact).abs())
+            .collect();
         Reference {
             rel: relative_tolerance(kernel),
             kernel: kernel.clone(),
             buffers,
             want,
+            tf32,
             scale,
         }
     }
@@ -219,9 +265,19 @@ impl Reference {
         &self.buffers
     }
 
-    /// How far element `want` may be from the reference.
-    pub fn tolerance(&self, want: f32) -> f32 {
-        self.rel * want.abs() + 0.1 * self.rel * self.scale
+    /// How far output element `index` may be from the reference.
+    ///
+    /// # Panics
+    ///
+    /// If `index` is not an element of the output.
+    pub fn tolerance(&self, index: usize) -> f32 {
+        let want = self.want[index].abs();
+        let base = |magnitude: f32| self.rel * magnitude + 0.1 * self.rel * self.scale;
+        match self.tf32.get(index) {
+            // An infinite output has no finite allowance: nothing more.
+            Some(&d) if d.is_finite() => base(want + d) + d,
+            _ => base(want),
+        }
     }
 
     /// Lowers and checks one schedule point.
@@ -276,7 +332,7 @@ impl Reference {
         let got = decode(dtype, bytes);
         let (mut max_error, mut at) = (0.0f32, 0.0f32);
         for (index, (&g, &w)) in got.iter().zip(&self.want).enumerate() {
-            let tolerance = self.tolerance(w);
+            let tolerance = self.tolerance(index);
             if g == w || (g.is_nan() && w.is_nan()) {
                 continue;
             }
@@ -398,9 +454,39 @@ fn contains_reduce(kernel: &Kernel, id: ktune_core::ir::ExprId) -> bool {
     }
 }
 
+/// What an `allow_tf32` contraction adds to the relative tolerance `rel`
+/// between two of its GPU runs, one possibly on tensor cores and the other
+/// with exact products: 2⁻⁷. Its absolute part, `0.1 · rel · scale`, is
+/// what matters, near zero.
+///
+/// Unlike the bound in the [module docs](self), which needs `Σ|a·b|` per
+/// element, this is statistical. The factors' rounding errors are
+/// independent, zero-mean and at most 2⁻¹¹ relative, so a sum's error has
+/// a standard deviation of about `2⁻¹¹ · √(2/3) · √Σ(a·b)²`; with random
+/// signs (as in verification and measurement) the sums themselves spread
+/// as `√Σ(a·b)²`, and the largest of `n` outputs is about `√(2 ln n)` of
+/// that (over 4 from a thousand outputs). `0.1 · 2⁻⁷ · scale` is then over
+/// six standard deviations of the error; products of one sign only make
+/// `scale` grow as `K` rather than `√K`, which allows more.
+pub const TF32_BASELINE: f32 = 1.0 / 128.0;
+
+/// The input tensors an `allow_tf32` kernel's tensor cores round to tf32:
+/// its contraction's two f32 factors, when it has one that tensor cores
+/// take. `None` when every product is exact.
+pub fn tf32_factors(kernel: &Kernel) -> Option<[usize; 2]> {
+    let plan = matmul::detect(kernel)?;
+    let f32_factors = [plan.a.tensor, plan.b.tensor]
+        .iter()
+        .all(|t| kernel.input(*t).dtype == DType::F32);
+    (kernel.allow_tf32 && f32_factors && matmul::mma::applies(kernel, &plan))
+        .then_some([plan.a.tensor.0, plan.b.tensor.0])
+}
+
 /// The relative error a correct kernel's output may have against the CPU
 /// reference: f32 rounding growing with the summed extents, plus the
-/// 16-bit rounding when the kernel stores or casts to f16 or bf16.
+/// 16-bit rounding when the kernel stores or casts to f16 or bf16. tf32
+/// products are allowed for per element by [`Reference`], and by
+/// [`TF32_BASELINE`] between GPU runs.
 pub fn relative_tolerance(kernel: &Kernel) -> f32 {
     let summed: u64 = kernel
         .exprs

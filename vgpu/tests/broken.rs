@@ -491,3 +491,92 @@ fn a_pipelined_matmul_without_its_wait_group_reads_an_in_flight_copy() {
     assert!(fault.instruction.starts_with("ld.shared"), "{fault}");
     assert!(fault.to_string().contains("cp.async.wait_group"), "{fault}");
 }
+
+fn tf32_gemm(m: u32, n: u32, k: u32, allow_tf32: bool) -> Kernel {
+    let kernel = parse_kernel(
+        quote!(shape(M = #m, N = #n, K = #k), allow_tf32),
+        quote! {
+            fn mm(x: Tensor<f32, (M, K)>, w: Tensor<f32, (K, N)>) -> Tensor<f32, (M, N)> {
+                compute(|m, n| sum(K, |k| x[m][k] * w[k][n]))
+            }
+        },
+    )
+    .expect("valid kernel");
+    Kernel {
+        allow_tf32,
+        ..kernel
+    }
+}
+
+fn tf32_tiles() -> Schedule {
+    Schedule::Mma {
+        block_m: 32,
+        block_n: 32,
+        block_k: 16,
+        warp_m: 16,
+        warp_n: 16,
+        stages: 2,
+        group_m: 1,
+    }
+}
+
+#[test]
+fn a_tf32_fragment_word_read_from_the_wrong_row_gives_wrong_products() {
+    let kernel = tf32_gemm(33, 40, 36, true);
+    let schedule = tf32_tiles();
+    let reference = Reference::new(&kernel, 5);
+    let good = lowered(&kernel, &schedule);
+    reference
+        .check_lowered(&schedule, TARGET, &good)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut broken = good;
+    // The second word of the first A fragment holds row g + 8: read row g
+    // again, as an emitter with the wrong register-to-row map would.
+    let mut shared_f32 = broken.ptx.body.iter_mut().filter_map(|i| match &mut i.op {
+        Op::Ld {
+            space: Space::Shared,
+            addr,
+            ..
+        } => Some(addr),
+        _ => None,
+    });
+    let first = shared_f32.next().expect("a fragment read").offset;
+    let second = shared_f32.next().expect("a second fragment read");
+    assert_ne!(second.offset, first);
+    second.offset = first;
+    let error = reference
+        .check_lowered(&schedule, TARGET, &broken)
+        .expect_err("a wrong fragment row must not verify");
+    println!("{error}");
+    match error.kind {
+        Failure::Mismatch {
+            got,
+            want,
+            tolerance,
+            ..
+        } => assert!((got - want).abs() > tolerance),
+        other => panic!("expected a mismatch, got {other:?}"),
+    }
+}
+
+/// The tf32 allowance is needed and is the only slack: the same tensor-core
+/// kernel checked against the exact kernel's reference (same inputs, no
+/// `allow_tf32`) is out of tolerance, and against its own within it.
+#[test]
+fn tf32_products_differ_from_exact_ones_by_more_than_f32_rounding() {
+    let schedule = tf32_tiles();
+    let tf32 = tf32_gemm(64, 64, 64, true);
+    let exact = tf32_gemm(64, 64, 64, false);
+    let lowered = lowered(&tf32, &schedule);
+    let (rounded, exact) = (Reference::new(&tf32, 9), Reference::new(&exact, 9));
+    // The GPU gets the same inputs, as drawn, whichever the reference.
+    assert_eq!(rounded.buffers(), exact.buffers());
+    let verified = rounded
+        .check_lowered(&schedule, TARGET, &lowered)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(verified.max_error > 0.0);
+    let error = exact
+        .check_lowered(&schedule, TARGET, &lowered)
+        .expect_err("tf32 products are not exact f32 ones");
+    assert!(matches!(error.kind, Failure::Mismatch { .. }), "{error}");
+}

@@ -103,6 +103,8 @@ fn tensor_core_points_of_unaligned_shapes_are_rejected_by_name() {
         ("mma_bf16", vec![("M", 7), ("N", 8), ("K", 20)]),
         ("mma_bt_f16", vec![("M", 7), ("N", 7), ("K", 20)]),
         ("mma_f16", vec![("M", 33), ("N", 7), ("K", 16)]),
+        ("mma_tf32", vec![("M", 7), ("N", 7), ("K", 20)]),
+        ("mma_bt_tf32", vec![("M", 3), ("N", 5), ("K", 127)]),
     ];
     let catalogue = catalogue();
     for (name, shape) in unaligned {

@@ -278,6 +278,45 @@ fn mma_tf32_computes_the_product_of_the_rounded_matrices() {
     }
 }
 
+/// Inputs whose low mantissa bits tf32 drops, with known products: A's
+/// `1 + 2⁻¹²` rounds down to 1, B's `1 + 2⁻¹¹` (a tie) away to `1 + 2⁻¹⁰`
+/// and its `1 + 3·2⁻¹²` up to the same, `-(1 + 2⁻¹¹)` away to `-(1 + 2⁻¹⁰)`.
+/// Exact f32 products would keep the dropped bits.
+#[test]
+fn mma_tf32_rounds_its_inputs_to_nearest_ties_away() {
+    let text = snippets::mma_tf32();
+    let a = vec![1.0 + 2f32.powi(-12); 16 * 8];
+    // Column j of B: rows alternate between two values per column class.
+    let b_value = |k: usize, j: usize| match (j % 2, k % 2) {
+        (0, _) => 1.0 + 2f32.powi(-11),
+        (1, 0) => 1.0 + 3.0 * 2f32.powi(-12),
+        _ => -(1.0 + 2f32.powi(-11)),
+    };
+    let b: Vec<f32> = (0..8 * 8).map(|i| b_value(i / 8, i % 8)).collect();
+    let c = vec![0.5f32; 16 * 8];
+    let out = run(
+        &text,
+        1,
+        vec![
+            ktune_vgpu::f32_bytes(&a),
+            ktune_vgpu::f32_bytes(&b),
+            ktune_vgpu::f32_bytes(&c),
+            vec![POISON; 512],
+        ],
+    )
+    .unwrap_or_else(|f| panic!("{f}"))
+    .pop()
+    .unwrap();
+    let up = 1.0 + 2f32.powi(-10);
+    for (ij, got) in floats(&out).into_iter().enumerate() {
+        let j = ij % 8;
+        // Even columns: 8 products of 1 · (1 + 2⁻¹⁰); odd ones: four of
+        // each sign, which cancel.
+        let want = if j % 2 == 0 { 0.5 + 8.0 * up } else { 0.5 };
+        assert_eq!(got, want, "D[{}][{j}]", ij / 8);
+    }
+}
+
 #[test]
 fn b16_pairs_pack_and_unpack_low_half_first() {
     let input: Vec<u16> = bytes(128, 9)

@@ -1,6 +1,8 @@
 //! The cuBLAS baseline, loaded at run time: sgemm for f32 (full f32, the
-//! default math mode, no TF32), gemmEx with bf16 operands and f32 compute
-//! for bf16, and their strided-batched forms for a batch.
+//! default math mode, no TF32; for an `allow_tf32` kernel, sgemm in the
+//! `CUBLAS_TF32_TENSOR_OP_MATH` mode, which lets cuBLAS round to tf32 on
+//! tensor cores just as the kernel may), gemmEx with bf16 operands and f32
+//! compute for bf16, and their strided-batched forms for a batch.
 
 use anyhow::{Context, Result, bail};
 use cudarc::cublas::sys::{self, cublasOperation_t};
@@ -25,6 +27,9 @@ pub struct Product {
     pub n: usize,
     pub k: usize,
     pub dtype: DType,
+    /// Whether f32 products may round their factors to tf32 (the kernel's
+    /// `allow_tf32`).
+    pub tf32: bool,
 }
 
 impl Blas {
@@ -65,10 +70,24 @@ impl Blas {
         c: &mut CudaSlice<u8>,
     ) -> Result<()> {
         match p.dtype {
+            DType::F32 if p.tf32 => {
+                self.math_mode(sys::cublasMath_t::CUBLAS_TF32_TENSOR_OP_MATH)?;
+                let queued = self.typed(p, 1.0f32, 0.0f32, a, b, c);
+                self.math_mode(sys::cublasMath_t::CUBLAS_DEFAULT_MATH)?;
+                queued
+            }
             DType::F32 => self.typed(p, 1.0f32, 0.0f32, a, b, c),
             DType::Bf16 => self.typed(p, bf16::ONE, bf16::ZERO, a, b, c),
             DType::F16 => bail!("no f16 baseline"),
         }
+    }
+
+    /// Sets the handle's math mode, which applies to the calls after it.
+    fn math_mode(&self, mode: sys::cublasMath_t) -> Result<()> {
+        // SAFETY: the handle is valid; the mode is one of the enum's values.
+        unsafe { sys::cublasSetMathMode(*self.handle.handle(), mode) }
+            .result()
+            .context("setting cuBLAS's math mode")
     }
 
     fn typed<T>(

@@ -7,7 +7,9 @@
 //! written `B = 32` products of `(128 × 4096) · (4096 × 128)`, the
 //! `4096 × 4096 × 128` problem's operation count (4.3 GFLOP) split the way
 //! attention splits it over heads. The decode shapes (`M` = 1, 16, 128) are
-//! bf16, like the LLM shapes; the long tail is f32.
+//! bf16, like the LLM shapes; the long tail is f32. The square f32 product
+//! runs twice: exact, and with `allow_tf32` (tensor cores, against cuBLAS
+//! in its tf32 math mode).
 
 use std::fmt::Write as _;
 
@@ -81,6 +83,8 @@ pub struct Case {
     pub shape: &'static [(&'static str, u32)],
     /// A shape small enough for the virtual GPU.
     pub tiny: &'static [(&'static str, u32)],
+    /// Whether the kernel's attribute says `allow_tf32`.
+    pub allow_tf32: bool,
 }
 
 /// Why a case's kernel did not parse (a bug in this file, reported rather
@@ -105,7 +109,7 @@ impl Case {
 
     /// The kernel with the given sizes.
     pub fn kernel_at(&self, shape: &[(&str, u32)]) -> Result<Kernel, ParseError> {
-        parse(self.source, shape).map_err(|message| ParseError {
+        parse(self.source, shape, self.allow_tf32).map_err(|message| ParseError {
             case: self.name.to_owned(),
             message,
         })
@@ -128,14 +132,18 @@ impl Case {
     }
 }
 
-/// Parses a kernel source with a `shape(...)` attribute built from `shape`.
-pub fn parse(source: &str, shape: &[(&str, u32)]) -> Result<Kernel, String> {
+/// Parses a kernel source with a `shape(...)` attribute built from `shape`,
+/// and `allow_tf32` when asked.
+pub fn parse(source: &str, shape: &[(&str, u32)], allow_tf32: bool) -> Result<Kernel, String> {
     let mut attr = String::from("shape(");
     for (i, (dim, size)) in shape.iter().enumerate() {
         let sep = if i == 0 { "" } else { ", " };
         let _ = write!(attr, "{sep}{dim} = {size}");
     }
     attr.push(')');
+    if allow_tf32 {
+        attr.push_str(", allow_tf32");
+    }
     let attr: TokenStream = attr.parse().map_err(|e| format!("{e}"))?;
     let item: TokenStream = source.parse().map_err(|e| format!("{e}"))?;
     parse_kernel(attr, item).map_err(|e| e.to_string())
@@ -197,6 +205,7 @@ const fn matmul(
         source,
         shape,
         tiny,
+        allow_tf32: false,
     }
 }
 
@@ -209,6 +218,16 @@ pub const CASES: &[Case] = &[
         &[("M", 4096), ("N", 4096), ("K", 4096)],
         &[("M", 33), ("N", 47), ("K", 65)],
     ),
+    Case {
+        allow_tf32: true,
+        ..matmul(
+            "sgemm_tf32_4096",
+            "square",
+            MATMUL_F32,
+            &[("M", 4096), ("N", 4096), ("K", 4096)],
+            &[("M", 33), ("N", 48), ("K", 68)],
+        )
+    },
     matmul(
         "bf16_gemm_4096",
         "square",
@@ -279,6 +298,7 @@ pub const CASES: &[Case] = &[
         source: SOFTMAX,
         shape: &[("R", 8192), ("C", 4096)],
         tiny: &[("R", 5), ("C", 129)],
+        allow_tf32: false,
     },
     Case {
         name: "softmax_4096x50257",
@@ -287,6 +307,7 @@ pub const CASES: &[Case] = &[
         source: SOFTMAX,
         shape: &[("R", 4096), ("C", 50257)],
         tiny: &[("R", 3), ("C", 1025)],
+        allow_tf32: false,
     },
     Case {
         name: "layernorm_8192x4096",
@@ -295,6 +316,7 @@ pub const CASES: &[Case] = &[
         source: LAYERNORM,
         shape: &[("T", 8192), ("D", 4096)],
         tiny: &[("T", 5), ("D", 129)],
+        allow_tf32: false,
     },
     Case {
         name: "layernorm_4096x50257",
@@ -303,6 +325,7 @@ pub const CASES: &[Case] = &[
         source: LAYERNORM,
         shape: &[("T", 4096), ("D", 50257)],
         tiny: &[("T", 3), ("D", 1025)],
+        allow_tf32: false,
     },
     Case {
         name: "matmul_bias_gelu_bf16",
@@ -311,6 +334,7 @@ pub const CASES: &[Case] = &[
         source: MATMUL_BIAS_GELU,
         shape: &[("M", 4096), ("N", 11008), ("K", 4096)],
         tiny: &[("M", 33), ("N", 47), ("K", 65)],
+        allow_tf32: false,
     },
 ];
 
@@ -399,6 +423,24 @@ mod tests {
         assert_eq!(flops, Some(2 * 4096 * 4096 * 128));
         for case in CASES.iter().filter(|c| c.group == "long-tail") {
             assert_eq!(case.dtype().ok(), Some(DType::F32), "{}", case.name);
+        }
+    }
+
+    #[test]
+    fn the_tf32_case_is_the_sgemm_with_allow_tf32_on_tensor_cores() {
+        let find = |name: &str| CASES.iter().find(|c| c.name == name).expect(name);
+        let (exact, tf32) = (find("sgemm_4096"), find("sgemm_tf32_4096"));
+        assert_eq!((exact.allow_tf32, tf32.allow_tf32), (false, true));
+        assert_eq!((exact.source, exact.shape), (tf32.source, tf32.shape));
+        for shape in [tf32.shape, tf32.tiny] {
+            let kernel = tf32.kernel_at(shape).expect("parses");
+            assert!(kernel.allow_tf32);
+            let schedule = ktune_core::lower::heuristic(&kernel, ktune_core::SmVersion::Sm80);
+            assert_eq!(
+                schedule.kind(),
+                ktune_core::schedule::Class::Mma,
+                "{shape:?}"
+            );
         }
     }
 }

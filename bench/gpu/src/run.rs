@@ -274,7 +274,7 @@ impl Runner<'_> {
             Baseline::CublasThenBiasGelu => {
                 let p = product(kernel)?;
                 let shape = [("M", p.m as u32), ("N", p.n as u32)];
-                let epilogue = parse(BIAS_GELU, &shape).map_err(anyhow::Error::msg)?;
+                let epilogue = parse(BIAS_GELU, &shape, false).map_err(anyhow::Error::msg)?;
                 let schedule = lower::heuristic(&epilogue, self.gpu.target);
                 let variant = Variant::lower(&epilogue, &schedule, self.gpu.target)?;
                 let loaded = self.gpu.load(&epilogue, &variant)?;
@@ -388,6 +388,7 @@ fn product(kernel: &Kernel) -> Result<Product> {
         n: dim("N")?,
         k: dim("K")?,
         dtype: kernel.inputs.first().context("no inputs")?.dtype,
+        tf32: kernel.allow_tf32,
     })
 }
 

@@ -24,7 +24,7 @@ fn tiny_shapes_verify_on_the_virtual_gpu() {
 
 #[test]
 fn the_baseline_epilogue_verifies() {
-    let kernel = parse(BIAS_GELU, &[("M", 9), ("N", 37)]).expect("parses");
+    let kernel = parse(BIAS_GELU, &[("M", 9), ("N", 37)], false).expect("parses");
     let schedule = lower::heuristic(&kernel, SmVersion::Sm90);
     assert_eq!(schedule.class(), "elementwise");
     verify(&kernel, &schedule, SmVersion::Sm90, 3).unwrap_or_else(|e| panic!("{e}"));

@@ -76,8 +76,9 @@ pub enum Constraint {
     Tiling,
     /// The operands must suit the instructions: tensor-core products need
     /// plain loads (a cast to f32 allowed) of f16 or bf16 tensors of one
-    /// dtype; SIMT tiles staged by `cp.async` (`stages` above 1) need plain
-    /// loads of f32 tensors.
+    /// dtype, or of f32 tensors in a kernel with `allow_tf32`; SIMT tiles
+    /// staged by `cp.async` (`stages` above 1) need plain loads of f32
+    /// tensors.
     Operands,
 }
 

@@ -27,7 +27,8 @@
 //!   rounded up, at most 256; `block_k` from 8 to 64 likewise along `K`;
 //!   thread tiles powers of two up to 16.
 //! - **Tensor-core contraction tiles** (a second family, when both
-//!   operands are plain f16 or bf16 loads of one dtype): `block_m`,
+//!   operands are plain f16 or bf16 loads of one dtype, or plain f32 loads
+//!   in a kernel with `allow_tf32`): `block_m`,
 //!   `block_n` powers of two from 16 to the extent rounded up, at most 256;
 //!   `block_k` 16 to 64 likewise along `K`; `warp_m`, `warp_n` from 16 to
 //!   the extent rounded up, at most 128 (a warp tile larger than its block

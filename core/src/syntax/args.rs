@@ -1,7 +1,8 @@
 //! The arguments of `#[tuned_kernel(...)]`.
 //!
-//! Today the only key is `shape(NAME = SIZE, ...)`; further keys (such as
-//! `targets(...)`) get a field in [`Args`] and an arm in [`parse`].
+//! Two keys: `shape(NAME = SIZE, ...)` (required) and the flag `allow_tf32`
+//! (optional, no value). Further keys (such as `targets(...)`) get a field
+//! in [`Args`] and an arm in [`parse`].
 
 use proc_macro2::{Ident, TokenStream, TokenTree};
 use syn::meta::ParseNestedMeta;
@@ -20,6 +21,9 @@ pub(crate) struct Args {
     /// False when `shape(...)` is missing, empty or unreadable: then unknown
     /// dimension names elsewhere are not reported, as they would all be.
     pub dims_complete: bool,
+    /// `allow_tf32`: f32 contractions may round their factors to tf32 on
+    /// tensor cores.
+    pub allow_tf32: bool,
 }
 
 #[derive(Debug)]
@@ -30,10 +34,14 @@ pub(crate) struct DimDecl {
 
 const EXAMPLE: &str = "`#[tuned_kernel(shape(M = 1024, N = 1024))]`";
 
+/// What the attribute accepts, for errors about an unknown key.
+const KEYS: &str = "`shape(...)` or `allow_tf32`";
+
 /// Parses the tokens inside `#[tuned_kernel(...)]`; `attr` locates the whole
 /// attribute, for errors about what is missing.
 pub(crate) fn parse(tokens: TokenStream, attr: Loc, errors: &mut Errors) -> Args {
     let mut shape: Option<Vec<DimDecl>> = None;
+    let mut allow_tf32 = false;
     let parsed = syn::meta::parser(|meta| {
         if meta.path.is_ident("shape") {
             let key = Loc::of(&meta.path);
@@ -62,11 +70,21 @@ pub(crate) fn parse(tokens: TokenStream, attr: Loc, errors: &mut Errors) -> Args
             meta.parse_nested_meta(|dim| dim_entry(&dim, &mut dims, errors))?;
             shape = Some(dims);
             Ok(())
+        } else if meta.path.is_ident("allow_tf32") {
+            let key = Loc::of(&meta.path);
+            if allow_tf32 {
+                errors.push(key.error("duplicate argument `allow_tf32`; remove one"));
+            } else if meta.input.peek(Token![=]) || meta.input.peek(syn::token::Paren) {
+                errors.push(key.error(
+                    "`allow_tf32` is a flag and takes no value: write `allow_tf32`, or leave it out",
+                ));
+            }
+            allow_tf32 = true;
+            skip_value(&meta)
         } else {
             let key = path_string(&meta.path);
             errors.push(
-                Loc::of(&meta.path)
-                    .error(format!("unknown argument `{key}`; expected `shape(...)`")),
+                Loc::of(&meta.path).error(format!("unknown argument `{key}`; expected {KEYS}")),
             );
             skip_value(&meta)
         }
@@ -78,6 +96,7 @@ pub(crate) fn parse(tokens: TokenStream, attr: Loc, errors: &mut Errors) -> Args
         return Args {
             dims: shape.unwrap_or_default(),
             dims_complete: false,
+            allow_tf32,
         };
     }
     if shape.is_none() {
@@ -92,6 +111,7 @@ pub(crate) fn parse(tokens: TokenStream, attr: Loc, errors: &mut Errors) -> Args
     Args {
         dims,
         dims_complete,
+        allow_tf32,
     }
 }
 

@@ -98,6 +98,7 @@ pub(crate) fn kernel(args: &Args, kernel: &ast::Kernel, errors: &mut Errors) -> 
         exprs: checker.exprs,
         types: checker.types,
         root: root?.id,
+        allow_tf32: args.allow_tf32,
     })
 }
 

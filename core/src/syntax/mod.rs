@@ -20,7 +20,9 @@
 //! # The language
 //!
 //! - **Attribute.** `shape(NAME = SIZE, ...)` declares the kernel's named
-//!   dimensions; sizes are positive and fit in a `u32`.
+//!   dimensions; sizes are positive and fit in a `u32`. The optional flag
+//!   `allow_tf32` lets a contraction of f32 tensors run on tensor cores,
+//!   which round each factor to tf32 (see [`ir::Kernel::allow_tf32`]).
 //! - **Signature.** Every parameter is `name: Tensor<DTYPE, (D1, D2, ...)>`
 //!   (`Tensor<f32, N>` and `(N,)` for rank one), with `DTYPE` one of `f32`,
 //!   `f16`, `bf16` and the dimensions from `shape(...)`. The return type is

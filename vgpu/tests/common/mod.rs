@@ -67,6 +67,7 @@ pub fn add_bias(rows: u32, cols: u32, dtype: DType) -> Kernel {
         types: vec![Type::Num(dtype); exprs.len()],
         exprs,
         root: ExprId(2),
+        allow_tf32: false,
     }
 }
 
@@ -96,6 +97,7 @@ pub fn row_sum(rows: u32, cols: u32) -> Kernel {
         types: vec![Type::Num(DType::F32); exprs.len()],
         exprs,
         root: ExprId(1),
+        allow_tf32: false,
     }
 }
 

@@ -3,8 +3,12 @@
 //!
 //! # Tensor cores
 //!
-//! A contraction of plain f16 or bf16 operands ([`mma::applies`]) on sm_80
-//! or newer gets a [`Schedule::Mma`] point when one validates:
+//! A contraction of plain f16 or bf16 operands, or of f32 ones in a kernel
+//! with `allow_tf32` ([`mma::applies`]), on sm_80 or newer gets a
+//! [`Schedule::Mma`] point when one validates and, for tf32 (half the
+//! 16-bit rate), when the model ([`crate::model`]) estimates it faster than
+//! the SIMT default (on large problems by far: tf32 `mma` does about eight
+//! times the FFMA work per clock on sm_80):
 //! 1. **Block and warp tiles**: the first of 128×128 (64×64 per warp, 4
 //!    warps), 128×64 and 64×128 (64×32, 32×64), 64×64 (32×32), 64×32,
 //!    32×64, 32×32 (2–4 warps of 16–32 outputs a side), then the narrow
@@ -16,7 +20,7 @@
 //!    fewer when `K` has fewer tiles (a stage beyond the tile count only
 //!    costs shared memory).
 //! 3. If the choice does not validate (an operand not 16-byte aligned, as
-//!    when `K` is not a multiple of 8 for `x[m][k]`), the next tile is
+//!    when `K` is not a multiple of 8, or 4 for f32, for `x[m][k]`), the next tile is
 //!    tried; when none validates, the SIMT rules below apply.
 //!
 //! # SIMT
@@ -57,6 +61,7 @@
 
 use super::mma::{self, MmaLayout, MmaTiles};
 use super::{Layout, MatmulPlan, Tiles};
+use crate::dtype::DType;
 use crate::ir::Kernel;
 use crate::model::estimate;
 use crate::schedule::Schedule;
@@ -131,24 +136,37 @@ fn heuristic_tiles(kernel: &Kernel, plan: &MatmulPlan, target: SmVersion) -> Sch
         batch: plan.batch_count(kernel),
         sm_count: target.limits().sm_count,
     };
-    if let Some(tiles) = tensor_core(kernel, plan, target, &shape) {
-        return tiles.to_schedule();
+    let tensor = tensor_core(kernel, plan, target, &shape).map(MmaTiles::to_schedule);
+    let tf32 = kernel.input(plan.a.tensor).dtype == DType::F32;
+    let simt = || {
+        candidates(&shape)
+            .into_iter()
+            .find_map(|c| finish(kernel, plan, target, &shape, c))
+            .unwrap_or(Tiles {
+                block_m: 1,
+                block_n: 32,
+                block_k: 1,
+                thread_m: 1,
+                thread_n: 1,
+                vector_a: 1,
+                vector_b: 1,
+                group_m: 1,
+                stages: 1,
+            })
+            .to_schedule()
+    };
+    match tensor {
+        Some(mma) if tf32 => {
+            let simt = simt();
+            let seconds = |s: &Schedule| estimate(kernel, s, target).map(|e| e.seconds).ok();
+            match (seconds(&mma), seconds(&simt)) {
+                (Some(t), Some(s)) if t <= s => mma,
+                _ => simt,
+            }
+        }
+        Some(mma) => mma,
+        None => simt(),
     }
-    candidates(&shape)
-        .into_iter()
-        .find_map(|c| finish(kernel, plan, target, &shape, c))
-        .unwrap_or(Tiles {
-            block_m: 1,
-            block_n: 32,
-            block_k: 1,
-            thread_m: 1,
-            thread_n: 1,
-            vector_a: 1,
-            vector_b: 1,
-            group_m: 1,
-            stages: 1,
-        })
-        .to_schedule()
 }
 
 /// The tensor-core default (rules 1–3 of the tensor-core section), if one

@@ -4,15 +4,18 @@
 //! Each thread owns the same chunks of every tile: `passes` chunks, chunk
 //! `tid + pass · threads` in row-major order of the shared tile (so
 //! consecutive threads copy consecutive 16 bytes of a row, coalesced).
-//! Since rows hold at most 32 chunks and blocks at least 32 threads (both
-//! powers of two), a thread's chunks share their column and are
-//! `threads / row_chunks` rows apart. Global addresses advance by `block_k`
+//! Rows hold no more chunks than the block has threads: `k`-contiguous
+//! rows are `block_k ≤ 64` elements, at most 16 chunks; the others
+//! `block_x` elements, at most `block_x / 4` chunks (f32), while warp tiles
+//! of at most 128 give at least `block_x / 128` warps, `block_x / 4`
+//! threads. Both being powers of two, a thread's chunks share their column
+//! and are `threads / row_chunks` rows apart. Global addresses advance by `block_k`
 //! along `k` per tile; shared addresses move to the tile's ring slot.
 //!
 //! Rows past `M` (`N`) are clamped to the last one; chunks past `K` read
 //! nothing and are zero-filled (source size 0).
 
-use super::layout::{CHUNK, MmaLayout, MmaStaging};
+use super::layout::{MmaLayout, MmaStaging};
 use crate::ir::Kernel;
 use crate::lower::matmul::output::Tile;
 use crate::lower::matmul::{MatmulOperand, MatmulPlan, Side};
@@ -60,14 +63,15 @@ impl<'a> Copier<'a> {
             Side::B => (&layout.b, tile.n0, layout.n_extent),
         };
         let threads = layout.threads;
+        let (chunk, size) = (staging.chunk(), staging.element_bytes);
         let row_chunks = staging.row_chunks();
         let row = b.u32_op(ArithOp::Div, tile.tid, imm(row_chunks));
         let col = b.u32_op(ArithOp::Rem, tile.tid, imm(row_chunks));
-        let col = b.u32_op(ArithOp::Mul, col, imm(CHUNK));
+        let col = b.u32_op(ArithOp::Mul, col, imm(chunk));
         let rows_per_pass = threads / row_chunks;
 
         let shared = b.u32_mad(row, imm(staging.pitch), col);
-        let shared = b.u32_mad(shared, imm(2), smem);
+        let shared = b.u32_mad(shared, imm(size), smem);
         let shared = b.u32_op(ArithOp::Add, shared, imm(staging.offset));
 
         let (x_local, k_local) = if staging.k_major {
@@ -93,7 +97,7 @@ impl<'a> Copier<'a> {
                 fixed.map_or(imm(0), Operand::Reg),
             );
             let offset = b.u32_mad(k, imm_u64(operand.stride_k), offset);
-            b.global_addr(base, offset, 2)
+            b.global_addr(base, offset, size)
         };
         let x = b.u32_op(ArithOp::Add, x0, x_local);
         let x_overhangs = !x_extent.is_multiple_of(staging.block_x);
@@ -113,9 +117,9 @@ impl<'a> Copier<'a> {
             }
         } else {
             // The chunk's `x` is fixed over the passes (clamped to the last
-            // whole chunk: extents are multiples of 8).
+            // whole chunk: extents are multiples of a chunk).
             let x = if x_overhangs {
-                b.u32_op(ArithOp::Min, x, imm(x_extent - CHUNK))
+                b.u32_op(ArithOp::Min, x, imm(x_extent - chunk))
             } else {
                 x
             };
@@ -127,7 +131,7 @@ impl<'a> Copier<'a> {
                 operand.stride_k
             };
             for pass in 0..staging.passes {
-                let bytes = u64::from(pass * rows_per_pass) * stride * 2;
+                let bytes = u64::from(pass * rows_per_pass) * stride * u64::from(size);
                 // PTX address offsets are 32-bit.
                 access.push(if bytes <= i32::MAX as u64 {
                     Addr {
@@ -211,7 +215,7 @@ impl<'a> Copier<'a> {
                 cache: CpAsyncCache::Cg,
                 dst: Addr {
                     base: dst_base,
-                    offset: i64::from(pass * rows_per_pass * s.pitch * 2),
+                    offset: i64::from(pass * rows_per_pass * s.pitch * s.element_bytes),
                 },
                 src: self.access[pass as usize],
                 bytes: 16,
@@ -226,7 +230,8 @@ impl<'a> Copier<'a> {
 
     /// Moves on to the next `k` tile.
     pub fn advance(&self, b: &mut Builder) {
-        let bytes = u64::from(self.block_k) * self.operand.stride_k * 2;
+        let bytes =
+            u64::from(self.block_k) * self.operand.stride_k * u64::from(self.staging.element_bytes);
         for ptr in &self.pointers {
             b.push(Op::Arith {
                 op: ArithOp::Add,

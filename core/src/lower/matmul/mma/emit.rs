@@ -10,17 +10,25 @@
 //! stored row depends on the operand's contiguous dimension; `.trans`
 //! makes both cases hand out the same fragment. Accumulator register `i`
 //! holds row `g + 8 (i / 2)`, column `2t + i % 2` of its 16×8 tile.
+//!
+//! tf32 fragments (m16n8k8) hold one f32 element per register, which
+//! `ldmatrix` (16-bit rows) cannot hand out: each lane reads its words with
+//! `ld.shared.f32` and rounds each with `cvt.rna.tf32.f32`. A register `i`
+//! holds row `g + 8 (i & 1)`, `k` `t + 4 (i >> 1)` of A and `k` `t + 4i`,
+//! column `g` of B, so every word a lane reads is its "lane word" (`x` `g`,
+//! `k` `t` of the warp's first fragment) plus a constant offset.
 
 use super::MmaLayout;
 use super::copy::Copier;
 use super::layout::MmaStaging;
+use crate::dtype::DType;
 use crate::ir::Kernel;
 use crate::lower::matmul::output::{Outputs, Tile, epilogue};
 use crate::lower::matmul::pipeline::{self, Ring};
 use crate::lower::matmul::{MatmulPlan, Side};
 use crate::lower::{Launch, Lowered, entry_name};
 use crate::ptx::Builder;
-use crate::ptx::inst::{Addr, ArithOp, Operand, Reg};
+use crate::ptx::inst::{Addr, ArithOp, MmaKind, Operand, Reg, Space};
 
 pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &MmaLayout) -> Lowered {
     let t = layout.tiles;
@@ -36,8 +44,16 @@ pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &MmaLayout) -> Lo
     let warp_m = b.u32_op(ArithOp::Div, warp, imm(layout.warps_n));
     let wm0 = b.u32_op(ArithOp::Mul, warp_m, imm(t.warp_m));
     let wn0 = b.u32_op(ArithOp::Mul, warp_n, imm(t.warp_n));
-    let a_lane = lane_address(&mut b, &layout.a, Side::A, lane, wm0, smem);
-    let b_lane = lane_address(&mut b, &layout.b, Side::B, lane, wn0, smem);
+    let (a_lane, b_lane) = match layout.kind {
+        MmaKind::F16 | MmaKind::Bf16 => (
+            lane_address(&mut b, &layout.a, Side::A, lane, wm0, smem),
+            lane_address(&mut b, &layout.b, Side::B, lane, wn0, smem),
+        ),
+        MmaKind::Tf32 => (
+            lane_word(&mut b, &layout.a, lane, wm0, smem),
+            lane_word(&mut b, &layout.b, lane, wn0, smem),
+        ),
+    };
 
     let acc = main_loop(&mut b, layout, [&a, &bs], [a_lane, b_lane]);
 
@@ -117,6 +133,33 @@ fn lane_address(b: &mut Builder, s: &MmaStaging, side: Side, lane: Reg, x0: Reg,
     b.u32_op(ArithOp::Add, address, imm(s.offset))
 }
 
+/// The shared address (slot 0) of this lane's word of a tf32 fragment:
+/// `x` `x0 + g`, `k` `t` (the first k-step).
+fn lane_word(b: &mut Builder, s: &MmaStaging, lane: Reg, x0: Reg, smem: Reg) -> Reg {
+    let g = b.u32_op(ArithOp::Shr, lane, Operand::Int(2));
+    let t = b.u32_op(ArithOp::And, lane, Operand::Int(3));
+    let x = b.u32_op(ArithOp::Add, g, x0);
+    let (stored_row, stored_col) = if s.k_major { (x, t) } else { (t, x) };
+    let element = b.u32_mad(stored_row, imm(s.pitch), stored_col);
+    let address = b.u32_mad(element, imm(s.element_bytes), smem);
+    b.u32_op(ArithOp::Add, address, imm(s.offset))
+}
+
+/// Byte offset of the element `x` rows and `k` columns on from a lane's
+/// word.
+pub(super) fn word_offset(s: &MmaStaging, x: u32, k: u32) -> i64 {
+    let (row, col) = if s.k_major { (x, k) } else { (k, x) };
+    i64::from((row * s.pitch + col) * s.element_bytes)
+}
+
+/// Reads the words at `offsets` from `base` and rounds each to tf32.
+fn tf32_words<const N: usize>(b: &mut Builder, base: Reg, offsets: [i64; N]) -> [Reg; N] {
+    offsets.map(|offset| {
+        let word = b.load(Space::Shared, DType::F32, Addr { base, offset });
+        b.f32_to_tf32(word)
+    })
+}
+
 /// Byte offset of the 16×16 fragment `xt` (along `x`) at k-step `kk` from
 /// the first one.
 fn fragment_offset(s: &MmaStaging, xt: u32, kk: u32) -> i64 {
@@ -163,8 +206,8 @@ fn main_loop(
     acc
 }
 
-/// One tile's `block_k / 16` steps of fragment loads and `mma`s, reading
-/// the slot at byte offset `slot`.
+/// One tile's `block_k / k` steps of fragment loads and `mma`s (`k` 16, or
+/// 8 for tf32), reading the slot at byte offset `slot`.
 fn compute(
     b: &mut Builder,
     layout: &MmaLayout,
@@ -175,33 +218,76 @@ fn compute(
     let t = layout.tiles;
     let a_base = b.u32_op(ArithOp::Add, a_lane, slot);
     let b_base = b.u32_op(ArithOp::Add, b_lane, slot);
-    for kk in 0..t.block_k / 16 {
-        let a_frags: Vec<[Reg; 4]> = (0..t.warp_m / 16)
-            .map(|i| {
-                let addr = Addr {
-                    base: a_base,
-                    offset: fragment_offset(&layout.a, i, kk),
-                };
-                let r = b.ldmatrix(4, !layout.a.k_major, addr);
-                [r[0], r[1], r[2], r[3]]
-            })
-            .collect();
-        let b_frags: Vec<[Reg; 2]> = (0..t.warp_n / 16)
-            .flat_map(|j| {
-                let addr = Addr {
-                    base: b_base,
-                    offset: fragment_offset(&layout.b, j, kk),
-                };
-                let r = b.ldmatrix(4, !layout.b.k_major, addr);
-                [[r[0], r[1]], [r[2], r[3]]]
-            })
-            .collect();
+    for kk in 0..t.block_k / layout.kind.k() {
+        let (a_frags, b_frags) = match layout.kind {
+            MmaKind::F16 | MmaKind::Bf16 => ldmatrix_fragments(b, layout, kk, [a_base, b_base]),
+            MmaKind::Tf32 => tf32_fragments(b, layout, kk, [a_base, b_base]),
+        };
         for (row, a_frag) in acc.iter().zip(&a_frags) {
             for (c, b_frag) in row.iter().zip(&b_frags) {
                 b.mma_acc(layout.kind, *c, *a_frag, *b_frag);
             }
         }
     }
+}
+
+/// A warp's A fragments (one per 16 rows) and B fragments (one per 8
+/// columns) of one k-step.
+type Fragments = (Vec<[Reg; 4]>, Vec<[Reg; 2]>);
+
+/// k-step `kk`'s m16n8k16 fragments, by `ldmatrix.x4`.
+fn ldmatrix_fragments(
+    b: &mut Builder,
+    layout: &MmaLayout,
+    kk: u32,
+    [a_base, b_base]: [Reg; 2],
+) -> Fragments {
+    let t = layout.tiles;
+    let a_frags = (0..t.warp_m / 16)
+        .map(|i| {
+            let addr = Addr {
+                base: a_base,
+                offset: fragment_offset(&layout.a, i, kk),
+            };
+            let r = b.ldmatrix(4, !layout.a.k_major, addr);
+            [r[0], r[1], r[2], r[3]]
+        })
+        .collect();
+    let b_frags = (0..t.warp_n / 16)
+        .flat_map(|j| {
+            let addr = Addr {
+                base: b_base,
+                offset: fragment_offset(&layout.b, j, kk),
+            };
+            let r = b.ldmatrix(4, !layout.b.k_major, addr);
+            [[r[0], r[1]], [r[2], r[3]]]
+        })
+        .collect();
+    (a_frags, b_frags)
+}
+
+/// k-step `kk`'s m16n8k8 tf32 fragments, word by word from the lane words.
+fn tf32_fragments(
+    b: &mut Builder,
+    layout: &MmaLayout,
+    kk: u32,
+    [a_base, b_base]: [Reg; 2],
+) -> Fragments {
+    let t = layout.tiles;
+    let k0 = 8 * kk;
+    let a_frags = (0..t.warp_m / 16)
+        .map(|i| {
+            let at = |r: u32| word_offset(&layout.a, 16 * i + 8 * (r & 1), k0 + 4 * (r >> 1));
+            tf32_words(b, a_base, [at(0), at(1), at(2), at(3)])
+        })
+        .collect();
+    let b_frags = (0..t.warp_n / 8)
+        .map(|j| {
+            let at = |r: u32| word_offset(&layout.b, 8 * j, k0 + 4 * r);
+            tf32_words(b, b_base, [at(0), at(1)])
+        })
+        .collect();
+    (a_frags, b_frags)
 }
 
 /// `base + delta`, with no instruction when `delta` is 0.

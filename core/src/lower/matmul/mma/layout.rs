@@ -11,12 +11,8 @@ use crate::lower::{Constraint, Violation, check_block};
 use crate::ptx::inst::MmaKind;
 use crate::target::SmVersion;
 
-/// Elements of one 16-byte `cp.async` chunk.
-pub(crate) const CHUNK: u32 = 8;
-
-/// Padding (in elements) of each shared-memory row: one chunk, which keeps
-/// rows 16-byte aligned and staggers them across the banks.
-const PAD: u32 = 8;
+/// Bytes of one `cp.async` chunk.
+const CHUNK_BYTES: u32 = 16;
 
 /// Registers a thread may use (the hardware's per-thread maximum).
 const REGISTER_BUDGET: u32 = 255;
@@ -24,12 +20,14 @@ const REGISTER_BUDGET: u32 = 255;
 /// How one operand's tile lies in shared memory and how threads copy it.
 ///
 /// The tile is `block_x × block_k` (`x` is `m` for A, `n` for B), stored
-/// as `rows × pitch` 16-bit elements: rows along the operand's
-/// non-contiguous dimension, `pitch = cols + PAD`.
+/// as `rows × pitch` elements of `element_bytes`: rows along the operand's
+/// non-contiguous dimension, `pitch = cols + pad` (see [`pad`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct MmaStaging {
     /// Whether the operand is contiguous along `k` (rows are `x`).
     pub k_major: bool,
+    /// 2 (f16, bf16) or 4 (f32, rounded to tf32 as fragments are read).
+    pub element_bytes: u32,
     pub block_x: u32,
     pub rows: u32,
     /// Elements per row holding data.
@@ -47,12 +45,17 @@ pub(crate) struct MmaStaging {
 
 impl MmaStaging {
     pub fn bytes(&self) -> u32 {
-        self.rows * self.pitch * 2
+        self.rows * self.pitch * self.element_bytes
+    }
+
+    /// Elements of one 16-byte chunk.
+    pub fn chunk(&self) -> u32 {
+        CHUNK_BYTES / self.element_bytes
     }
 
     /// Chunks per row.
     pub fn row_chunks(&self) -> u32 {
-        self.cols / CHUNK
+        self.cols / self.chunk()
     }
 }
 
@@ -128,8 +131,8 @@ impl MmaLayout {
             ..v
         })?;
 
-        let a = staging(kernel, plan, Side::A, tiles, threads)?;
-        let b = staging(kernel, plan, Side::B, tiles, threads)?;
+        let a = staging(kernel, plan, Side::A, kind, tiles, threads)?;
+        let b = staging(kernel, plan, Side::B, kind, tiles, threads)?;
         let b = MmaStaging {
             offset: a.bytes(),
             ..b
@@ -199,14 +202,43 @@ pub(crate) fn operand_kind(kernel: &Kernel, plan: &MatmulPlan) -> Result<MmaKind
     match (dtype(&plan.a), dtype(&plan.b)) {
         (DType::F16, DType::F16) => Ok(MmaKind::F16),
         (DType::Bf16, DType::Bf16) => Ok(MmaKind::Bf16),
+        (DType::F32, DType::F32) if kernel.allow_tf32 => Ok(MmaKind::Tf32),
         (x, y) => Err(Violation::new(
             Constraint::Operands,
             format!(
-                "`{}` is {x} and `{}` is {y}; tensor cores need both f16 or both bf16",
+                "`{}` is {x} and `{}` is {y}; tensor cores need both f16 or both bf16{}",
                 name(&plan.a),
-                name(&plan.b)
+                name(&plan.b),
+                if (x, y) == (DType::F32, DType::F32) {
+                    ", or both f32 with `allow_tf32`"
+                } else {
+                    ""
+                }
             ),
         )),
+    }
+}
+
+/// Padding (in elements) of each shared-memory row, which keeps rows
+/// 16-byte aligned (for `cp.async` and `ldmatrix`) and spreads the rows a
+/// warp's fragment reads across the 32 four-byte banks.
+///
+/// - 16-bit operands: 8 elements (16 bytes). Consecutive rows shift by four
+///   banks, so the eight 16-byte rows of an `ldmatrix` phase cover all 32.
+/// - f32 operands (tf32 fragments, read one 32-bit word per lane): a lane's
+///   word is at row `g`, column `t` (`k`-major tiles: `x` rows, `k`
+///   columns) or at row `t`, column `g` (the others), for `g` in 0..8 and
+///   `t` in 0..4, plus offsets common to the warp. `k`-major rows pad by 4
+///   elements: the pitch is 4 modulo 8 words (`cols` is a multiple of 16),
+///   so rows `g` start at eight distinct multiples of 4 banks, each taking
+///   4 columns. The others pad by 8: the pitch is 8 modulo 16 words (8 or
+///   24 modulo 32), so rows `t` start at banks 0, 8, 16, 24 in some order,
+///   each taking 8 columns. Either way the 32 lanes hit 32 banks.
+fn pad(kind: MmaKind, k_major: bool) -> u32 {
+    match kind {
+        MmaKind::F16 | MmaKind::Bf16 => 8,
+        MmaKind::Tf32 if k_major => 4,
+        MmaKind::Tf32 => 8,
     }
 }
 
@@ -216,9 +248,15 @@ fn staging(
     kernel: &Kernel,
     plan: &MatmulPlan,
     side: Side,
+    kind: MmaKind,
     tiles: MmaTiles,
     threads: u32,
 ) -> Result<MmaStaging, Violation> {
+    let element_bytes = match kind {
+        MmaKind::F16 | MmaKind::Bf16 => 2,
+        MmaKind::Tf32 => 4,
+    };
+    let chunk = CHUNK_BYTES / element_bytes;
     let operand = side.operand(plan);
     let (name, block_x, x_extent) = match side {
         Side::A => ("A", tiles.block_m, kernel.extent(plan.m)),
@@ -234,7 +272,7 @@ fn staging(
     let misaligned = |why: String| {
         Err(Violation::new(
             Constraint::Alignment,
-            format!("16-byte copies of {name} need aligned 8-element runs, but {why}"),
+            format!("16-byte copies of {name} need aligned {chunk}-element runs, but {why}"),
         ))
     };
     let k_major = match (sk, sx) {
@@ -247,7 +285,7 @@ fn staging(
     } else {
         (x_extent, (sk, k_extent))
     };
-    if !contiguous.is_multiple_of(CHUNK) {
+    if !contiguous.is_multiple_of(chunk) {
         return misaligned(format!("its contiguous extent {contiguous} is not"));
     }
     let strides = std::iter::once(other).chain(
@@ -259,22 +297,23 @@ fn staging(
     );
     if let Some((stride, _)) = strides
         .filter(|(_, e)| *e > 1)
-        .find(|(s, _)| !s.is_multiple_of(u64::from(CHUNK)))
+        .find(|(s, _)| !s.is_multiple_of(u64::from(chunk)))
     {
-        return misaligned(format!("its stride {stride} is not a multiple of 8"));
+        return misaligned(format!("its stride {stride} is not a multiple of {chunk}"));
     }
     let (rows, cols) = if k_major {
         (block_x, tiles.block_k)
     } else {
         (tiles.block_k, block_x)
     };
-    let chunks = rows * cols / CHUNK;
+    let chunks = rows * cols / chunk;
     Ok(MmaStaging {
         k_major,
+        element_bytes,
         block_x,
         rows,
         cols,
-        pitch: cols + PAD,
+        pitch: cols + pad(kind, k_major),
         offset: 0,
         passes: chunks.div_ceil(threads),
         partial: chunks < threads,

@@ -1,24 +1,29 @@
 //! The tensor-core contraction lowering: `mma.sync` m16n8k16 on fragments
-//! read by `ldmatrix`, operand tiles moved by multi-stage `cp.async`.
+//! read by `ldmatrix` (f16, bf16), or m16n8k8 tf32 on f32 fragments read
+//! word by word and rounded by `cvt.rna.tf32.f32` (f32 with `allow_tf32`),
+//! operand tiles moved by multi-stage `cp.async`.
 //!
 //! # When it applies ([`layout`])
 //!
 //! Both factors are plain loads (a cast to f32 allowed, which widening
 //! makes exact) of f16 or bf16 tensors of the same dtype: the tensor cores
 //! multiply the stored values and accumulate in f32, which is what the
-//! reference computes. Other prologues (a scale, an f32 operand) are the
-//! SIMT lowering's ([`Constraint::Operands`](crate::lower::Constraint)).
-//! Every global access is a 16-byte `cp.async` of eight elements, so each
-//! operand must be contiguous along `k` or along its row, with that extent
-//! and every other stride a multiple of 8 elements
-//! ([`Constraint::Alignment`](crate::lower::Constraint)).
+//! reference computes. Two f32 tensors qualify too when the kernel says
+//! `allow_tf32`: the tensor cores then round each factor to tf32 (10
+//! mantissa bits) and accumulate in f32, which the kernel opted into.
+//! Other prologues (a scale, an f32 operand without the flag) are the SIMT
+//! lowering's ([`Constraint::Operands`](crate::lower::Constraint)). Every
+//! global access is a 16-byte `cp.async` of eight 16-bit (four f32)
+//! elements, so each operand must be contiguous along `k` or along its
+//! row, with that extent and every other stride a multiple of 8 (4)
+//! elements ([`Constraint::Alignment`](crate::lower::Constraint)).
 //!
 //! # The schedule ([`MmaTiles`])
 //!
 //! A block computes a `block_m × block_n` tile of one batch element (blocks
 //! numbered like the SIMT lowering's) with `(block_m / warp_m) · (block_n /
 //! warp_n)` warps; each warp owns a `warp_m × warp_n` sub-tile, held as
-//! `(warp_m / 16) · (warp_n / 8)` m16n8k16 accumulator fragments (four f32
+//! `(warp_m / 16) · (warp_n / 8)` m16n8 accumulator fragments (four f32
 //! registers per lane each).
 //!
 //! Shape of the kernel:
@@ -31,6 +36,7 @@
 //!     bar.sync                               (… for every thread; slot (kt-1) is free)
 //!     cp.async tile kt+stages-1 into slot (kt+stages-1) % stages (when there is one); commit
 //!     block_k/16 steps: ldmatrix.x4 A and B fragments from slot kt % stages, mma.sync each pair
+//!       (tf32: block_k/8 steps: ld.shared.f32 + cvt.rna.tf32.f32 per fragment register)
 //! epilogue: evaluate the root per in-range output from the accumulators, store
 //! ```
 //!
@@ -42,7 +48,9 @@
 //! # Shared memory
 //!
 //! Each operand tile keeps its global layout in shared memory: rows along
-//! its non-contiguous dimension, `contiguous extent + 8` elements per row.
+//! its non-contiguous dimension, `contiguous extent + 8` elements per row
+//! (f32: `+ 4` for `k`-contiguous tiles, `+ 8` for the others; see
+//! `layout::pad` for why neither conflicts).
 //! Which dimension is contiguous decides the `ldmatrix` form: A as `m × k`
 //! (`k` contiguous) and B as `[N][K]` load without `.trans`; A as `[K][M]`
 //! and B as `[K][N]` load with `.trans`, which hands each lane the same

@@ -271,3 +271,202 @@ fn validation_fails_exactly_where_lowering_does() {
         }
     }
 }
+
+/// [`gemm`] of f32 tensors with `allow_tf32`.
+fn tf32_gemm(m: u32, n: u32, k: u32, transposed: bool) -> Kernel {
+    Kernel {
+        allow_tf32: true,
+        ..gemm(m, n, k, "f32", transposed)
+    }
+}
+
+#[test]
+fn f32_contractions_use_tensor_cores_only_with_allow_tf32() {
+    let good = tiles((64, 64, 32), (32, 32), 2);
+    let exact = gemm(64, 64, 64, "f32", false);
+    let (c, reason) = rejection(&exact, good, SmVersion::Sm80);
+    assert_eq!(c, Constraint::Operands);
+    assert!(reason.contains("allow_tf32"), "{reason}");
+    assert!(
+        Space::of(&exact, SmVersion::Sm80)
+            .family(Class::Mma)
+            .is_none()
+    );
+    assert_ne!(
+        crate::lower::heuristic(&exact, SmVersion::Sm80).kind(),
+        Class::Mma
+    );
+
+    let tf32 = tf32_gemm(64, 64, 64, false);
+    validate(&tf32, &good.to_schedule(), SmVersion::Sm80).expect("valid");
+    assert!(
+        Space::of(&tf32, SmVersion::Sm80)
+            .family(Class::Mma)
+            .is_some()
+    );
+    // The flag changes nothing for 16-bit operands.
+    let bf16 = Kernel {
+        allow_tf32: true,
+        ..gemm(64, 64, 64, "bf16", false)
+    };
+    let plan = detect(&bf16).expect("a contraction");
+    let layout = MmaLayout::new(&bf16, &plan, good, SmVersion::Sm80).expect("valid");
+    assert_eq!(layout.kind, MmaKind::Bf16);
+}
+
+#[test]
+fn tf32_fragments_are_read_word_by_word_and_rounded() {
+    let k = tf32_gemm(4096, 4096, 4096, false);
+    let t = tiles((128, 128, 32), (64, 64), 3);
+    let lowered = lower(&k, &t.to_schedule(), SmVersion::Sm80).expect("lowers");
+    let count = |f: &dyn Fn(&Op) -> bool| lowered.ptx.body.iter().filter(|i| f(&i.op)).count();
+    // (64/16)·(64/8) tiles, four k-steps of 8.
+    let mmas = count(&|op| {
+        matches!(
+            op,
+            Op::Mma {
+                kind: MmaKind::Tf32,
+                ..
+            }
+        )
+    });
+    assert_eq!(mmas, 4 * 8 * 4);
+    // Per k-step, 4 words per A fragment and 2 per B fragment, each
+    // converted once.
+    let words = 4 * (4 * 4 + 8 * 2);
+    let cvts = count(&|op| {
+        matches!(
+            op,
+            Op::Cvt {
+                to: crate::ptx::inst::Ty::Tf32,
+                ..
+            }
+        )
+    });
+    assert_eq!(cvts, words);
+    let shared_loads = count(&|op| {
+        matches!(
+            op,
+            Op::Ld {
+                space: crate::ptx::inst::Space::Shared,
+                ..
+            }
+        )
+    });
+    assert_eq!(shared_loads, words);
+    assert_eq!(count(&|op| matches!(op, Op::Ldmatrix { .. })), 0);
+    // A 128×32 and a 32×128 f32 tile are 1024 chunks of 4 each: 8 per
+    // thread of 128, in the prologue's two tiles and the loop's one.
+    assert_eq!(count(&|op| matches!(op, Op::CpAsync { .. })), 3 * 16);
+    // Three slots of 128·(32+4) + 32·(128+8) f32.
+    assert_eq!(
+        lowered.launch.dynamic_shared_bytes,
+        3 * 4 * (128 * 36 + 32 * 136)
+    );
+    let text = crate::ptx::print(&lowered.ptx, SmVersion::Sm80);
+    assert!(text.contains("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"));
+    assert!(text.contains("cvt.rna.tf32.f32"));
+}
+
+#[test]
+fn tf32_copies_need_rows_of_four_elements() {
+    let good = tiles((64, 64, 32), (32, 32), 2);
+    // 36 is a multiple of 4 (16 bytes of f32), not of 8.
+    validate(
+        &tf32_gemm(64, 36, 36, false),
+        &good.to_schedule(),
+        SmVersion::Sm80,
+    )
+    .expect("aligned");
+    for k in [tf32_gemm(64, 64, 34, false), tf32_gemm(64, 34, 64, false)] {
+        let (c, reason) = rejection(&k, good, SmVersion::Sm80);
+        assert_eq!(c, Constraint::Alignment, "{reason}");
+        assert!(reason.contains("4-element"), "{reason}");
+    }
+    // `w[n][k]` leaves N free.
+    validate(
+        &tf32_gemm(7, 7, 36, true),
+        &good.to_schedule(),
+        SmVersion::Sm80,
+    )
+    .expect("aligned");
+}
+
+/// The 32-bit shared-memory reads of a tf32 fragment hit 32 distinct banks:
+/// lane `l` reads `x` `g + dx`, `k` `t + dk` for the warp's offsets
+/// `(dx, dk)` (fragment register, fragment, k-step and warp origin).
+#[test]
+fn tf32_fragment_reads_are_free_of_bank_conflicts() {
+    for transposed in [false, true] {
+        for block in [16, 32, 64, 128, 256] {
+            for block_k in [16, 32, 64] {
+                let warp = block.min(128);
+                let k = tf32_gemm(256, 256, 256, transposed);
+                let t = tiles((block, block, block_k), (warp, warp), 1);
+                let plan = detect(&k).expect("a contraction");
+                let layout = match MmaLayout::new(&k, &plan, t, SmVersion::Sm80) {
+                    Ok(layout) => layout,
+                    Err(v) => {
+                        assert!(
+                            matches!(
+                                v.constraint,
+                                Constraint::SharedMemory | Constraint::Registers
+                            ),
+                            "{v:?}"
+                        );
+                        continue;
+                    }
+                };
+                for s in [&layout.a, &layout.b] {
+                    for dx in (0..s.block_x).step_by(8) {
+                        for dk in (0..block_k).step_by(4) {
+                            let mut banks: Vec<i64> = (0..32)
+                                .map(|lane| {
+                                    let at = emit::word_offset(s, lane / 4 + dx, lane % 4 + dk);
+                                    (at / 4) % 32
+                                })
+                                .collect();
+                            banks.sort_unstable();
+                            banks.dedup();
+                            assert_eq!(banks.len(), 32, "{s:?} at ({dx}, {dk})");
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn the_default_takes_tf32_tensor_cores_where_the_model_says_they_are_faster() {
+    let big = tf32_gemm(4096, 4096, 4096, false);
+    for target in [SmVersion::Sm80, SmVersion::Sm86, SmVersion::Sm90] {
+        let chosen = crate::lower::heuristic(&big, target);
+        assert_eq!(chosen.kind(), Class::Mma, "{target}: {chosen:?}");
+        // The same tiles take about twice as long as on bf16 operands:
+        // half the tensor rate, twice the bytes.
+        let bf16 = gemm(4096, 4096, 4096, "bf16", false);
+        let seconds = |k: &Kernel| {
+            crate::model::estimate(k, &chosen, target)
+                .expect("valid")
+                .seconds
+        };
+        let ratio = seconds(&big) / seconds(&bf16);
+        assert!((1.3..=2.5).contains(&ratio), "{target}: {ratio}");
+        let exact = gemm(4096, 4096, 4096, "f32", false);
+        let simt = crate::lower::heuristic(&exact, target);
+        assert_eq!(simt.kind(), Class::Matmul);
+        assert!(
+            seconds(&big)
+                < crate::model::estimate(&exact, &simt, target)
+                    .expect("valid")
+                    .seconds
+        );
+    }
+    // Odd K and N leave tf32 the SIMT path's.
+    let odd = tf32_gemm(100, 99, 101, false);
+    assert_eq!(
+        crate::lower::heuristic(&odd, SmVersion::Sm80).kind(),
+        Class::Matmul
+    );
+}
