@@ -83,10 +83,39 @@ pub(crate) struct Gpu {
 }
 
 /// A candidate's module, loaded.
-struct Program {
+pub(crate) struct Program {
     function: CudaFunction,
     config: LaunchConfig,
     _module: Arc<CudaModule>,
+}
+
+impl std::fmt::Debug for Program {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Program")
+            .field("grid", &self.config.grid_dim)
+            .field("block", &self.config.block_dim)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Loads candidates' modules into a GPU's context from any thread, so that
+/// the driver's JIT compiles several at once.
+#[derive(Clone)]
+pub(crate) struct Loader(Arc<CudaContext>);
+
+impl Loader {
+    /// [`Gpu::load`] on the calling thread, the context bound to it first.
+    pub(crate) fn load(
+        &self,
+        lowered: &Lowered,
+        target: SmVersion,
+    ) -> Result<Program, GpuRejected> {
+        self.0
+            .bind_to_thread()
+            .map_err(driver("binding the GPU's context to a compiling thread"))
+            .map_err(|e| (Rejected::CompileFailed(e), false))?;
+        load(&self.0, lowered, target)
+    }
 }
 
 /// The most input sets rotated: beyond it, a kernel is so small that
@@ -246,18 +275,16 @@ impl Gpu {
         })
     }
 
-    /// Checks and times one lowered candidate; `rotation` holds the
+    /// Checks and times one loaded candidate; `rotation` holds the
     /// kernel's buffers from one candidate to the next.
     pub(crate) fn measure(
         &self,
         kernel: &Kernel,
         expected: &Expected,
         rotation: &mut Rotation,
-        lowered: &Lowered,
-        target: SmVersion,
+        program: &Program,
         settings: &Settings,
     ) -> Result<Measured, GpuRejected> {
-        let program = self.load(lowered, target)?;
         if rotation.sets.is_empty() {
             rotation.sets.push(self.upload(kernel, expected.inputs())?);
         }
@@ -269,7 +296,7 @@ impl Gpu {
             )
             .map_err(driver("poisoning the output"))
             .map_err(|e| (Rejected::Fault(e), true))?;
-        let bytes = self.run_once(&program, first)?;
+        let bytes = self.run_once(program, first)?;
         check_output(kernel, expected, &bytes)?;
 
         let set_bytes = expected.inputs().iter().map(Vec::len).sum::<usize>() + bytes.len();
@@ -279,7 +306,7 @@ impl Gpu {
 
         let _lock =
             GpuLock::acquire(&self.lock).map_err(|e| (Rejected::WorkerCrashed(e), false))?;
-        let times = self.time(&program, &mut rotation.sets, settings)?;
+        let times = self.time(program, &mut rotation.sets, settings)?;
         let sensors = self.sensors.as_ref().and_then(Sensors::read);
         let mut sorted = times.clone();
         sorted.sort_by(f64::total_cmp);
@@ -314,41 +341,17 @@ impl Gpu {
     }
 
     /// Loads a candidate's PTX (the driver compiles it for this GPU).
-    fn load(&self, lowered: &Lowered, target: SmVersion) -> Result<Program, GpuRejected> {
-        let compile = |e: String| (Rejected::CompileFailed(e), false);
-        let text = ptx::print(&lowered.ptx, target);
-        let module = self
-            .context
-            .load_module(Ptx::from_src(text))
-            .map_err(driver("loading the PTX module"))
-            .map_err(compile)?;
-        let function = module
-            .load_function(&lowered.ptx.entry)
-            .map_err(driver("finding the kernel's entry"))
-            .map_err(compile)?;
-        let shared = lowered.launch.dynamic_shared_bytes;
-        // Blocks may use more than 48 KiB of dynamic shared memory only after
-        // opting in.
-        if shared > 48 * 1024 {
-            function
-                .set_attribute(
-                    CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                    i32::try_from(shared).unwrap_or(i32::MAX),
-                )
-                .map_err(driver("allowing the kernel's dynamic shared memory"))
-                .map_err(compile)?;
-        }
-        let [gx, gy, gz] = lowered.launch.grid;
-        let [bx, by, bz] = lowered.launch.block;
-        Ok(Program {
-            function,
-            config: LaunchConfig {
-                grid_dim: (gx, gy, gz),
-                block_dim: (bx, by, bz),
-                shared_mem_bytes: shared,
-            },
-            _module: module,
-        })
+    pub(crate) fn load(
+        &self,
+        lowered: &Lowered,
+        target: SmVersion,
+    ) -> Result<Program, GpuRejected> {
+        load(&self.context, lowered, target)
+    }
+
+    /// What loads candidates from other threads.
+    pub(crate) fn loader(&self) -> Loader {
+        Loader(self.context.clone())
     }
 
     /// Copies one input set to the GPU, with a poisoned output buffer.
@@ -465,6 +468,48 @@ impl Gpu {
             }
         }
     }
+}
+
+/// Loads a candidate's PTX into `context` (the driver compiles it for the
+/// GPU).
+fn load(
+    context: &Arc<CudaContext>,
+    lowered: &Lowered,
+    target: SmVersion,
+) -> Result<Program, GpuRejected> {
+    let compile = |e: String| (Rejected::CompileFailed(e), false);
+    let text = ptx::print(&lowered.ptx, target);
+    let module = context
+        .load_module(Ptx::from_src(text))
+        .map_err(driver("loading the PTX module"))
+        .map_err(compile)?;
+    let function = module
+        .load_function(&lowered.ptx.entry)
+        .map_err(driver("finding the kernel's entry"))
+        .map_err(compile)?;
+    let shared = lowered.launch.dynamic_shared_bytes;
+    // Blocks may use more than 48 KiB of dynamic shared memory only after
+    // opting in.
+    if shared > 48 * 1024 {
+        function
+            .set_attribute(
+                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                i32::try_from(shared).unwrap_or(i32::MAX),
+            )
+            .map_err(driver("allowing the kernel's dynamic shared memory"))
+            .map_err(compile)?;
+    }
+    let [gx, gy, gz] = lowered.launch.grid;
+    let [bx, by, bz] = lowered.launch.block;
+    Ok(Program {
+        function,
+        config: LaunchConfig {
+            grid_dim: (gx, gy, gz),
+            block_dim: (bx, by, bz),
+            shared_mem_bytes: shared,
+        },
+        _module: module,
+    })
 }
 
 /// Compares a candidate's output with what is expected.

@@ -98,6 +98,7 @@ mod info;
 mod inject;
 mod job;
 mod lock;
+mod prepare;
 mod protocol;
 pub mod search;
 mod sensors;
@@ -112,6 +113,7 @@ pub use device::{
 pub use info::device_info;
 pub use inject::Injection;
 pub use job::{Job, Measured, Rejected, Settings};
+pub use prepare::{JOBS_ENV, default_jobs};
 pub use protocol::PROTOCOL_VERSION;
 pub use sensors::Reading;
 pub use serve::{WORKER_ENV, worker_main_if_requested};
