@@ -417,6 +417,40 @@ fn a_gpu_measures_and_survives_a_fault() {
     assert_eq!(worker.restarts(), 1);
 }
 
+/// On a GPU: a batch loaded on several threads is then checked and timed
+/// one candidate at a time, each rejected or measured as it would be alone
+/// (times differ from run to run; the verdicts do not).
+#[test]
+#[ignore = "needs a GPU"]
+fn a_gpu_measures_a_prepared_batch_as_one_by_one() {
+    let device = ktune_measure::detect().expect("a GPU");
+    let config = WorkerConfig::with_program(WORKER, device)
+        .timeout(Duration::from_secs(120))
+        .jobs(4);
+    let job = Job::new(SCALE, SmVersion::Sm80);
+    let batch = mixed_batch(&job);
+    let mut sequential = Worker::spawn(config.clone()).expect("the worker starts");
+    let want = measure_all(&mut sequential, &job, &batch);
+    let mut worker = Worker::spawn(config).expect("the worker starts");
+    assert_eq!(worker.prepare_injected(&job, &batch), 5);
+    let got = measure_all(&mut worker, &job, &batch);
+    let verdict = |r: &Result<Measured, Rejected>| match r {
+        Ok(m) => {
+            assert!(!m.device.is_virtual() && m.median_us > 0.0, "{m:?}");
+            "measured"
+        }
+        Err(Rejected::Invalid(_)) => "invalid",
+        Err(Rejected::CompileFailed(_)) => "compile failed",
+        Err(Rejected::WrongResult(_)) => "wrong result",
+        Err(Rejected::Fault(_)) => "fault",
+        Err(Rejected::Timeout { .. }) => "timeout",
+        Err(Rejected::WorkerCrashed(_)) => "crashed",
+    };
+    let verdicts = |rs: &[Result<Measured, Rejected>]| rs.iter().map(verdict).collect::<Vec<_>>();
+    assert_eq!(verdicts(&got), verdicts(&want), "{got:?}\n{want:?}");
+    assert!(matches!(got[4], Err(Rejected::Fault(_))), "{:?}", got[4]);
+}
+
 /// On a GPU: a kernel that never ends is killed with its worker, and the
 /// GPU serves the next worker.
 #[test]
