@@ -114,7 +114,7 @@ impl Loader {
             .bind_to_thread()
             .map_err(driver("binding the GPU's context to a compiling thread"))
             .map_err(|e| (Rejected::CompileFailed(e), false))?;
-        load(&self.0, lowered, target)
+        Gpu::load_in(&self.0, lowered, target)
     }
 }
 
@@ -346,12 +346,54 @@ impl Gpu {
         lowered: &Lowered,
         target: SmVersion,
     ) -> Result<Program, GpuRejected> {
-        load(&self.context, lowered, target)
+        Gpu::load_in(&self.context, lowered, target)
     }
 
     /// What loads candidates from other threads.
     pub(crate) fn loader(&self) -> Loader {
         Loader(self.context.clone())
+    }
+
+    /// Loads a candidate's PTX into `context` (the driver compiles it for the
+    /// GPU).
+    fn load_in(
+        context: &Arc<CudaContext>,
+        lowered: &Lowered,
+        target: SmVersion,
+    ) -> Result<Program, GpuRejected> {
+        let compile = |e: String| (Rejected::CompileFailed(e), false);
+        let text = ptx::print(&lowered.ptx, target);
+        let module = context
+            .load_module(Ptx::from_src(text))
+            .map_err(driver("loading the PTX module"))
+            .map_err(compile)?;
+        let function = module
+            .load_function(&lowered.ptx.entry)
+            .map_err(driver("finding the kernel's entry"))
+            .map_err(compile)?;
+        let shared = lowered.launch.dynamic_shared_bytes;
+        // Blocks may use more than 48 KiB of dynamic shared memory only after
+        // opting in.
+        if shared > 48 * 1024 {
+            function
+                .set_attribute(
+                    CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    i32::try_from(shared).unwrap_or(i32::MAX),
+                )
+                .map_err(driver("allowing the kernel's dynamic shared memory"))
+                .map_err(compile)?;
+        }
+        let [gx, gy, gz] = lowered.launch.grid;
+        let [bx, by, bz] = lowered.launch.block;
+        Ok(Program {
+            function,
+            config: LaunchConfig {
+                grid_dim: (gx, gy, gz),
+                block_dim: (bx, by, bz),
+                shared_mem_bytes: shared,
+            },
+            _module: module,
+        })
     }
 
     /// Copies one input set to the GPU, with a poisoned output buffer.
@@ -468,48 +510,6 @@ impl Gpu {
             }
         }
     }
-}
-
-/// Loads a candidate's PTX into `context` (the driver compiles it for the
-/// GPU).
-fn load(
-    context: &Arc<CudaContext>,
-    lowered: &Lowered,
-    target: SmVersion,
-) -> Result<Program, GpuRejected> {
-    let compile = |e: String| (Rejected::CompileFailed(e), false);
-    let text = ptx::print(&lowered.ptx, target);
-    let module = context
-        .load_module(Ptx::from_src(text))
-        .map_err(driver("loading the PTX module"))
-        .map_err(compile)?;
-    let function = module
-        .load_function(&lowered.ptx.entry)
-        .map_err(driver("finding the kernel's entry"))
-        .map_err(compile)?;
-    let shared = lowered.launch.dynamic_shared_bytes;
-    // Blocks may use more than 48 KiB of dynamic shared memory only after
-    // opting in.
-    if shared > 48 * 1024 {
-        function
-            .set_attribute(
-                CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                i32::try_from(shared).unwrap_or(i32::MAX),
-            )
-            .map_err(driver("allowing the kernel's dynamic shared memory"))
-            .map_err(compile)?;
-    }
-    let [gx, gy, gz] = lowered.launch.grid;
-    let [bx, by, bz] = lowered.launch.block;
-    Ok(Program {
-        function,
-        config: LaunchConfig {
-            grid_dim: (gx, gy, gz),
-            block_dim: (bx, by, bz),
-            shared_mem_bytes: shared,
-        },
-        _module: module,
-    })
 }
 
 /// Compares a candidate's output with what is expected.
