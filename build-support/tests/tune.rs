@@ -43,6 +43,8 @@ fn softmax_of(rows: u64) -> Kernel {
 #[derive(Default)]
 struct Fake {
     measured: Vec<Schedule>,
+    /// The batches announced before being measured.
+    prepared: Vec<Vec<Schedule>>,
 }
 
 impl Bench for Fake {
@@ -99,6 +101,20 @@ impl Bench for Fake {
             throttled: false,
         })
     }
+
+    fn prepare(&mut self, _: &Kernel, _: &str, schedules: &[Schedule]) {
+        self.prepared.push(schedules.to_vec());
+    }
+}
+
+/// Whether every prepared batch was then measured, in its order.
+fn measured_as_prepared(bench: &Fake) -> bool {
+    let mut measured = bench.measured.iter();
+    bench
+        .prepared
+        .iter()
+        .flatten()
+        .all(|p| measured.any(|m| m == p))
 }
 
 fn settings(effort: Effort) -> Settings {
@@ -179,6 +195,11 @@ fn full_search_rejects_wrong_candidates_with_their_reason_and_goes_on() {
         }
     ));
     assert!(tuned.speedup().is_some_and(|s| s >= 1.0));
+    assert!(
+        bench.prepared.iter().any(|b| b.len() > 1),
+        "the search announces its batches"
+    );
+    assert!(measured_as_prepared(&bench));
 }
 
 #[test]
@@ -216,6 +237,11 @@ fn an_interrupted_search_resumes_from_its_journal() {
     )
     .expect("something measured");
     assert!(again.measured.is_empty(), "{:?}", again.measured);
+    assert!(
+        again.prepared.is_empty(),
+        "points the journal answers are not prepared: {:?}",
+        again.prepared
+    );
     assert_eq!(resumed.record.schedule, whole.record.schedule);
 
     // A journal cut short (the build was interrupted): only the rest is
@@ -245,6 +271,11 @@ fn an_interrupted_search_resumes_from_its_journal() {
     assert_eq!(cut.record.schedule, whole.record.schedule);
     let earlier: HashSet<String> = first.measured.iter().map(Schedule::to_json).collect();
     assert!(rest.measured.iter().all(|s| earlier.contains(&s.to_json())));
+    assert!(!rest.prepared.is_empty());
+    assert!(measured_as_prepared(&rest), "only what is left is prepared");
+    let prepared: Vec<&Schedule> = rest.prepared.iter().flatten().collect();
+    let unique: HashSet<String> = prepared.iter().map(|s| s.to_json()).collect();
+    assert_eq!(unique.len(), prepared.len(), "a point prepared twice");
 }
 
 #[test]

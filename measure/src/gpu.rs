@@ -84,10 +84,39 @@ pub(crate) struct Gpu {
 }
 
 /// A candidate's module, loaded.
-struct Program {
+pub(crate) struct Program {
     function: CudaFunction,
     config: LaunchConfig,
     _module: Arc<CudaModule>,
+}
+
+impl std::fmt::Debug for Program {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Program")
+            .field("grid", &self.config.grid_dim)
+            .field("block", &self.config.block_dim)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Loads candidates' modules into a GPU's context from any thread, so that
+/// the driver's JIT compiles several at once.
+#[derive(Clone)]
+pub(crate) struct Loader(Arc<CudaContext>);
+
+impl Loader {
+    /// [`Gpu::load`] on the calling thread, the context bound to it first.
+    pub(crate) fn load(
+        &self,
+        lowered: &Lowered,
+        target: SmVersion,
+    ) -> Result<Program, GpuRejected> {
+        self.0
+            .bind_to_thread()
+            .map_err(driver("binding the GPU's context to a compiling thread"))
+            .map_err(|e| (Rejected::CompileFailed(e), false))?;
+        Gpu::load_in(&self.0, lowered, target)
+    }
 }
 
 /// The most input sets rotated: beyond it, a kernel is so small that
@@ -247,18 +276,16 @@ impl Gpu {
         })
     }
 
-    /// Checks and times one lowered candidate; `rotation` holds the
+    /// Checks and times one loaded candidate; `rotation` holds the
     /// kernel's buffers from one candidate to the next.
     pub(crate) fn measure(
         &self,
         kernel: &Kernel,
         expected: &Expected,
         rotation: &mut Rotation,
-        lowered: &Lowered,
-        target: SmVersion,
+        program: &Program,
         settings: &Settings,
     ) -> Result<Measured, GpuRejected> {
-        let program = self.load(lowered, target)?;
         if rotation.sets.is_empty() {
             rotation.sets.push(self.upload(kernel, expected.inputs())?);
         }
@@ -270,7 +297,7 @@ impl Gpu {
             )
             .map_err(driver("poisoning the output"))
             .map_err(|e| (Rejected::Fault(e), true))?;
-        let bytes = self.run_once(&program, first)?;
+        let bytes = self.run_once(program, first)?;
         check_output(kernel, expected, &bytes)?;
 
         let set_bytes = expected.inputs().iter().map(Vec::len).sum::<usize>() + bytes.len();
@@ -280,7 +307,7 @@ impl Gpu {
 
         let _lock =
             GpuLock::acquire(&self.lock).map_err(|e| (Rejected::WorkerCrashed(e), false))?;
-        let times = self.time(&program, &mut rotation.sets, settings)?;
+        let times = self.time(program, &mut rotation.sets, settings)?;
         let sensors = self.sensors.as_ref().and_then(Sensors::read);
         let mut sorted = times.clone();
         sorted.sort_by(f64::total_cmp);
@@ -315,11 +342,29 @@ impl Gpu {
     }
 
     /// Loads a candidate's PTX (the driver compiles it for this GPU).
-    fn load(&self, lowered: &Lowered, target: SmVersion) -> Result<Program, GpuRejected> {
+    pub(crate) fn load(
+        &self,
+        lowered: &Lowered,
+        target: SmVersion,
+    ) -> Result<Program, GpuRejected> {
+        Gpu::load_in(&self.context, lowered, target)
+    }
+
+    /// What loads candidates from other threads.
+    pub(crate) fn loader(&self) -> Loader {
+        Loader(self.context.clone())
+    }
+
+    /// Loads a candidate's PTX into `context` (the driver compiles it for the
+    /// GPU).
+    fn load_in(
+        context: &Arc<CudaContext>,
+        lowered: &Lowered,
+        target: SmVersion,
+    ) -> Result<Program, GpuRejected> {
         let compile = |e: String| (Rejected::CompileFailed(e), false);
         let text = ptx::print(&lowered.ptx, target);
-        let module = self
-            .context
+        let module = context
             .load_module(Ptx::from_src(text))
             .map_err(driver("loading the PTX module"))
             .map_err(compile)?;

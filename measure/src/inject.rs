@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 /// A fault the worker injects into a candidate after lowering it (see
 /// [`crate::Worker::measure_injected`]). For tests of the isolation; the
 /// build never asks for one.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Injection {
     /// Every global store writes the constant 1 instead of its value: a

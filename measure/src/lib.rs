@@ -79,6 +79,22 @@
 //! A fault on a GPU leaves its context unusable, so the worker answers and
 //! then exits; the [`Worker`] starts a new one for the next request.
 //!
+//! # Compiling a batch in parallel
+//!
+//! Before measuring several points, a caller may announce them with
+//! [`Worker::prepare`]: the worker lowers them on [`default_jobs`] threads
+//! (the build's job limit, [`JOBS_ENV`], when set; else the machine's
+//! parallelism; [`WorkerConfig::jobs`] to choose) and keeps what it
+//! compiled for the measure requests that follow, which then answer
+//! exactly as they would have. On the virtual GPU each thread runs the
+//! whole check and estimate, both deterministic CPU work; on a GPU each
+//! thread binds the context and loads the module (the driver's JIT),
+//! while the check and the timing stay one candidate at a time, under the
+//! GPU's lock. A candidate that does not lower, or fails to load, costs
+//! that candidate only: its measure request rejects it as before. A new
+//! prepare replaces what the last one left unmeasured, and at most a
+//! bounded number of candidates is kept.
+//!
 //! # Choosing the device
 //!
 //! [`detect`] finds the first GPU (probing the driver library first, so
@@ -98,6 +114,7 @@ mod info;
 mod inject;
 mod job;
 mod lock;
+mod prepare;
 mod protocol;
 pub mod search;
 mod sensors;
@@ -112,6 +129,7 @@ pub use device::{
 pub use info::device_info;
 pub use inject::Injection;
 pub use job::{Job, Measured, Rejected, Settings};
+pub use prepare::{JOBS_ENV, default_jobs};
 pub use protocol::PROTOCOL_VERSION;
 pub use sensors::Reading;
 pub use serve::{WORKER_ENV, worker_main_if_requested};

@@ -101,4 +101,13 @@ where
             .map(|m| Measurement::from(&m))
             .map_err(Rejection::from)
     }
+
+    /// Compiles the points' schedules in the worker ([`Worker::prepare`]).
+    fn prepare(&mut self, space: &Space, points: &[Point]) {
+        let schedules: Vec<Schedule> = points
+            .iter()
+            .filter_map(|p| (self.schedule_of)(space, p))
+            .collect();
+        self.worker.prepare(&self.job, &schedules);
+    }
 }

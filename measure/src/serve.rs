@@ -1,14 +1,17 @@
-//! The worker's side: read requests, measure, answer.
+//! The worker's side: read requests, compile or measure, answer.
 
 use std::collections::HashMap;
 use std::io::{BufRead, Write};
 
+use ktune_core::SmVersion;
 use ktune_core::ir::Kernel;
-use ktune_core::lower;
+use ktune_core::lower::{self, Lowered};
+use ktune_core::schedule::Schedule;
 use ktune_vgpu::verify::Reference;
 
-use crate::gpu::{Expected, Gpu, Rotation};
-use crate::protocol::{Hello, PROTOCOL_VERSION, Request, Response};
+use crate::gpu::{Expected, Gpu, GpuRejected, Program, Rotation};
+use crate::prepare::{self, CACHE_LIMIT};
+use crate::protocol::{Hello, Measure, PROTOCOL_VERSION, Prepare, Request, Response};
 use crate::{DeviceKind, Injection, Job, Measured, Rejected, Settings};
 
 /// The environment variable that makes [`worker_main_if_requested`] serve
@@ -46,7 +49,7 @@ fn serve(input: impl BufRead, mut output: impl Write) -> i32 {
             continue;
         }
         let response = match serde_json::from_str::<Request>(&line) {
-            Ok(request) => {
+            Ok(Request::Measure(request)) => {
                 if let Some(Injection::Exit { code }) = request.inject {
                     std::process::exit(code);
                 }
@@ -57,6 +60,10 @@ fn serve(input: impl BufRead, mut output: impl Write) -> i32 {
                     retire,
                 }
             }
+            Ok(Request::Prepare(request)) => Response::Prepared {
+                id: request.id,
+                cached: state.compile(&request),
+            },
             Err(e) => Response::BadRequest {
                 message: format!("worker protocol {PROTOCOL_VERSION}: unreadable request: {e}"),
             },
@@ -79,17 +86,29 @@ fn write_line(output: &mut impl Write, message: &impl serde::Serialize) -> std::
 }
 
 /// What the worker keeps between requests: each kernel parsed once, with
-/// what its candidates are compared with, and the GPU opened once.
+/// what its candidates are compared with, the GPU opened once, and the
+/// candidates of the last prepare request compiled and not measured yet.
 #[derive(Debug, Default)]
 struct State {
-    kernels: HashMap<Key, Prepared>,
+    kernels: HashMap<Key, Opened>,
     gpus: HashMap<usize, Result<Gpu, String>>,
+    compiled: HashMap<Candidate, Compiled>,
 }
 
 #[derive(Debug)]
-struct Prepared {
+struct Opened {
     kernel: Kernel,
     check: Check,
+}
+
+/// A candidate compiled ahead of its measure request.
+#[derive(Debug)]
+enum Compiled {
+    /// The virtual GPU's whole answer: its check and estimate are
+    /// deterministic, so running them early changes nothing.
+    Vgpu(Result<Measured, Rejected>),
+    /// The module loaded into the GPU's context (or why it did not load).
+    Gpu(Result<Program, GpuRejected>),
 }
 
 #[derive(Debug)]
@@ -104,18 +123,21 @@ enum Check {
 
 type Key = (Job, DeviceKind, u64);
 
+/// A candidate: its kernel, schedule and injection.
+type Candidate = (Key, Schedule, Option<Injection>);
+
 impl State {
     /// Measures one request; with `true` when the worker must exit after
     /// answering.
-    fn handle(&mut self, request: &Request) -> (Result<Measured, Rejected>, bool) {
+    fn handle(&mut self, request: &Measure) -> (Result<Measured, Rejected>, bool) {
         match self.try_handle(request) {
             Ok(measured) => (Ok(measured), false),
             Err((rejected, retire)) => (Err(rejected), retire),
         }
     }
 
-    fn try_handle(&mut self, request: &Request) -> Result<Measured, (Rejected, bool)> {
-        let Request {
+    fn try_handle(&mut self, request: &Measure) -> Result<Measured, (Rejected, bool)> {
+        let Measure {
             device,
             job,
             schedule,
@@ -124,29 +146,95 @@ impl State {
             ..
         } = request;
         let key = (job.clone(), *device, settings.seed);
-        self.prepare(&key, settings)?;
-        let Some(Prepared { kernel, check }) = self.kernels.get_mut(&key) else {
-            let why = "the kernel was not kept after preparing it".to_string();
+        self.open(&key, settings)?;
+        let compiled = self
+            .compiled
+            .remove(&(key.clone(), schedule.clone(), *inject));
+        let Some(Opened { kernel, check }) = self.kernels.get_mut(&key) else {
+            let why = "the kernel was not kept after opening it".to_string();
             return Err((Rejected::WorkerCrashed(why), true));
         };
         let target = job.target;
-        let mut lowered = lower::lower(kernel, schedule, target)
-            .map_err(|e| (Rejected::Invalid(e.to_string()), false))?;
-        if let Some(injection) = inject {
-            injection.apply(&mut lowered.ptx);
-        }
-        match check {
-            Check::Vgpu(reference) => {
-                crate::vgpu::measure(kernel, reference, schedule, target, &lowered)
+        let lowered = || lower_candidate(kernel, schedule, target, *inject).map_err(|r| (r, false));
+        match (check, compiled) {
+            (_, Some(Compiled::Vgpu(result))) => result.map_err(|r| (r, false)),
+            (Check::Vgpu(reference), _) => {
+                crate::vgpu::measure(kernel, reference, schedule, target, &lowered()?)
                     .map_err(|r| (r, false))
             }
-            Check::Gpu {
-                ordinal,
-                expected,
-                rotation,
-            } => opened(self.gpus.get(ordinal), *ordinal)?
-                .measure(kernel, expected, rotation, &lowered, target, settings),
+            (
+                Check::Gpu {
+                    ordinal,
+                    expected,
+                    rotation,
+                },
+                compiled,
+            ) => {
+                let gpu = opened(self.gpus.get(ordinal), *ordinal)?;
+                let program = match compiled {
+                    Some(Compiled::Gpu(program)) => program?,
+                    _ => gpu.load(&lowered()?, target)?,
+                };
+                gpu.measure(kernel, expected, rotation, &program, settings)
+            }
         }
+    }
+
+    /// Compiles a prepare request's candidates on its number of threads,
+    /// in place of those of the previous one; how many are now compiled
+    /// (those that lower, up to [`CACHE_LIMIT`]). A candidate that does not
+    /// lower, or a kernel that does not parse, is left for its measure
+    /// request to reject.
+    fn compile(&mut self, request: &Prepare) -> usize {
+        self.compiled.clear();
+        let Prepare {
+            device,
+            job,
+            candidates,
+            settings,
+            jobs,
+            ..
+        } = request;
+        let key = (job.clone(), *device, settings.seed);
+        if self.open(&key, settings).is_err() {
+            return 0;
+        }
+        let Some(Opened { kernel, check }) = self.kernels.get(&key) else {
+            return 0;
+        };
+        let target = job.target;
+        // A candidate whose worker is to exit has nothing to compile.
+        let candidates: Vec<&(Schedule, Option<Injection>)> = candidates
+            .iter()
+            .filter(|(_, inject)| !matches!(inject, Some(Injection::Exit { .. })))
+            .take(CACHE_LIMIT)
+            .collect();
+        let lowered = |(schedule, inject): &&(Schedule, Option<Injection>)| {
+            lower_candidate(kernel, schedule, target, *inject).ok()
+        };
+        let compiled: Vec<Option<Compiled>> = match check {
+            Check::Vgpu(reference) => prepare::map(*jobs, &candidates, |c| {
+                let measured = crate::vgpu::measure(kernel, reference, &c.0, target, &lowered(c)?);
+                Some(Compiled::Vgpu(measured))
+            }),
+            Check::Gpu { ordinal, .. } => {
+                let Some(Ok(gpu)) = self.gpus.get(ordinal) else {
+                    return 0;
+                };
+                let loader = gpu.loader();
+                prepare::map(*jobs, &candidates, |c| {
+                    Some(Compiled::Gpu(loader.load(&lowered(c)?, target)))
+                })
+            }
+        };
+        for (candidate, compiled) in candidates.into_iter().zip(compiled) {
+            if let Some(compiled) = compiled {
+                let (schedule, inject) = candidate;
+                self.compiled
+                    .insert((key.clone(), schedule.clone(), *inject), compiled);
+            }
+        }
+        self.compiled.len()
     }
 
     /// The GPU with this ordinal, opened once (or why it could not be).
@@ -160,7 +248,7 @@ impl State {
 
     /// Parses the kernel of `key` and computes what its candidates are
     /// compared with, once.
-    fn prepare(&mut self, key: &Key, settings: &Settings) -> Result<(), (Rejected, bool)> {
+    fn open(&mut self, key: &Key, settings: &Settings) -> Result<(), (Rejected, bool)> {
         if self.kernels.contains_key(key) {
             return Ok(());
         }
@@ -177,9 +265,24 @@ impl State {
                 rotation: Rotation::default(),
             },
         };
-        self.kernels.insert(key.clone(), Prepared { kernel, check });
+        self.kernels.insert(key.clone(), Opened { kernel, check });
         Ok(())
     }
+}
+
+/// A candidate lowered, with its injection applied.
+fn lower_candidate(
+    kernel: &Kernel,
+    schedule: &Schedule,
+    target: SmVersion,
+    inject: Option<Injection>,
+) -> Result<Lowered, Rejected> {
+    let mut lowered =
+        lower::lower(kernel, schedule, target).map_err(|e| Rejected::Invalid(e.to_string()))?;
+    if let Some(injection) = inject {
+        injection.apply(&mut lowered.ptx);
+    }
+    Ok(lowered)
 }
 
 fn opened(gpu: Option<&Result<Gpu, String>>, ordinal: usize) -> Result<&Gpu, (Rejected, bool)> {
@@ -215,14 +318,14 @@ mod tests {
             ktune_core::SmVersion::Sm80,
         );
         let kernel = job.parse().expect("parses");
-        let request = Request {
+        let request = Request::Measure(Measure {
             id: 7,
             device: DeviceKind::Vgpu,
             schedule: lower::heuristic(&kernel, job.target),
             job,
             settings: Settings::default(),
             inject: None,
-        };
+        });
         let input = format!(
             "not json\n\n{}\n",
             serde_json::to_string(&request).expect("serialises")
@@ -238,5 +341,62 @@ mod tests {
         assert_eq!(done["id"], 7);
         assert_eq!(done["retire"], false);
         assert_eq!(done["result"]["Ok"]["device"]["name"], crate::VGPU_NAME);
+    }
+
+    #[test]
+    fn a_prepare_caches_what_lowers_and_each_measure_takes_its_own() {
+        let job = Job::new(
+            "#[tuned_kernel(shape(N = 300))]
+             fn neg(x: Tensor<f32, N>) -> Tensor<f32, N> { compute(|i| -x[i]) }",
+            ktune_core::SmVersion::Sm80,
+        );
+        let schedule = |block| ktune_core::schedule::Schedule::Elementwise {
+            block,
+            per_thread: 1,
+            vector: 1,
+        };
+        let candidates = vec![
+            (schedule(64), None),
+            (schedule(33), None),
+            (schedule(64), Some(Injection::WrongStore)),
+            (schedule(128), Some(Injection::Exit { code: 1 })),
+        ];
+        let prepare = Prepare {
+            id: 1,
+            device: DeviceKind::Vgpu,
+            job: job.clone(),
+            candidates: candidates.clone(),
+            settings: Settings::default(),
+            jobs: 2,
+        };
+        let measure = |(schedule, inject): &(Schedule, Option<Injection>)| Measure {
+            id: 2,
+            device: DeviceKind::Vgpu,
+            job: job.clone(),
+            schedule: schedule.clone(),
+            settings: Settings::default(),
+            inject: *inject,
+        };
+        let mut state = State::default();
+        assert_eq!(state.compile(&prepare), 2, "a block of 33 does not lower");
+        let mut fresh = State::default();
+        for candidate in &candidates[..3] {
+            let cached = state.compiled.len();
+            assert_eq!(
+                state.handle(&measure(candidate)),
+                fresh.handle(&measure(candidate))
+            );
+            let taken = usize::from(candidate.0 != schedule(33));
+            assert_eq!(state.compiled.len(), cached - taken, "{candidate:?}");
+        }
+        assert_eq!(state.compile(&prepare), 2);
+        assert_eq!(
+            state.compile(&Prepare {
+                candidates: Vec::new(),
+                ..prepare
+            }),
+            0
+        );
+        assert!(state.compiled.is_empty(), "a new batch replaces the last");
     }
 }

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use ktune_core::schedule::Schedule;
 
-use crate::protocol::{Hello, PROTOCOL_VERSION, Request, Response};
-use crate::{DeviceKind, Injection, Job, Measured, Rejected, Settings, WORKER_ENV};
+use crate::protocol::{Hello, Measure, PROTOCOL_VERSION, Prepare, Request, Response};
+use crate::{DeviceKind, Injection, Job, Measured, Rejected, Settings, WORKER_ENV, default_jobs};
 
 /// The end of the worker's stderr kept for crash reports.
 const STDERR_TAIL: usize = 4096;
@@ -26,6 +26,7 @@ pub struct WorkerConfig {
     timeout: Duration,
     startup_timeout: Duration,
     settings: Settings,
+    jobs: usize,
 }
 
 impl WorkerConfig {
@@ -43,7 +44,8 @@ impl WorkerConfig {
     }
 
     /// Workers that are `program` (which must call
-    /// [`crate::worker_main_if_requested`] first thing).
+    /// [`crate::worker_main_if_requested`] first thing), compiling on
+    /// [`default_jobs`] threads.
     pub fn with_program(program: impl Into<PathBuf>, device: DeviceKind) -> WorkerConfig {
         WorkerConfig {
             program: program.into(),
@@ -51,7 +53,15 @@ impl WorkerConfig {
             timeout: Duration::from_secs(120),
             startup_timeout: Duration::from_secs(30),
             settings: Settings::default(),
+            jobs: default_jobs(),
         }
+    }
+
+    /// How many threads compile the candidates of a [`Worker::prepare`]
+    /// (at least one).
+    pub fn jobs(mut self, jobs: usize) -> WorkerConfig {
+        self.jobs = jobs.max(1);
+        self
     }
 
     /// How long one request may take, from sending it to its answer (the
@@ -168,12 +178,92 @@ impl Worker {
         self.request(job, schedule, Some(injection))
     }
 
+    /// Compiles `schedules` of `job`'s kernel, on the configured number of
+    /// threads, for the [`Worker::measure`] calls that follow; how many
+    /// were compiled (those that lower). A hint: measuring answers the
+    /// same with or without it, and a candidate that was not compiled is
+    /// compiled when measured. A new prepare replaces what the last one
+    /// compiled and was not measured. Waits as long as measuring them one
+    /// by one on each thread may take; a worker that crashes or times out
+    /// meanwhile is ended (0 compiled), and the next request starts a new
+    /// one.
+    pub fn prepare(&mut self, job: &Job, schedules: &[Schedule]) -> usize {
+        let candidates: Vec<(Schedule, Option<Injection>)> =
+            schedules.iter().map(|s| (s.clone(), None)).collect();
+        self.prepare_injected(job, &candidates)
+    }
+
+    /// [`Worker::prepare`] for candidates that will be measured with these
+    /// injections ([`Worker::measure_injected`]).
+    pub fn prepare_injected(
+        &mut self,
+        job: &Job,
+        candidates: &[(Schedule, Option<Injection>)],
+    ) -> usize {
+        let jobs = self.config.jobs.max(1);
+        let rounds = candidates.len().div_ceil(jobs).max(1);
+        let timeout = self
+            .config
+            .timeout
+            .saturating_mul(u32::try_from(rounds).unwrap_or(u32::MAX));
+        let id = self.next_id();
+        let request = Request::Prepare(Prepare {
+            id,
+            device: self.config.device,
+            job: job.clone(),
+            candidates: candidates.to_vec(),
+            settings: self.config.settings.clone(),
+            jobs,
+        });
+        match self.exchange(id, &request, timeout) {
+            Ok(Response::Prepared { cached, .. }) => cached,
+            Ok(_) => {
+                self.crashed(&format!("answered prepare request {id} with a measurement"));
+                0
+            }
+            Err(_) => 0,
+        }
+    }
+
     fn request(
         &mut self,
         job: &Job,
         schedule: &Schedule,
         inject: Option<Injection>,
     ) -> Result<Measured, Rejected> {
+        let id = self.next_id();
+        let request = Request::Measure(Measure {
+            id,
+            device: self.config.device,
+            job: job.clone(),
+            schedule: schedule.clone(),
+            settings: self.config.settings.clone(),
+            inject,
+        });
+        match self.exchange(id, &request, self.config.timeout)? {
+            Response::Done { result, retire, .. } => {
+                if retire {
+                    self.stop();
+                }
+                result.map(|m| *m)
+            }
+            _ => Err(self.crashed(&format!("answered request {id} as a prepare request"))),
+        }
+    }
+
+    fn next_id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    /// Sends `request` (number `id`) to the child, starting one if needed,
+    /// and waits up to `timeout` for its answer.
+    fn exchange(
+        &mut self,
+        id: u64,
+        request: &Request,
+        timeout: Duration,
+    ) -> Result<Response, Rejected> {
         if self.running.is_none() {
             self.start()
                 .map_err(|e| Rejected::WorkerCrashed(e.to_string()))?;
@@ -181,17 +271,7 @@ impl Worker {
         let Some(running) = self.running.as_mut() else {
             return Err(Rejected::WorkerCrashed("no worker is running".into()));
         };
-        self.next_id += 1;
-        let id = self.next_id;
-        let request = Request {
-            id,
-            device: self.config.device,
-            job: job.clone(),
-            schedule: schedule.clone(),
-            settings: self.config.settings.clone(),
-            inject,
-        };
-        let sent = serde_json::to_string(&request)
+        let sent = serde_json::to_string(request)
             .map_err(io::Error::other)
             .and_then(|line| writeln!(running.stdin, "{line}"))
             .and_then(|()| running.stdin.flush());
@@ -199,19 +279,15 @@ impl Worker {
             let why = format!("could not send the request: {e}");
             return Err(self.crashed(&why));
         }
-        match running.lines.recv_timeout(self.config.timeout) {
+        match running.lines.recv_timeout(timeout) {
             Ok(Ok(line)) => match serde_json::from_str::<Response>(&line) {
-                Ok(Response::Done {
-                    id: answered,
-                    result,
-                    retire,
-                }) if answered == id => {
-                    if retire {
-                        self.stop();
-                    }
-                    result.map(|m| *m)
-                }
-                Ok(Response::Done { id: answered, .. }) => {
+                Ok(
+                    response @ (Response::Done { id: answered, .. }
+                    | Response::Prepared { id: answered, .. }),
+                ) if answered == id => Ok(response),
+                Ok(
+                    Response::Done { id: answered, .. } | Response::Prepared { id: answered, .. },
+                ) => {
                     let why = format!("answered request {answered} to request {id}");
                     Err(self.crashed(&why))
                 }
@@ -228,7 +304,7 @@ impl Worker {
                     let _ = running.child.wait();
                 }
                 Err(Rejected::Timeout {
-                    after_s: self.config.timeout.as_secs_f64(),
+                    after_s: timeout.as_secs_f64(),
                 })
             }
             Err(RecvTimeoutError::Disconnected) => {

@@ -12,6 +12,7 @@ use ktune_measure::{
     DeviceKind, Injection, Job, Measured, Rejected, VGPU_NAME, Worker, WorkerConfig, WorkerError,
 };
 use ktune_search::measure::{Measurer, Rejection};
+use ktune_search::session::{Budget, Session};
 use ktune_search::space::{Knob, Point, Space};
 
 const WORKER: &str = env!("CARGO_BIN_EXE_ktune-measure-worker");
@@ -256,6 +257,109 @@ fn the_search_measures_points_through_the_worker() {
     );
 }
 
+fn elementwise(block: u32) -> Schedule {
+    Schedule::Elementwise {
+        block,
+        per_thread: 1,
+        vector: 1,
+    }
+}
+
+/// A batch of candidates, some broken: a block of 33 threads does not
+/// lower, one stores wrong values, one stores out of bounds.
+fn mixed_batch(job: &Job) -> Vec<(Schedule, Option<Injection>)> {
+    vec![
+        (heuristic(job), None),
+        (elementwise(33), None),
+        (elementwise(64), Some(Injection::WrongStore)),
+        (elementwise(128), None),
+        (elementwise(128), Some(Injection::OutOfBounds)),
+        (elementwise(256), None),
+    ]
+}
+
+fn measure_all(
+    worker: &mut Worker,
+    job: &Job,
+    batch: &[(Schedule, Option<Injection>)],
+) -> Vec<Result<Measured, Rejected>> {
+    batch
+        .iter()
+        .map(|(schedule, inject)| match inject {
+            Some(injection) => worker.measure_injected(job, schedule, *injection),
+            None => worker.measure(job, schedule),
+        })
+        .collect()
+}
+
+#[test]
+fn a_prepared_batch_measures_exactly_as_one_by_one() {
+    let job = Job::new(SCALE, SmVersion::Sm80);
+    let batch = mixed_batch(&job);
+    let mut sequential = vgpu_worker(Duration::from_secs(120));
+    let want = measure_all(&mut sequential, &job, &batch);
+    assert!(
+        want[0].is_ok() && want[3].is_ok() && want[5].is_ok(),
+        "{want:?}"
+    );
+    assert!(
+        matches!(want[1], Err(Rejected::Invalid(_))),
+        "{:?}",
+        want[1]
+    );
+    assert!(
+        matches!(want[2], Err(Rejected::WrongResult(_))),
+        "{:?}",
+        want[2]
+    );
+    assert!(matches!(want[4], Err(Rejected::Fault(_))), "{:?}", want[4]);
+
+    for jobs in [1, 3] {
+        let config = WorkerConfig::with_program(WORKER, DeviceKind::Vgpu).jobs(jobs);
+        let mut worker = Worker::spawn(config).expect("the worker starts");
+        assert_eq!(
+            worker.prepare_injected(&job, &batch),
+            5,
+            "all but the one that does not lower, on {jobs} thread(s)"
+        );
+        assert_eq!(
+            measure_all(&mut worker, &job, &batch),
+            want,
+            "{jobs} thread(s)"
+        );
+        assert_eq!(worker.restarts(), 0);
+    }
+}
+
+#[test]
+fn the_search_prepares_its_batches_in_the_worker() {
+    let mut worker = vgpu_worker(Duration::from_secs(120));
+    let job = Job::new(SCALE, SmVersion::Sm80);
+    let space = Space::new(vec![Knob::ints("block", &[33, 64, 128, 256])]);
+    let schedule_of =
+        |space: &Space, point: &Point| Some(elementwise(space.value(point, 0).as_f64()? as u32));
+    let points: Vec<Point> = (0..4).map(|i| Point(vec![i])).collect();
+
+    let mut batched = KernelMeasurer::new(&mut worker, job.clone(), schedule_of);
+    let mut session = Session::new(&space, &mut batched, Budget::evaluations(4));
+    session.measure_batch(&points);
+    let history = session.into_history();
+    let measured = batched.into_history();
+
+    let mut one_by_one = vgpu_worker(Duration::from_secs(120));
+    let mut single = KernelMeasurer::new(&mut one_by_one, job, schedule_of);
+    for point in &points {
+        single.measure(&space, point).ok();
+    }
+    assert_eq!(measured, single.into_history());
+    assert_eq!(history.len(), 4);
+    assert!(matches!(history[0].outcome, Err(Rejection::Invalid(_))));
+    assert!(
+        history[1..].iter().all(|e| e.outcome.is_ok()),
+        "{history:?}"
+    );
+}
+
 #[test]
 fn rejections_map_onto_the_searchs() {
     let cases = [
@@ -311,6 +415,40 @@ fn a_gpu_measures_and_survives_a_fault() {
     assert!(matches!(fault, Err(Rejected::Fault(_))), "{fault:?}");
     assert!(worker.measure(&job, &schedule).is_ok());
     assert_eq!(worker.restarts(), 1);
+}
+
+/// On a GPU: a batch loaded on several threads is then checked and timed
+/// one candidate at a time, each rejected or measured as it would be alone
+/// (times differ from run to run; the verdicts do not).
+#[test]
+#[ignore = "needs a GPU"]
+fn a_gpu_measures_a_prepared_batch_as_one_by_one() {
+    let device = ktune_measure::detect().expect("a GPU");
+    let config = WorkerConfig::with_program(WORKER, device)
+        .timeout(Duration::from_secs(120))
+        .jobs(4);
+    let job = Job::new(SCALE, SmVersion::Sm80);
+    let batch = mixed_batch(&job);
+    let mut sequential = Worker::spawn(config.clone()).expect("the worker starts");
+    let want = measure_all(&mut sequential, &job, &batch);
+    let mut worker = Worker::spawn(config).expect("the worker starts");
+    assert_eq!(worker.prepare_injected(&job, &batch), 5);
+    let got = measure_all(&mut worker, &job, &batch);
+    let verdict = |r: &Result<Measured, Rejected>| match r {
+        Ok(m) => {
+            assert!(!m.device.is_virtual() && m.median_us > 0.0, "{m:?}");
+            "measured"
+        }
+        Err(Rejected::Invalid(_)) => "invalid",
+        Err(Rejected::CompileFailed(_)) => "compile failed",
+        Err(Rejected::WrongResult(_)) => "wrong result",
+        Err(Rejected::Fault(_)) => "fault",
+        Err(Rejected::Timeout { .. }) => "timeout",
+        Err(Rejected::WorkerCrashed(_)) => "crashed",
+    };
+    let verdicts = |rs: &[Result<Measured, Rejected>]| rs.iter().map(verdict).collect::<Vec<_>>();
+    assert_eq!(verdicts(&got), verdicts(&want), "{got:?}\n{want:?}");
+    assert!(matches!(got[4], Err(Rejected::Fault(_))), "{:?}", got[4]);
 }
 
 /// On a GPU: a kernel that never ends is killed with its worker, and the

@@ -65,6 +65,16 @@ pub type Outcome = Result<Measurement, Rejection>;
 /// replayed recording.
 pub trait Measurer {
     fn measure(&mut self, space: &Space, point: &Point) -> Outcome;
+
+    /// A hint: `points` are about to be measured, in this order, each once.
+    /// A measurer that compiles candidates may compile them all now, in
+    /// parallel, so that the measurements that follow only run them. It
+    /// must not change what [`Measurer::measure`] answers; a point may
+    /// still be left unmeasured (the budget ran out). Does nothing by
+    /// default.
+    fn prepare(&mut self, space: &Space, points: &[Point]) {
+        let _ = (space, points);
+    }
 }
 
 impl<F: FnMut(&Space, &Point) -> Outcome> Measurer for F {

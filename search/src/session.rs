@@ -3,9 +3,12 @@
 //! Strategies measure only through [`Session::measure`], which enforces the
 //! two rules every strategy keeps: a point is never measured twice (asking
 //! again returns the recorded outcome for free) and no evaluation is made
-//! past the budget, in evaluations or in wall-clock time.
+//! past the budget, in evaluations or in wall-clock time. A strategy that
+//! has several points in hand measures them with [`Session::measure_batch`],
+//! which keeps the same rules and first tells the measurer which points are
+//! coming ([`Measurer::prepare`]), so that it can compile them in parallel.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Instant;
 
 use crate::measure::{Measurer, Outcome};
@@ -114,6 +117,39 @@ impl<'a> Session<'a> {
     /// model's prediction beside the outcome (for reports on the model).
     pub fn measure_predicted(&mut self, point: &Point, predicted: f64) -> Option<&Outcome> {
         self.evaluate(point, Some(predicted))
+    }
+
+    /// Measures `points` in order, as [`Session::measure`] would one after
+    /// the other, after telling the measurer which of them it is about to
+    /// measure: those not measured yet, each once, as many as the
+    /// evaluations left allow. The history, the budget and the outcomes
+    /// are the same as with one call per point; a point the run stops
+    /// before (target reached, deadline) is left unmeasured.
+    pub fn measure_batch(&mut self, points: &[Point]) {
+        self.evaluate_batch(points.iter().map(|p| (p, None)).collect());
+    }
+
+    /// [`Session::measure_batch`] for points a cost model may have chosen:
+    /// each with its prediction, as [`Session::measure_predicted`] records.
+    pub fn measure_batch_predicted(&mut self, points: &[(Point, Option<f64>)]) {
+        self.evaluate_batch(points.iter().map(|(p, m)| (p, *m)).collect());
+    }
+
+    fn evaluate_batch(&mut self, batch: Vec<(&Point, Option<f64>)>) {
+        let mut fresh = HashSet::new();
+        let batch: Vec<(&Point, Option<f64>)> = batch
+            .into_iter()
+            .filter(|(p, _)| !self.seen.contains_key(*p) && fresh.insert(*p))
+            .take(self.remaining())
+            .collect();
+        if batch.is_empty() {
+            return;
+        }
+        let points: Vec<Point> = batch.iter().map(|(p, _)| (*p).clone()).collect();
+        self.measurer.prepare(self.space, &points);
+        for (point, predicted) in batch {
+            self.evaluate(point, predicted);
+        }
     }
 
     fn evaluate(&mut self, point: &Point, predicted: Option<f64>) -> Option<&Outcome> {

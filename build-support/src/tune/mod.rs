@@ -25,6 +25,11 @@
 //!   target directory, keyed by kernel checksum, shape, device and target;
 //!   a search that was interrupted replays it instead of measuring again.
 //!   The strategies are seeded, so they ask for the same points again.
+//! - **Compiling**: the points a strategy has in hand at once (a
+//!   generation, the bounded search's candidates, a knob's line) are
+//!   announced to the measurement worker, less those the journal answers,
+//!   and it compiles them on the build's job limit of threads (`NUM_JOBS`)
+//!   before measuring them one at a time.
 
 mod campaign;
 mod journal;
@@ -204,6 +209,14 @@ pub trait Bench {
         source: &str,
         schedule: &Schedule,
     ) -> Result<Timing, Rejection>;
+
+    /// A hint: `schedules` of `kernel` are about to be measured, in this
+    /// order; a bench that compiles candidates may compile them all now, in
+    /// parallel. It must not change what [`Bench::measure`] answers. Does
+    /// nothing by default.
+    fn prepare(&mut self, kernel: &Kernel, source: &str, schedules: &[Schedule]) {
+        let _ = (kernel, source, schedules);
+    }
 }
 
 /// Searches `kernel`'s space on `bench`'s device within `settings`, with
@@ -361,6 +374,13 @@ impl Bench for WorkerBench {
             samples: m.samples,
             throttled: m.throttled,
         })
+    }
+
+    /// Has the worker compile them on the build's job limit of threads
+    /// ([`ktune_measure::Worker::prepare`]).
+    fn prepare(&mut self, _: &Kernel, source: &str, schedules: &[Schedule]) {
+        let job = Job::new(source, self.device.target);
+        self.worker.prepare(&job, schedules);
     }
 }
 

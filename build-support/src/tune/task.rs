@@ -21,7 +21,7 @@ use ktune_core::model;
 use ktune_core::schedule::Schedule;
 use ktune_core::space::Space;
 use ktune_core::{GENERATOR_VERSION, SmVersion, canon};
-use ktune_search::measure::{Measurement, Outcome, Rejection};
+use ktune_search::measure::{Measurement, Measurer, Outcome, Rejection};
 use ktune_search::session::{Budget, Session};
 use ktune_search::space::{Knob, Point, Value};
 use ktune_search::strategy::{Bounded, CoordinateDescent, Evolutionary, Random, Strategy};
@@ -224,30 +224,15 @@ impl<'k> Task<'k> {
         observer: &mut dyn Observer,
     ) -> Result<Tuned, Vec<Step>> {
         let started = Instant::now();
-        let mut rejected = Vec::new();
-        let mut measure = |_: &ktune_search::space::Space, p: &Point| -> Outcome {
-            let schedule = self.mapping.schedule(p);
-            let result = match journal.get(&schedule) {
-                Some(done) => done.clone(),
-                None => {
-                    let result = bench
-                        .measure(self.kernel, self.source, &schedule)
-                        .map_err(|r| r.to_string());
-                    journal.append(&schedule, &result);
-                    observer.measured(&schedule, &result);
-                    result
-                }
-            };
-            match result {
-                Ok(t) => Ok(Measurement::new(t.median_us)),
-                Err(why) => {
-                    rejected.push((schedule, why.clone()));
-                    Err(Rejection::RuntimeFailed(why))
-                }
-            }
+        let mut measurer = Journaled {
+            task: self,
+            bench,
+            journal,
+            observer,
+            rejected: Vec::new(),
         };
         let budget = Budget::evaluations(plan.evaluations).until(plan.deadline);
-        let mut session = Session::new(&self.space, &mut measure, budget);
+        let mut session = Session::new(&self.space, &mut measurer, budget);
         session.measure(&self.default);
         match plan.method {
             Method::Bounded => {
@@ -271,8 +256,14 @@ impl<'k> Task<'k> {
         }
         let default_us = session.time(&self.default);
         let best = session.best().map(|(p, _)| p.clone());
-        let history: Vec<Step> = session
-            .into_history()
+        let evaluations = session.into_history();
+        let Journaled {
+            bench,
+            journal,
+            rejected,
+            ..
+        } = measurer;
+        let history: Vec<Step> = evaluations
             .into_iter()
             .filter_map(|e| {
                 let schedule = self.mapping.schedule(&e.point);
@@ -298,6 +289,54 @@ impl<'k> Task<'k> {
             elapsed: started.elapsed(),
             history,
         })
+    }
+}
+
+/// A task's points measured on a bench, the journal answering those
+/// measured before (which are neither measured nor prepared again).
+struct Journaled<'t, 'k, 'b> {
+    task: &'t Task<'k>,
+    bench: &'b mut dyn Bench,
+    journal: &'b mut Journal,
+    observer: &'b mut dyn Observer,
+    /// Candidates rejected, with why, in order.
+    rejected: Vec<(Schedule, String)>,
+}
+
+impl Measurer for Journaled<'_, '_, '_> {
+    fn measure(&mut self, _: &ktune_search::space::Space, p: &Point) -> Outcome {
+        let schedule = self.task.mapping.schedule(p);
+        let result = match self.journal.get(&schedule) {
+            Some(done) => done.clone(),
+            None => {
+                let result = self
+                    .bench
+                    .measure(self.task.kernel, self.task.source, &schedule)
+                    .map_err(|r| r.to_string());
+                self.journal.append(&schedule, &result);
+                self.observer.measured(&schedule, &result);
+                result
+            }
+        };
+        match result {
+            Ok(t) => Ok(Measurement::new(t.median_us)),
+            Err(why) => {
+                self.rejected.push((schedule, why.clone()));
+                Err(Rejection::RuntimeFailed(why))
+            }
+        }
+    }
+
+    fn prepare(&mut self, _: &ktune_search::space::Space, points: &[Point]) {
+        let schedules: Vec<Schedule> = points
+            .iter()
+            .map(|p| self.task.mapping.schedule(p))
+            .filter(|s| self.journal.get(s).is_none())
+            .collect();
+        if !schedules.is_empty() {
+            self.bench
+                .prepare(self.task.kernel, self.task.source, &schedules);
+        }
     }
 }
 

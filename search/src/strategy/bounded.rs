@@ -69,11 +69,6 @@ impl Strategy for Bounded {
             .map(|i| std::mem::replace(&mut candidates[i], Point(Vec::new())))
             .collect();
         ranked.truncate(self.k);
-        for p in &ranked {
-            if session.is_done() {
-                return;
-            }
-            session.measure(p);
-        }
+        session.measure_batch(&ranked);
     }
 }

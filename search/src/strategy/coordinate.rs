@@ -88,11 +88,10 @@ pub(crate) fn descend(
         knobs.shuffle(rng);
         for &knob in &knobs {
             let line = space.knob_neighbours(&here, knob, neighbourhood);
-            for p in filter(session, line) {
-                if session.is_done() {
-                    return Some(here);
-                }
-                session.measure(&p);
+            let line = filter(session, line);
+            session.measure_batch(&line);
+            if session.is_done() {
+                return Some(here);
             }
             // The best of this knob's values, measured now or before.
             for p in space.knob_neighbours(&here, knob, neighbourhood) {

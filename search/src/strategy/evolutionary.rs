@@ -25,7 +25,7 @@ use std::sync::Arc;
 use rand::Rng as _;
 
 use super::coordinate::descend;
-use super::{Rng, Strategy, random_unmeasured, rng, spread};
+use super::{Rng, Strategy, random_unmeasured, random_untaken, rng, spread};
 use crate::model::{CostModel, Features};
 use crate::session::Session;
 use crate::space::{Neighbourhood, Point, Space};
@@ -146,14 +146,14 @@ impl Strategy for Evolutionary {
             polished: HashSet::new(),
         };
         let mut model = (self.model)(seed);
-        for p in &self.starts {
-            session.measure(p);
-        }
-        for p in spread(run.space, self.initial, &mut rng, |p| {
-            session.is_measured(p)
-        }) {
-            session.measure(&p);
-        }
+        // The design avoids the starts as it would once they are measured:
+        // the first population is one batch.
+        let starts: HashSet<&Point> = self.starts.iter().collect();
+        let design = spread(run.space, self.initial, &mut rng, |p| {
+            session.is_measured(p) || starts.contains(p)
+        });
+        let first: Vec<Point> = self.starts.iter().cloned().chain(design).collect();
+        session.measure_batch(&first);
         let mut best = session.best().map(|(_, t)| t);
         let mut stale = 0;
         while !session.is_done() {
@@ -203,14 +203,24 @@ impl Strategy for Evolutionary {
             order.sort_by(|&a, &b| scores[a].total_cmp(&scores[b]));
             let explore = ((self.batch as f64) * self.epsilon).round() as usize;
             let exploit = self.batch.saturating_sub(explore).max(1);
-            for &i in order.iter().take(exploit) {
-                session.measure_predicted(&pool[i], scores[i]);
-            }
+            // The random draws avoid the model's choices as they would once
+            // those are measured: the generation is one batch.
+            let mut batch: Vec<(Point, Option<f64>)> = order
+                .iter()
+                .take(exploit)
+                .map(|&i| (pool[i].clone(), Some(scores[i])))
+                .collect();
+            let mut chosen: HashSet<Point> = batch.iter().map(|(p, _)| p.clone()).collect();
             for _ in 0..explore {
-                if let Some(p) = random_unmeasured(session, &mut rng) {
-                    session.measure(&p);
+                let drawn = random_untaken(run.space, &mut rng, |p| {
+                    session.is_measured(p) || chosen.contains(p)
+                });
+                if let Some(p) = drawn {
+                    chosen.insert(p.clone());
+                    batch.push((p, None));
                 }
             }
+            session.measure_batch_predicted(&batch);
             let now = session.best().map(|(_, t)| t);
             if now < best || best.is_none() && now.is_some() {
                 best = now;

@@ -24,7 +24,7 @@ use rand::seq::SliceRandom;
 use rand_chacha::ChaCha8Rng;
 
 use crate::session::Session;
-use crate::space::Point;
+use crate::space::{Point, Space};
 
 /// The random number generator strategies use.
 pub type Rng = ChaCha8Rng;
@@ -51,17 +51,26 @@ const DRAW_MISSES: usize = 64;
 /// A uniformly random valid point not measured yet, or `None` when every
 /// valid point has been measured.
 pub(crate) fn random_unmeasured(session: &Session<'_>, rng: &mut Rng) -> Option<Point> {
-    let space = session.space();
+    random_untaken(session.space(), rng, |p| session.is_measured(p))
+}
+
+/// A uniformly random valid point for which `taken` is false (drawn as
+/// [`random_unmeasured`] draws), or `None` when there is none.
+pub(crate) fn random_untaken(
+    space: &Space,
+    rng: &mut Rng,
+    taken: impl Fn(&Point) -> bool,
+) -> Option<Point> {
     for _ in 0..DRAW_MISSES {
         let p = space.random_valid(rng)?;
-        if !session.is_measured(&p) {
+        if !taken(&p) {
             return Some(p);
         }
     }
     let mut rest: Vec<Point> = space
         .valid_points()
         .into_iter()
-        .filter(|p| !session.is_measured(p))
+        .filter(|p| !taken(p))
         .collect();
     rest.shuffle(rng);
     rest.pop()
