@@ -169,6 +169,13 @@ fn row(table: &mut String, kernel: &str, schedule: &Schedule, i: &Inspection) {
 }
 
 /// The failures of the thresholds every default schedule must meet.
+/// Tensor-core instructions in the main loop (0 when none was found).
+fn main_loop_hmma(i: &Inspection) -> u32 {
+    i.main_loop
+        .as_ref()
+        .map_or(0, |l| l.mix.get("HMMA").copied().unwrap_or(0))
+}
+
 fn check(kernel: &Kernel, schedule: &Schedule, i: &Inspection) -> Vec<String> {
     let at = format!("{} {} {}", kernel.name, i.target, schedule.to_json());
     let mut failures = Vec::new();
@@ -282,10 +289,7 @@ fn bf16_matmul_bias_gelu_meets_the_static_thresholds() {
         if !i.uses_tensor_cores() {
             failures.push(format!("bf16 {target}: no HMMA"));
         }
-        let hmma = i
-            .main_loop
-            .as_ref()
-            .map_or(0, |l| l.mix.get("HMMA").copied().unwrap_or(0));
+        let hmma = main_loop_hmma(&i);
         let _ = writeln!(table, "  main loop HMMA {hmma}");
         // A warp's 64×64 tile is 32 m16n8 fragments, times two k-steps of 16.
         if hmma < 64 {
@@ -324,10 +328,7 @@ fn tf32_sgemm_default_runs_on_tensor_cores() {
         else {
             unreachable!("checked above")
         };
-        let hmma = i
-            .main_loop
-            .as_ref()
-            .map_or(0, |l| l.mix.get("HMMA").copied().unwrap_or(0));
+        let hmma = main_loop_hmma(&i);
         let _ = writeln!(table, "  main loop HMMA {hmma}");
         // One m16n8k8 per fragment of the warp's tile per k-step of 8.
         let want = (warp_m / 16) * (warp_n / 8) * (block_k / 8);
