@@ -36,6 +36,12 @@
 //!   the global-memory latency of a step, which `stages - 1` tiles in
 //!   flight (and the other resident blocks) hide; then L2 and DRAM traffic
 //!   and waves as for SIMT tiles.
+//! - **Split-K** (`split_k` above 1) multiplies a SIMT contraction's
+//!   blocks and divides each one's steps over `K`: a grid too small to
+//!   fill the SMs fills more of them. It costs the partial tiles' traffic
+//!   (each slice written once and read back once, counted as DRAM bytes)
+//!   and, per wave, a serial tail: the store, fence and atomic of every
+//!   block and the last block's read of every slice.
 //! - **DRAM traffic of contractions**: an operand larger than half of L2
 //!   is re-read from DRAM by every wave, as much of it as the wave's
 //!   blocks cover: row by row (`group_m = 1`) a wave covers all of B, in
@@ -333,9 +339,10 @@ fn contraction(
         f64::from(tiles.thread_n),
         f64::from(tiles.block_k),
     );
-    let blocks =
+    let tiles_grid =
         batch * m.div_ceil(u64::from(tiles.block_m)) * n.div_ceil(u64::from(tiles.block_n));
-    let steps = k.div_ceil(u64::from(tiles.block_k)) as f64;
+    let blocks = tiles_grid * u64::from(tiles.split_k);
+    let steps = f64::from(layout.k_tiles());
 
     // One block_k step of one thread.
     let (fm, fn_) = (f64::from(layout.frag_m), f64::from(layout.frag_n));
@@ -382,12 +389,22 @@ fn contraction(
     );
 
     let waves = blocks as f64 / f64::from(resident * sm_count);
-    let compute_s = waves.ceil() * steps * step_cycles / clock;
+    // Split-K: every block stores its partial tile and counts its arrival
+    // (a fence and an atomic, about two memory latencies), then the last
+    // one reads every slice back, one latency per slice.
+    let tail_cycles = match layout.split {
+        Some(split) => (2.0 + 0.5 * f64::from(split.slices)) * memory,
+        None => 0.0,
+    };
+    let compute_s = waves.ceil() * (steps * step_cycles + tail_cycles) / clock;
     let grid = Grid {
         block_m: tiles.block_m,
         block_n: tiles.block_n,
         group_m: tiles.group_m,
         wave: u64::from(resident * sm_count),
+        workspace_bytes: layout.split.map_or(0.0, |split| {
+            2.0 * f64::from(split.slices) * f64::from(split.slice_bytes)
+        }),
     };
     let (seconds, bound) = with_memory(kernel, plan, [m, n, k], grid, (compute_s, bound), &hw);
     Estimate {
@@ -413,6 +430,8 @@ struct Grid {
     group_m: u32,
     /// Blocks resident on all SMs at once.
     wave: u64,
+    /// Split-K's partial tiles, written and read back.
+    workspace_bytes: f64,
 }
 
 /// A contraction's time given its compute time and bound: the slower of
@@ -443,7 +462,8 @@ fn with_memory(
     let l2_s = batch * (a_l2 + b_l2) / (hw.dram_bandwidth * L2_OVER_DRAM);
     let [a_dram, b_dram] = operand_dram_bytes([a_bytes, b_bytes], [tiles_m, tiles_n], grid, hw);
     let rereads = batch * ((a_dram.min(a_l2) - a_bytes) + (b_dram.min(b_l2) - b_bytes));
-    let dram_s = (kernel.compulsory_bytes() as f64 + rereads.max(0.0)) / hw.dram_bandwidth;
+    let dram_s = (kernel.compulsory_bytes() as f64 + rereads.max(0.0) + grid.workspace_bytes)
+        / hw.dram_bandwidth;
     [(l2_s, Bound::L2), (dram_s, Bound::Memory)]
         .into_iter()
         .fold(
@@ -574,6 +594,7 @@ fn tensor_core(
         block_n: tiles.block_n,
         group_m: tiles.group_m,
         wave: u64::from(resident * sm_count),
+        workspace_bytes: 0.0,
     };
     let (seconds, bound) = with_memory(kernel, plan, [m, n, k], grid, (compute_s, bound), &hw);
     Estimate {
@@ -611,6 +632,7 @@ mod tests {
             vector_b: 4,
             group_m: 1,
             stages: 1,
+            split_k: 1,
         }
     }
 
@@ -754,7 +776,8 @@ mod tests {
         let k = matmul(4096, 4096, 4096);
         let staged = |s: Schedule, stages: u32| {
             let mut values = s.knob_values();
-            *values.last_mut().expect("stages") = stages;
+            let at = s.kind().knobs().iter().position(|k| *k == "stages");
+            values[at.expect("a stages knob")] = stages;
             s.kind().schedule(&values).expect("same knobs")
         };
         for target in SmVersion::ALL {

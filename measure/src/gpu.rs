@@ -83,6 +83,9 @@ pub(crate) struct Gpu {
 struct Program {
     function: CudaFunction,
     config: LaunchConfig,
+    /// The candidate's workspace, zeroed when allocated; the kernel leaves
+    /// it ready for its next launch (launches on one stream never overlap).
+    workspace: Option<CudaSlice<u8>>,
     _module: Arc<CudaModule>,
 }
 
@@ -210,9 +213,9 @@ impl Gpu {
             );
             (Rejected::Fault(why), e.1)
         };
-        let program = self.load(&baseline, target).map_err(what)?;
+        let mut program = self.load(&baseline, target).map_err(what)?;
         let mut buffers = self.upload(kernel, &inputs).map_err(what)?;
-        let bytes = self.run_once(&program, &mut buffers).map_err(what)?;
+        let bytes = self.run_once(&mut program, &mut buffers).map_err(what)?;
         let dtype = kernel.output.dtype;
         if let Some(index) = first_poisoned(dtype, &bytes) {
             let why = format!("output element {index} was never written");
@@ -243,7 +246,7 @@ impl Gpu {
         target: SmVersion,
         settings: &Settings,
     ) -> Result<Measured, GpuRejected> {
-        let program = self.load(lowered, target)?;
+        let mut program = self.load(lowered, target)?;
         if rotation.sets.is_empty() {
             rotation.sets.push(self.upload(kernel, expected.inputs())?);
         }
@@ -255,7 +258,7 @@ impl Gpu {
             )
             .map_err(driver("poisoning the output"))
             .map_err(|e| (Rejected::Fault(e), true))?;
-        let bytes = self.run_once(&program, first)?;
+        let bytes = self.run_once(&mut program, first)?;
         check_output(kernel, expected, &bytes)?;
 
         let set_bytes = expected.inputs().iter().map(Vec::len).sum::<usize>() + bytes.len();
@@ -265,7 +268,7 @@ impl Gpu {
 
         let _lock =
             GpuLock::acquire(&self.lock).map_err(|e| (Rejected::WorkerCrashed(e), false))?;
-        let times = self.time(&program, &mut rotation.sets, settings)?;
+        let times = self.time(&mut program, &mut rotation.sets, settings)?;
         let mut sorted = times.clone();
         sorted.sort_by(f64::total_cmp);
         Ok(Measured {
@@ -322,6 +325,15 @@ impl Gpu {
                 .map_err(driver("allowing the kernel's dynamic shared memory"))
                 .map_err(compile)?;
         }
+        let workspace = match lowered.launch.workspace_bytes {
+            0 => None,
+            bytes => Some(
+                self.stream
+                    .alloc_zeros::<u8>(bytes as usize)
+                    .map_err(driver("allocating the kernel's workspace"))
+                    .map_err(|e| (Rejected::Fault(e), true))?,
+            ),
+        };
         let [gx, gy, gz] = lowered.launch.grid;
         let [bx, by, bz] = lowered.launch.block;
         Ok(Program {
@@ -331,6 +343,7 @@ impl Gpu {
                 block_dim: (bx, by, bz),
                 shared_mem_bytes: shared,
             },
+            workspace,
             _module: module,
         })
     }
@@ -354,16 +367,21 @@ impl Gpu {
     }
 
     /// Queues one launch.
-    fn launch(&self, program: &Program, buffers: &mut Buffers) -> Result<(), String> {
+    fn launch(&self, program: &mut Program, buffers: &mut Buffers) -> Result<(), String> {
         let mut builder = self.stream.launch_builder(&program.function);
         for input in &buffers.inputs {
             builder.arg(input);
         }
         builder.arg(&mut buffers.output);
+        if let Some(workspace) = program.workspace.as_mut() {
+            builder.arg(workspace);
+        }
         // SAFETY: the PTX was lowered for this kernel: its entry takes one
         // global pointer per tensor, the inputs in order then the output,
         // and accesses each within the length its shape implies, which is
-        // each buffer's length (allocated from the kernel's shape above).
+        // each buffer's length (allocated from the kernel's shape above);
+        // a kernel with a workspace takes it last, zeroed and as long as
+        // its launch asks.
         // A kernel that does not keep to that (an injected fault) faults on
         // the GPU, and the worker exits after reporting it.
         unsafe { builder.launch(program.config) }
@@ -372,7 +390,11 @@ impl Gpu {
     }
 
     /// Runs once and returns the output's bytes.
-    fn run_once(&self, program: &Program, buffers: &mut Buffers) -> Result<Vec<u8>, GpuRejected> {
+    fn run_once(
+        &self,
+        program: &mut Program,
+        buffers: &mut Buffers,
+    ) -> Result<Vec<u8>, GpuRejected> {
         let fault = |e: String| (Rejected::Fault(e), true);
         self.launch(program, buffers).map_err(fault)?;
         self.stream
@@ -390,7 +412,7 @@ impl Gpu {
     /// microseconds, in the order they ran.
     fn time(
         &self,
-        program: &Program,
+        program: &mut Program,
         sets: &mut [Buffers],
         settings: &Settings,
     ) -> Result<Vec<f64>, GpuRejected> {

@@ -51,7 +51,10 @@ use ktune_core::target::SmVersion;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::{Fault, Stats, first_poisoned, poisoned, run_bytes};
+use crate::{BlockOrder, Config, Fault, Stats, first_poisoned, poisoned, run_bytes_with};
+
+/// The seed of the block order of kernels with a workspace.
+const BLOCK_ORDER_SEED: u64 = 0x5eed_b10c;
 
 /// A schedule point that computed the reference's result.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -237,8 +240,15 @@ impl Reference {
         let dtype = self.kernel.output.dtype;
         let inputs: Vec<&[u8]> = self.buffers.iter().map(Vec::as_slice).collect();
         let output = poisoned(dtype, self.want.len());
-        let (bytes, stats) = run_bytes(&lowered.ptx, &lowered.launch, &inputs, output)
-            .map_err(|f| self.error(schedule, target, Failure::Fault(Box::new(f))))?;
+        // Blocks that cooperate through a workspace run in a shuffled
+        // order, so that none is last by its position in the grid.
+        let config = match lowered.launch.workspace_bytes {
+            0 => Config::default(),
+            _ => Config::default().block_order(BlockOrder::Shuffled(BLOCK_ORDER_SEED)),
+        };
+        let (bytes, stats) =
+            run_bytes_with(&lowered.ptx, &lowered.launch, &inputs, output, &config)
+                .map_err(|f| self.error(schedule, target, Failure::Fault(Box::new(f))))?;
         if let Some(index) = first_poisoned(dtype, &bytes) {
             return Err(self.error(schedule, target, Failure::Unwritten { index }));
         }

@@ -7,14 +7,16 @@
 //! contraction sampled on its own, [`SAMPLE_MMA`] points; a contraction's
 //! grouped walks, `group_m` above 1, on their own too: every one up to
 //! [`SAMPLE_GROUPED`], a sample beyond; its SIMT points pipelined by
-//! `cp.async`, `stages` above 1, up to [`SAMPLE_STAGED`]; likewise the rows
+//! `cp.async`, `stages` above 1, up to [`SAMPLE_STAGED`]; its SIMT points
+//! split along `K`, `split_k` above 1, up to [`SAMPLE_SPLIT`], their blocks
+//! run in a shuffled order; likewise the rows
 //! points that keep the row in registers, that combine warps with a
 //! shared-memory tree, and that do both, [`SAMPLE_ROWS_KNOB`] points each),
 //! plus the heuristic's choice on every target and a generic point, against
 //! the CPU evaluation of the IR ([`ktune_vgpu::verify`]).
 //!
 //! It prints how many runs were on tensor cores, walked the grid in
-//! groups, were SIMT runs pipelined by `cp.async`, went over the row in one
+//! groups, were SIMT runs pipelined by `cp.async`, split along `K`, went over the row in one
 //! pass and used a shared-memory tree, and ends with one line,
 //! `verified <K> kernels, <P> schedule points, <S> shapes: <M> mismatches`,
 //! where K counts the catalogue's kernels (a kernel in another dtype is
@@ -50,6 +52,9 @@ const SAMPLE_GROUPED: usize = 8;
 /// SIMT points with `stages` above 1 run besides: all of them up to this
 /// many, else a sample of this many.
 const SAMPLE_STAGED: usize = 8;
+/// SIMT points with `split_k` above 1 run besides: all of them up to this
+/// many, else a sample of this many.
+const SAMPLE_SPLIT: usize = 12;
 /// SIMT points sampled for the tensor-core entries (named `mma_…`), whose
 /// SIMT family the contraction entries already cover.
 const SAMPLE_SIMT_OF_MMA: usize = 4;
@@ -339,6 +344,10 @@ const MATMUL_SHAPES: [(u32, u32, u32); 8] = [
     (131, 17, 3),
 ];
 
+/// Contractions whose spaces offer split-K (`K` of at least 32 on a grid
+/// that leaves SMs idle).
+const SPLIT_SHAPES: [(u32, u32, u32); 4] = [(1, 70, 97), (5, 33, 40), (17, 9, 131), (2, 64, 256)];
+
 fn shapes_mnk(sizes: &[(u32, u32, u32)]) -> Vec<Vec<(&'static str, u32)>> {
     sizes
         .iter()
@@ -405,6 +414,26 @@ fn matmul() -> Vec<Entry> {
                 },
             ),
             shapes: shapes_mnk(&[(1, 1, 1), (13, 17, 19), (65, 33, 8)]),
+        });
+    }
+    // Split-K with a fused epilogue: `K` prime (the last slice overhangs
+    // it), `K` shorter than some `split_k · block_k` (slices of one tile,
+    // or points rejected by name), `M = 1`, extents off the tiles.
+    for (ti, to) in [("f32", "f32"), ("bf16", "bf16"), ("f16", "f32")] {
+        let (a, c) = (format_ident!("{ti}"), format_ident!("{to}"));
+        let name = format_ident!("mm_split_{ti}_{to}");
+        out.push(Entry {
+            kernel: parse(
+                quote!(shape(M = 4, N = 4, K = 4)),
+                quote! {
+                    fn #name(x: Tensor<#a, (M, K)>, w: Tensor<#a, (K, N)>, bias: Tensor<f32, (N,)>)
+                        -> Tensor<#c, (M, N)>
+                    {
+                        compute(|m, n| gelu(sum(K, |k| x[m][k] * w[k][n]) + bias[n]))
+                    }
+                },
+            ),
+            shapes: shapes_mnk(&SPLIT_SHAPES),
         });
     }
     // Long `K` (both operands `k`-contiguous, copied element by element
@@ -567,14 +596,20 @@ fn staged(schedule: &Schedule) -> bool {
     matches!(*schedule, Schedule::Matmul { stages, .. } if stages > 1)
 }
 
+/// Whether a SIMT contraction point splits `K` across blocks.
+fn split(schedule: &Schedule) -> bool {
+    matches!(*schedule, Schedule::Matmul { split_k, .. } if split_k > 1)
+}
+
 /// The points one (kernel, shape) runs: its space (all of it or a sample;
-/// the tensor-core family, each family's grouped walks and the SIMT
-/// family's pipelined points sampled on their own), the heuristic's choice
+/// the tensor-core family, the split-K points, each family's grouped walks
+/// and the SIMT family's pipelined points sampled on their own), the heuristic's choice
 /// on every target, and a generic point, each once.
 fn points(kernel: &Kernel, seed: u64) -> Vec<(Schedule, SmVersion)> {
     let target = SmVersion::BASELINE;
-    let (walks, others): (Vec<Schedule>, Vec<Schedule>) =
-        candidates(kernel, target).into_iter().partition(grouped);
+    let (splits, others): (Vec<Schedule>, Vec<Schedule>) =
+        candidates(kernel, target).into_iter().partition(split);
+    let (walks, others): (Vec<Schedule>, Vec<Schedule>) = others.into_iter().partition(grouped);
     let (tensor, rest): (Vec<Schedule>, Vec<Schedule>) =
         others.into_iter().partition(|s| s.kind() == Class::Mma);
     let (simt_staged, rest): (Vec<Schedule>, Vec<Schedule>) = rest.into_iter().partition(staged);
@@ -606,6 +641,7 @@ fn points(kernel: &Kernel, seed: u64) -> Vec<(Schedule, SmVersion)> {
         .into_iter()
         .chain(pick(tensor, SAMPLE_MMA, SAMPLE_MMA))
         .chain(pick(simt_staged, SAMPLE_STAGED, SAMPLE_STAGED))
+        .chain(pick(splits, SAMPLE_SPLIT, SAMPLE_SPLIT))
         .chain(pick(simt_walks, SAMPLE_GROUPED, SAMPLE_GROUPED))
         .chain(pick(tensor_walks, SAMPLE_GROUPED, SAMPLE_GROUPED))
         .chain(
@@ -652,6 +688,7 @@ fn every_kernel_class_and_dtype_over_many_points_and_shapes() {
     let one_pass_runs = AtomicUsize::new(0);
     let shared_tree_runs = AtomicUsize::new(0);
     let staged_runs = AtomicUsize::new(0);
+    let split_runs = AtomicUsize::new(0);
     let failures = Mutex::new(Vec::new());
     let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
     std::thread::scope(|scope| {
@@ -675,6 +712,9 @@ fn every_kernel_class_and_dtype_over_many_points_and_shapes() {
                         }
                         if staged(&schedule) {
                             staged_runs.fetch_add(1, Ordering::Relaxed);
+                        }
+                        if split(&schedule) {
+                            split_runs.fetch_add(1, Ordering::Relaxed);
                         }
                         if let Schedule::Rows { cache, tree, .. } = schedule {
                             if cache == 1 {
@@ -709,6 +749,8 @@ fn every_kernel_class_and_dtype_over_many_points_and_shapes() {
     );
     let staged_runs = staged_runs.into_inner();
     println!("of which SIMT pipelined by cp.async (stages > 1): {staged_runs} schedule points");
+    let split_runs = split_runs.into_inner();
+    println!("of which SIMT split along K (split_k > 1): {split_runs} schedule points");
     println!("of which rows in one pass: {one_pass_runs} schedule points");
     println!("of which rows with a shared-memory tree: {shared_tree_runs} schedule points");
     println!(
@@ -740,6 +782,7 @@ fn every_kernel_class_and_dtype_over_many_points_and_shapes() {
         staged_runs >= 200,
         "only {staged_runs} pipelined SIMT points ran"
     );
+    assert!(split_runs >= 100, "only {split_runs} split-K points ran");
 }
 
 /// SIMT points above one stage copy tiles unchanged with `cp.async`: where

@@ -86,6 +86,7 @@ pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &MmaLayout) -> Lo
             grid: [tile.grid as u32, 1, 1],
             block: [layout.threads, 1, 1],
             dynamic_shared_bytes: layout.shared_bytes,
+            workspace_bytes: 0,
         },
     }
 }
