@@ -241,18 +241,30 @@ fn suite() -> Vec<(Kernel, Vec<Schedule>)> {
                 }
             },
         ),
-        vec![Schedule::Matmul {
-            block_m: 1,
-            block_n: 128,
-            block_k: 64,
-            thread_m: 1,
-            thread_n: 1,
-            vector_a: 8,
-            vector_b: 8,
-            group_m: 1,
-            stages: 1,
-            split_k: 8,
-        }],
+        vec![
+            Schedule::Matmul {
+                block_m: 1,
+                block_n: 128,
+                block_k: 64,
+                thread_m: 1,
+                thread_n: 1,
+                vector_a: 8,
+                vector_b: 8,
+                group_m: 1,
+                stages: 1,
+                split_k: 8,
+            },
+            Schedule::Mma {
+                block_m: 16,
+                block_n: 64,
+                block_k: 32,
+                warp_m: 16,
+                warp_n: 32,
+                stages: 3,
+                group_m: 1,
+                split_k: 8,
+            },
+        ],
     ));
     out.push((
         kernel(

@@ -36,7 +36,7 @@
 //!   the global-memory latency of a step, which `stages - 1` tiles in
 //!   flight (and the other resident blocks) hide; then L2 and DRAM traffic
 //!   and waves as for SIMT tiles.
-//! - **Split-K** (`split_k` above 1) multiplies a SIMT contraction's
+//! - **Split-K** (`split_k` above 1) multiplies a contraction's
 //!   blocks and divides each one's steps over `K`: a grid too small to
 //!   fill the SMs fills more of them. It costs the partial tiles' traffic
 //!   (each slice written once and read back once, counted as DRAM bytes)
@@ -57,7 +57,7 @@ use serde::Serialize;
 use crate::ir::Kernel;
 use crate::lower::classify::{OpClass, RowPlan, classify};
 use crate::lower::matmul::mma::{MmaLayout, MmaTiles};
-use crate::lower::matmul::{self, Layout, MatmulPlan, Tiles};
+use crate::lower::matmul::{self, Layout, MatmulPlan, Split, Tiles};
 use crate::lower::rows::{CachePlan, shared_bytes};
 use crate::lower::{LowerError, validate};
 use crate::occupancy::{BlockUsage, Occupancy, occupancy};
@@ -389,22 +389,13 @@ fn contraction(
     );
 
     let waves = blocks as f64 / f64::from(resident * sm_count);
-    // Split-K: every block stores its partial tile and counts its arrival
-    // (a fence and an atomic, about two memory latencies), then the last
-    // one reads every slice back, one latency per slice.
-    let tail_cycles = match layout.split {
-        Some(split) => (2.0 + 0.5 * f64::from(split.slices)) * memory,
-        None => 0.0,
-    };
-    let compute_s = waves.ceil() * (steps * step_cycles + tail_cycles) / clock;
+    let compute_s = waves.ceil() * (steps * step_cycles + split_tail(layout.split, memory)) / clock;
     let grid = Grid {
         block_m: tiles.block_m,
         block_n: tiles.block_n,
         group_m: tiles.group_m,
         wave: u64::from(resident * sm_count),
-        workspace_bytes: layout.split.map_or(0.0, |split| {
-            2.0 * f64::from(split.slices) * f64::from(split.slice_bytes)
-        }),
+        workspace_bytes: split_traffic(layout.split),
     };
     let (seconds, bound) = with_memory(kernel, plan, [m, n, k], grid, (compute_s, bound), &hw);
     Estimate {
@@ -419,6 +410,21 @@ fn contraction(
         intensity,
         cached_per_thread: 0,
     }
+}
+
+/// Split-K's serial cycles per wave: every block stores its partial tile
+/// and counts its arrival (a fence and an atomic, about two memory
+/// latencies), then the last one reads every slice back, half a latency
+/// per slice (L2).
+fn split_tail(split: Option<Split>, memory_cycles: f64) -> f64 {
+    split.map_or(0.0, |s| (2.0 + 0.5 * f64::from(s.slices)) * memory_cycles)
+}
+
+/// Split-K's partial tiles: each slice written once and read back once.
+fn split_traffic(split: Option<Split>) -> f64 {
+    split.map_or(0.0, |s| {
+        2.0 * f64::from(s.slices) * f64::from(s.slice_bytes)
+    })
 }
 
 /// A contraction's grid: its tiles, how blocks walk them, and how many
@@ -533,9 +539,11 @@ fn tensor_core(
         u64::from(layout.k_extent),
     );
     let batch = plan.batch_count(kernel);
-    let blocks =
-        batch * m.div_ceil(u64::from(tiles.block_m)) * n.div_ceil(u64::from(tiles.block_n));
-    let steps = k.div_ceil(u64::from(tiles.block_k)) as f64;
+    let blocks = batch
+        * m.div_ceil(u64::from(tiles.block_m))
+        * n.div_ceil(u64::from(tiles.block_n))
+        * u64::from(tiles.split_k);
+    let steps = f64::from(layout.k_tiles());
     let (bm, bn, bk) = (
         f64::from(tiles.block_m),
         f64::from(tiles.block_n),
@@ -588,13 +596,13 @@ fn tensor_core(
     };
 
     let waves = blocks as f64 / f64::from(resident * sm_count);
-    let compute_s = waves.ceil() * steps * step_cycles / clock;
+    let compute_s = waves.ceil() * (steps * step_cycles + split_tail(layout.split, memory)) / clock;
     let grid = Grid {
         block_m: tiles.block_m,
         block_n: tiles.block_n,
         group_m: tiles.group_m,
         wave: u64::from(resident * sm_count),
-        workspace_bytes: 0.0,
+        workspace_bytes: split_traffic(layout.split),
     };
     let (seconds, bound) = with_memory(kernel, plan, [m, n, k], grid, (compute_s, bound), &hw);
     Estimate {
@@ -815,6 +823,7 @@ mod tests {
             warp_n: warp,
             stages,
             group_m: 1,
+            split_k: 1,
         }
     }
 

@@ -91,7 +91,8 @@ pub enum Schedule {
     /// with `mma.sync` m16n8k16 (f32 accumulators) on fragments read by
     /// `ldmatrix`; operand tiles `block_k` deep travel by 16-byte
     /// `cp.async` through a ring of `stages` shared-memory buffers; blocks
-    /// walk the tiles in groups of `group_m` block rows, as for
+    /// walk the tiles in groups of `group_m` block rows, and `split_k`
+    /// slices of `K` are added up through a workspace, as for
     /// [`Schedule::Matmul`]. See [`crate::lower::matmul::mma`].
     Mma {
         block_m: u32,
@@ -102,6 +103,8 @@ pub enum Schedule {
         stages: u32,
         #[serde(default = "one", skip_serializing_if = "is_one")]
         group_m: u32,
+        #[serde(default = "one", skip_serializing_if = "is_one")]
+        split_k: u32,
     },
 }
 
@@ -156,7 +159,7 @@ impl Class {
                 "group_m", "stages", "split_k",
             ],
             Class::Mma => &[
-                "block_m", "block_n", "block_k", "warp_m", "warp_n", "stages", "group_m",
+                "block_m", "block_n", "block_k", "warp_m", "warp_n", "stages", "group_m", "split_k",
             ],
         }
     }
@@ -206,8 +209,9 @@ impl Class {
                 stages,
                 split_k,
             },
-            (Class::Mma, &[block_m, block_n, block_k, warp_m, warp_n, stages, group_m]) => {
-                Schedule::Mma {
+            (
+                Class::Mma,
+                &[
                     block_m,
                     block_n,
                     block_k,
@@ -215,8 +219,18 @@ impl Class {
                     warp_n,
                     stages,
                     group_m,
-                }
-            }
+                    split_k,
+                ],
+            ) => Schedule::Mma {
+                block_m,
+                block_n,
+                block_k,
+                warp_m,
+                warp_n,
+                stages,
+                group_m,
+                split_k,
+            },
             _ => return None,
         })
     }
@@ -273,7 +287,10 @@ impl Schedule {
                 warp_n,
                 stages,
                 group_m,
-            } => vec![block_m, block_n, block_k, warp_m, warp_n, stages, group_m],
+                split_k,
+            } => vec![
+                block_m, block_n, block_k, warp_m, warp_n, stages, group_m, split_k,
+            ],
         }
     }
 
@@ -300,7 +317,7 @@ mod tests {
     fn group_m_defaults_to_one_and_is_written_only_when_set() {
         let old = r#"{"class":"mma","block_m":64,"block_n":64,"block_k":32,"warp_m":32,"warp_n":32,"stages":3}"#;
         let parsed = Schedule::from_json(old).expect("a schedule written before group_m");
-        assert_eq!(parsed.knob_values().last(), Some(&1));
+        assert_eq!(parsed.knob_values()[6], 1);
         assert_eq!(parsed.to_json(), old);
         let grouped = Class::Matmul
             .schedule(&[64, 64, 16, 4, 4, 4, 4, 8, 1, 1])
@@ -347,6 +364,20 @@ mod tests {
         let json = staged.to_json();
         assert!(json.ends_with(r#","vector_b":4,"stages":3}"#), "{json}");
         assert_eq!(Schedule::from_json(&json).expect("round trip"), staged);
+    }
+
+    #[test]
+    fn mma_split_k_defaults_to_one_and_is_written_only_when_set() {
+        let old = r#"{"class":"mma","block_m":64,"block_n":64,"block_k":32,"warp_m":32,"warp_n":32,"stages":3,"group_m":8}"#;
+        let parsed = Schedule::from_json(old).expect("a schedule written before split_k");
+        assert_eq!(parsed.knob_values(), [64, 64, 32, 32, 32, 3, 8, 1]);
+        assert_eq!(parsed.to_json(), old);
+        let split = Class::Mma
+            .schedule(&[64, 64, 32, 32, 32, 3, 1, 4])
+            .expect("eight knobs");
+        let json = split.to_json();
+        assert!(json.ends_with(r#","stages":3,"split_k":4}"#), "{json}");
+        assert_eq!(Schedule::from_json(&json).expect("round trip"), split);
     }
 
     #[test]

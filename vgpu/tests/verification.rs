@@ -7,9 +7,9 @@
 //! contraction sampled on its own, [`SAMPLE_MMA`] points; a contraction's
 //! grouped walks, `group_m` above 1, on their own too: every one up to
 //! [`SAMPLE_GROUPED`], a sample beyond; its SIMT points pipelined by
-//! `cp.async`, `stages` above 1, up to [`SAMPLE_STAGED`]; its SIMT points
-//! split along `K`, `split_k` above 1, up to [`SAMPLE_SPLIT`], their blocks
-//! run in a shuffled order; likewise the rows
+//! `cp.async`, `stages` above 1, up to [`SAMPLE_STAGED`]; each family's
+//! points split along `K`, `split_k` above 1, up to [`SAMPLE_SPLIT`], their
+//! blocks run in a shuffled order; likewise the rows
 //! points that keep the row in registers, that combine warps with a
 //! shared-memory tree, and that do both, [`SAMPLE_ROWS_KNOB`] points each),
 //! plus the heuristic's choice on every target and a generic point, against
@@ -52,8 +52,8 @@ const SAMPLE_GROUPED: usize = 8;
 /// SIMT points with `stages` above 1 run besides: all of them up to this
 /// many, else a sample of this many.
 const SAMPLE_STAGED: usize = 8;
-/// SIMT points with `split_k` above 1 run besides: all of them up to this
-/// many, else a sample of this many.
+/// Points with `split_k` above 1 run besides, per family: all of them up
+/// to this many, else a sample of this many.
 const SAMPLE_SPLIT: usize = 12;
 /// SIMT points sampled for the tensor-core entries (named `mma_…`), whose
 /// SIMT family the contraction entries already cover.
@@ -596,9 +596,12 @@ fn staged(schedule: &Schedule) -> bool {
     matches!(*schedule, Schedule::Matmul { stages, .. } if stages > 1)
 }
 
-/// Whether a SIMT contraction point splits `K` across blocks.
+/// Whether a contraction point splits `K` across blocks.
 fn split(schedule: &Schedule) -> bool {
-    matches!(*schedule, Schedule::Matmul { split_k, .. } if split_k > 1)
+    matches!(
+        *schedule,
+        Schedule::Matmul { split_k, .. } | Schedule::Mma { split_k, .. } if split_k > 1
+    )
 }
 
 /// The points one (kernel, shape) runs: its space (all of it or a sample;
@@ -609,6 +612,8 @@ fn points(kernel: &Kernel, seed: u64) -> Vec<(Schedule, SmVersion)> {
     let target = SmVersion::BASELINE;
     let (splits, others): (Vec<Schedule>, Vec<Schedule>) =
         candidates(kernel, target).into_iter().partition(split);
+    let (tensor_splits, simt_splits): (Vec<Schedule>, Vec<Schedule>) =
+        splits.into_iter().partition(|s| s.kind() == Class::Mma);
     let (walks, others): (Vec<Schedule>, Vec<Schedule>) = others.into_iter().partition(grouped);
     let (tensor, rest): (Vec<Schedule>, Vec<Schedule>) =
         others.into_iter().partition(|s| s.kind() == Class::Mma);
@@ -641,7 +646,8 @@ fn points(kernel: &Kernel, seed: u64) -> Vec<(Schedule, SmVersion)> {
         .into_iter()
         .chain(pick(tensor, SAMPLE_MMA, SAMPLE_MMA))
         .chain(pick(simt_staged, SAMPLE_STAGED, SAMPLE_STAGED))
-        .chain(pick(splits, SAMPLE_SPLIT, SAMPLE_SPLIT))
+        .chain(pick(simt_splits, SAMPLE_SPLIT, SAMPLE_SPLIT))
+        .chain(pick(tensor_splits, SAMPLE_SPLIT, SAMPLE_SPLIT))
         .chain(pick(simt_walks, SAMPLE_GROUPED, SAMPLE_GROUPED))
         .chain(pick(tensor_walks, SAMPLE_GROUPED, SAMPLE_GROUPED))
         .chain(
@@ -688,7 +694,7 @@ fn every_kernel_class_and_dtype_over_many_points_and_shapes() {
     let one_pass_runs = AtomicUsize::new(0);
     let shared_tree_runs = AtomicUsize::new(0);
     let staged_runs = AtomicUsize::new(0);
-    let split_runs = AtomicUsize::new(0);
+    let split_runs = [AtomicUsize::new(0), AtomicUsize::new(0)];
     let failures = Mutex::new(Vec::new());
     let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
     std::thread::scope(|scope| {
@@ -714,7 +720,7 @@ fn every_kernel_class_and_dtype_over_many_points_and_shapes() {
                             staged_runs.fetch_add(1, Ordering::Relaxed);
                         }
                         if split(&schedule) {
-                            split_runs.fetch_add(1, Ordering::Relaxed);
+                            split_runs[usize::from(tensor)].fetch_add(1, Ordering::Relaxed);
                         }
                         if let Schedule::Rows { cache, tree, .. } = schedule {
                             if cache == 1 {
@@ -749,8 +755,10 @@ fn every_kernel_class_and_dtype_over_many_points_and_shapes() {
     );
     let staged_runs = staged_runs.into_inner();
     println!("of which SIMT pipelined by cp.async (stages > 1): {staged_runs} schedule points");
-    let split_runs = split_runs.into_inner();
-    println!("of which SIMT split along K (split_k > 1): {split_runs} schedule points");
+    let [simt_split, tensor_split] = split_runs.map(AtomicUsize::into_inner);
+    println!(
+        "of which split along K (split_k > 1): {simt_split} SIMT, {tensor_split} tensor-core schedule points"
+    );
     println!("of which rows in one pass: {one_pass_runs} schedule points");
     println!("of which rows with a shared-memory tree: {shared_tree_runs} schedule points");
     println!(
@@ -782,7 +790,10 @@ fn every_kernel_class_and_dtype_over_many_points_and_shapes() {
         staged_runs >= 200,
         "only {staged_runs} pipelined SIMT points ran"
     );
-    assert!(split_runs >= 100, "only {split_runs} split-K points ran");
+    assert!(
+        simt_split >= 100 && tensor_split >= 50,
+        "only {simt_split} SIMT and {tensor_split} tensor-core split-K points ran"
+    );
 }
 
 /// SIMT points above one stage copy tiles unchanged with `cp.async`: where

@@ -45,7 +45,7 @@
 //!   point's own block rows is a
 //!   [`Constraint::Tiling`](crate::lower::Constraint) rejection, one column
 //!   of blocks a coverage one.
-//! - **Split-K** (`split_k`, SIMT contractions): 1, and 2, 4, 8, 16 when
+//! - **Split-K** (`split_k`, both contraction families): 1, and 2, 4, 8, 16 when
 //!   even 256 × 256 tiles leave SMs idle and `K` is at least 16 per slice;
 //!   a split that leaves a slice wholly past `K` (with the point's
 //!   `block_k`) is a [`Constraint::Split`](crate::lower::Constraint)
@@ -164,6 +164,7 @@ fn matmul(kernel: &Kernel, plan: &MatmulPlan, target: SmVersion) -> Space {
                 knob("warp_n", tile(n, 128)),
                 knob("stages", stages),
                 knob("group_m", groups(m.div_ceil(16), n.div_ceil(16))),
+                knob("split_k", split_k_values(kernel, plan, target)),
             ],
         });
     }

@@ -57,7 +57,7 @@
 //!
 //! # Split-K
 //!
-//! A SIMT default is then split along `K` when the space offers it
+//! Either default is then split along `K` when the space offers it
 //! ([`split_k_values`]: only where even the coarsest tiles leave SMs idle)
 //! and the model estimates a split faster than one slice, the fastest of
 //! 2, 4, 8 and 16: decode shapes (`M` up to 16) with a long `K`, never a
@@ -123,7 +123,7 @@ pub fn heuristic(kernel: &Kernel, plan: &MatmulPlan, target: SmVersion) -> Sched
         _ => rows,
     };
     match walked {
-        Schedule::Matmul { .. } => {
+        Schedule::Matmul { .. } | Schedule::Mma { .. } => {
             let splits = split_k_values(kernel, plan, target)
                 .into_iter()
                 .filter(|split| *split > 1)
@@ -231,6 +231,7 @@ fn tensor_core(
             warp_n,
             stages,
             group_m: 1,
+            split_k: 1,
         })
         .find(|t| MmaLayout::new(kernel, plan, *t, target).is_ok())
 }

@@ -88,7 +88,7 @@
 //! counter ([`split`]). Prologues are unaffected: each slice stages its
 //! operands as any tile. A point whose last slice would lie wholly past
 //! `K` is rejected ([`Constraint::Split`](crate::lower::Constraint)). The
-//! tensor-core path does not split `K` (yet).
+//! tensor-core path splits `K` the same way.
 //!
 //! # Tensor cores ([`mma`])
 //!
@@ -127,6 +127,7 @@ pub use heuristic::heuristic;
 pub(crate) use layout::Layout;
 use layout::Staging;
 pub(crate) use pipeline::MAX_STAGES;
+pub(crate) use split::Split;
 pub use split::split_k_values;
 
 /// How a contraction kernel maps onto `C[batch][m][n] = Σ_k A[batch][m][k] ·
