@@ -49,7 +49,7 @@ pub fn write_kernel(
         let launch = &v.lowered.launch;
         let _ = writeln!(
             table,
-            "    ::ktune::__private::Variant {{\n        gpu: {:?},\n        sm: ({major}, {minor}),\n        schedule: {:?},\n        entry: {:?},\n        ptx: include_str!({:?}),\n        grid: {:?},\n        block: {:?},\n        dynamic_shared_bytes: {},\n    }},",
+            "    ::ktune::__private::Variant {{\n        gpu: {:?},\n        sm: ({major}, {minor}),\n        schedule: {:?},\n        entry: {:?},\n        ptx: include_str!({:?}),\n        grid: {:?},\n        block: {:?},\n        dynamic_shared_bytes: {},\n        workspace_bytes: {},\n    }},",
             v.gpu,
             v.schedule.to_json(),
             v.lowered.ptx.entry,
@@ -57,6 +57,7 @@ pub fn write_kernel(
             launch.grid,
             launch.block,
             launch.dynamic_shared_bytes,
+            launch.workspace_bytes,
         );
         files.push(path);
     }

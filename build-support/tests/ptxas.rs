@@ -215,6 +215,7 @@ fn suite() -> Vec<(Kernel, Vec<Schedule>)> {
         warp_n: warp.1,
         stages,
         group_m: 1,
+        split_k: 1,
     };
     let tf32_points = vec![
         mma((16, 16, 16), (16, 16), 1),
@@ -245,6 +246,67 @@ fn suite() -> Vec<(Kernel, Vec<Schedule>)> {
             },
         ),
         tf32_points,
+    ));
+    // Split-K: slices of `K` added up through a workspace by the last block
+    // to arrive (fence, u32 atomic, L2-only loads), with a fused epilogue.
+    let split = |block_k, stages, split_k| Schedule::Matmul {
+        block_m: 8,
+        block_n: 64,
+        block_k,
+        thread_m: 1,
+        thread_n: 4,
+        vector_a: 4,
+        vector_b: 4,
+        group_m: 1,
+        stages,
+        split_k,
+    };
+    out.push((
+        kernel(
+            quote!(shape(M = 5, N = 256, K = 1000)),
+            quote! {
+                fn mm_split(a: Tensor<f32, (M, K)>, b: Tensor<f32, (K, N)>, bias: Tensor<f32, (N,)>)
+                    -> Tensor<f32, (M, N)>
+                {
+                    compute(|m, n| gelu(sum(K, |k| a[m][k] * b[k][n]) + bias[n]))
+                }
+            },
+        ),
+        vec![split(16, 1, 2), split(32, 1, 16), split(16, 3, 4)],
+    ));
+    out.push((
+        kernel(
+            quote!(shape(M = 1, N = 4096, K = 4096)),
+            quote! {
+                fn decode_bf16(x: Tensor<bf16, (M, K)>, w: Tensor<bf16, (K, N)>) -> Tensor<bf16, (M, N)> {
+                    compute(|m, n| sum(K, |k| x[m][k] * w[k][n]))
+                }
+            },
+        ),
+        vec![
+            Schedule::Matmul {
+                block_m: 1,
+                block_n: 128,
+                block_k: 64,
+                thread_m: 1,
+                thread_n: 1,
+                vector_a: 8,
+                vector_b: 8,
+                group_m: 1,
+                stages: 1,
+                split_k: 8,
+            },
+            Schedule::Mma {
+                block_m: 16,
+                block_n: 64,
+                block_k: 32,
+                warp_m: 16,
+                warp_n: 32,
+                stages: 3,
+                group_m: 1,
+                split_k: 8,
+            },
+        ],
     ));
     out.push((
         kernel(

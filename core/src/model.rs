@@ -39,6 +39,12 @@
 //!   the global-memory latency of a step, which `stages - 1` tiles in
 //!   flight (and the other resident blocks) hide; then L2 and DRAM traffic
 //!   and waves as for SIMT tiles.
+//! - **Split-K** (`split_k` above 1) multiplies a contraction's
+//!   blocks and divides each one's steps over `K`: a grid too small to
+//!   fill the SMs fills more of them. It costs the partial tiles' traffic
+//!   (each slice written once and read back once, counted as DRAM bytes)
+//!   and, per wave, a serial tail: the store, fence and atomic of every
+//!   block and the last block's read of every slice.
 //! - **DRAM traffic of contractions**: an operand larger than half of L2
 //!   is re-read from DRAM by every wave, as much of it as the wave's
 //!   blocks cover: row by row (`group_m = 1`) a wave covers all of B, in
@@ -54,7 +60,7 @@ use serde::Serialize;
 use crate::ir::Kernel;
 use crate::lower::classify::{OpClass, RowPlan, classify};
 use crate::lower::matmul::mma::{MmaLayout, MmaTiles};
-use crate::lower::matmul::{self, Layout, MatmulPlan, Tiles};
+use crate::lower::matmul::{self, Layout, MatmulPlan, Split, Tiles};
 use crate::lower::rows::{CachePlan, shared_bytes};
 use crate::lower::{LowerError, validate};
 use crate::occupancy::{BlockUsage, Occupancy, occupancy};
@@ -337,9 +343,10 @@ fn contraction(
         f64::from(tiles.thread_n),
         f64::from(tiles.block_k),
     );
-    let blocks =
+    let tiles_grid =
         batch * m.div_ceil(u64::from(tiles.block_m)) * n.div_ceil(u64::from(tiles.block_n));
-    let steps = k.div_ceil(u64::from(tiles.block_k)) as f64;
+    let blocks = tiles_grid * u64::from(tiles.split_k);
+    let steps = f64::from(layout.k_tiles());
 
     // One block_k step of one thread.
     let (fm, fn_) = (f64::from(layout.frag_m), f64::from(layout.frag_n));
@@ -386,12 +393,13 @@ fn contraction(
     );
 
     let waves = blocks as f64 / f64::from(resident * sm_count);
-    let compute_s = waves.ceil() * steps * step_cycles / clock;
+    let compute_s = waves.ceil() * (steps * step_cycles + split_tail(layout.split, memory)) / clock;
     let grid = Grid {
         block_m: tiles.block_m,
         block_n: tiles.block_n,
         group_m: tiles.group_m,
         wave: u64::from(resident * sm_count),
+        workspace_bytes: split_traffic(layout.split),
     };
     let (seconds, bound) = with_memory(kernel, plan, [m, n, k], grid, (compute_s, bound), &hw);
     Estimate {
@@ -408,6 +416,21 @@ fn contraction(
     }
 }
 
+/// Split-K's serial cycles per wave: every block stores its partial tile
+/// and counts its arrival (a fence and an atomic, about two memory
+/// latencies), then the last one reads every slice back, half a latency
+/// per slice (L2).
+fn split_tail(split: Option<Split>, memory_cycles: f64) -> f64 {
+    split.map_or(0.0, |s| (2.0 + 0.5 * f64::from(s.slices)) * memory_cycles)
+}
+
+/// Split-K's partial tiles: each slice written once and read back once.
+fn split_traffic(split: Option<Split>) -> f64 {
+    split.map_or(0.0, |s| {
+        2.0 * f64::from(s.slices) * f64::from(s.slice_bytes)
+    })
+}
+
 /// A contraction's grid: its tiles, how blocks walk them, and how many
 /// blocks run at once.
 #[derive(Debug, Clone, Copy)]
@@ -417,6 +440,8 @@ struct Grid {
     group_m: u32,
     /// Blocks resident on all SMs at once.
     wave: u64,
+    /// Split-K's partial tiles, written and read back.
+    workspace_bytes: f64,
 }
 
 /// A contraction's time given its compute time and bound: the slower of
@@ -447,7 +472,8 @@ fn with_memory(
     let l2_s = batch * (a_l2 + b_l2) / (hw.dram_bandwidth * L2_OVER_DRAM);
     let [a_dram, b_dram] = operand_dram_bytes([a_bytes, b_bytes], [tiles_m, tiles_n], grid, hw);
     let rereads = batch * ((a_dram.min(a_l2) - a_bytes) + (b_dram.min(b_l2) - b_bytes));
-    let dram_s = (kernel.compulsory_bytes() as f64 + rereads.max(0.0)) / hw.dram_bandwidth;
+    let dram_s = (kernel.compulsory_bytes() as f64 + rereads.max(0.0) + grid.workspace_bytes)
+        / hw.dram_bandwidth;
     [(l2_s, Bound::L2), (dram_s, Bound::Memory)]
         .into_iter()
         .fold(
@@ -517,9 +543,11 @@ fn tensor_core(
         u64::from(layout.k_extent),
     );
     let batch = plan.batch_count(kernel);
-    let blocks =
-        batch * m.div_ceil(u64::from(tiles.block_m)) * n.div_ceil(u64::from(tiles.block_n));
-    let steps = k.div_ceil(u64::from(tiles.block_k)) as f64;
+    let blocks = batch
+        * m.div_ceil(u64::from(tiles.block_m))
+        * n.div_ceil(u64::from(tiles.block_n))
+        * u64::from(tiles.split_k);
+    let steps = f64::from(layout.k_tiles());
     let (bm, bn, bk) = (
         f64::from(tiles.block_m),
         f64::from(tiles.block_n),
@@ -583,12 +611,13 @@ fn tensor_core(
     };
 
     let waves = blocks as f64 / f64::from(resident * sm_count);
-    let compute_s = waves.ceil() * steps * step_cycles / clock;
+    let compute_s = waves.ceil() * (steps * step_cycles + split_tail(layout.split, memory)) / clock;
     let grid = Grid {
         block_m: tiles.block_m,
         block_n: tiles.block_n,
         group_m: tiles.group_m,
         wave: u64::from(resident * sm_count),
+        workspace_bytes: split_traffic(layout.split),
     };
     let (seconds, bound) = with_memory(kernel, plan, [m, n, k], grid, (compute_s, bound), &hw);
     Estimate {
@@ -626,6 +655,7 @@ mod tests {
             vector_b: 4,
             group_m: 1,
             stages: 1,
+            split_k: 1,
         }
     }
 
@@ -769,7 +799,8 @@ mod tests {
         let k = matmul(4096, 4096, 4096);
         let staged = |s: Schedule, stages: u32| {
             let mut values = s.knob_values();
-            *values.last_mut().expect("stages") = stages;
+            let at = s.kind().knobs().iter().position(|k| *k == "stages");
+            values[at.expect("a stages knob")] = stages;
             s.kind().schedule(&values).expect("same knobs")
         };
         for target in SmVersion::ALL {
@@ -807,6 +838,7 @@ mod tests {
             warp_n: warp,
             stages,
             group_m: 1,
+            split_k: 1,
         }
     }
 

@@ -59,7 +59,14 @@ pub enum Schedule {
     /// in groups of `group_m` block rows (1: row by row); with `stages`
     /// above 1, tiles travel by `cp.async` through a ring of `stages`
     /// shared-memory buffers (1: loads and stores through registers, one
-    /// buffer). See [`crate::lower::matmul`].
+    /// buffer). With `split_k` above 1, the `K` tiles are cut into
+    /// `split_k` contiguous slices of equal count (the last may reach past
+    /// `K`, staged as zeros; none may lie wholly past it), each computed by
+    /// its own block (`ctaid.y`); each block stores its partial tile to a
+    /// global workspace ([`crate::lower::Launch::workspace_bytes`]) and the
+    /// last of a tile's blocks to arrive adds the slices up in slice order
+    /// and runs the epilogue, so the result does not depend on which
+    /// arrives last. See [`crate::lower::matmul`].
     Matmul {
         block_m: u32,
         block_n: u32,
@@ -75,13 +82,17 @@ pub enum Schedule {
         /// Absent from the JSON form when 1, likewise.
         #[serde(default = "one", skip_serializing_if = "is_one")]
         stages: u32,
+        /// Absent from the JSON form when 1, likewise.
+        #[serde(default = "one", skip_serializing_if = "is_one")]
+        split_k: u32,
     },
     /// Contractions of f16 or bf16 operands on tensor cores: a `block_m ×
     /// block_n` output tile per block, `warp_m × warp_n` per warp computed
     /// with `mma.sync` m16n8k16 (f32 accumulators) on fragments read by
     /// `ldmatrix`; operand tiles `block_k` deep travel by 16-byte
     /// `cp.async` through a ring of `stages` shared-memory buffers; blocks
-    /// walk the tiles in groups of `group_m` block rows, as for
+    /// walk the tiles in groups of `group_m` block rows, and `split_k`
+    /// slices of `K` are added up through a workspace, as for
     /// [`Schedule::Matmul`]. See [`crate::lower::matmul::mma`].
     Mma {
         block_m: u32,
@@ -92,6 +103,8 @@ pub enum Schedule {
         stages: u32,
         #[serde(default = "one", skip_serializing_if = "is_one")]
         group_m: u32,
+        #[serde(default = "one", skip_serializing_if = "is_one")]
+        split_k: u32,
     },
 }
 
@@ -143,10 +156,10 @@ impl Class {
             ],
             Class::Matmul => &[
                 "block_m", "block_n", "block_k", "thread_m", "thread_n", "vector_a", "vector_b",
-                "group_m", "stages",
+                "group_m", "stages", "split_k",
             ],
             Class::Mma => &[
-                "block_m", "block_n", "block_k", "warp_m", "warp_n", "stages", "group_m",
+                "block_m", "block_n", "block_k", "warp_m", "warp_n", "stages", "group_m", "split_k",
             ],
         }
     }
@@ -182,6 +195,7 @@ impl Class {
                     vector_b,
                     group_m,
                     stages,
+                    split_k,
                 ],
             ) => Schedule::Matmul {
                 block_m,
@@ -193,9 +207,11 @@ impl Class {
                 vector_b,
                 group_m,
                 stages,
+                split_k,
             },
-            (Class::Mma, &[block_m, block_n, block_k, warp_m, warp_n, stages, group_m]) => {
-                Schedule::Mma {
+            (
+                Class::Mma,
+                &[
                     block_m,
                     block_n,
                     block_k,
@@ -203,8 +219,18 @@ impl Class {
                     warp_n,
                     stages,
                     group_m,
-                }
-            }
+                    split_k,
+                ],
+            ) => Schedule::Mma {
+                block_m,
+                block_n,
+                block_k,
+                warp_m,
+                warp_n,
+                stages,
+                group_m,
+                split_k,
+            },
             _ => return None,
         })
     }
@@ -248,8 +274,10 @@ impl Schedule {
                 vector_b,
                 group_m,
                 stages,
+                split_k,
             } => vec![
                 block_m, block_n, block_k, thread_m, thread_n, vector_a, vector_b, group_m, stages,
+                split_k,
             ],
             Schedule::Mma {
                 block_m,
@@ -259,7 +287,10 @@ impl Schedule {
                 warp_n,
                 stages,
                 group_m,
-            } => vec![block_m, block_n, block_k, warp_m, warp_n, stages, group_m],
+                split_k,
+            } => vec![
+                block_m, block_n, block_k, warp_m, warp_n, stages, group_m, split_k,
+            ],
         }
     }
 
@@ -286,11 +317,11 @@ mod tests {
     fn group_m_defaults_to_one_and_is_written_only_when_set() {
         let old = r#"{"class":"mma","block_m":64,"block_n":64,"block_k":32,"warp_m":32,"warp_n":32,"stages":3}"#;
         let parsed = Schedule::from_json(old).expect("a schedule written before group_m");
-        assert_eq!(parsed.knob_values().last(), Some(&1));
+        assert_eq!(parsed.knob_values()[6], 1);
         assert_eq!(parsed.to_json(), old);
         let grouped = Class::Matmul
-            .schedule(&[64, 64, 16, 4, 4, 4, 4, 8, 1])
-            .expect("nine knobs");
+            .schedule(&[64, 64, 16, 4, 4, 4, 4, 8, 1, 1])
+            .expect("ten knobs");
         let json = grouped.to_json();
         assert!(json.ends_with(r#","group_m":8}"#), "{json}");
         assert_eq!(Schedule::from_json(&json).expect("round trip"), grouped);
@@ -325,13 +356,42 @@ mod tests {
     fn simt_stages_default_to_one_and_are_written_only_when_set() {
         let old = r#"{"class":"matmul","block_m":64,"block_n":64,"block_k":16,"thread_m":4,"thread_n":4,"vector_a":4,"vector_b":4}"#;
         let parsed = Schedule::from_json(old).expect("a schedule written before stages");
-        assert_eq!(parsed.knob_values().last(), Some(&1));
+        assert_eq!(parsed.knob_values()[8], 1);
         assert_eq!(parsed.to_json(), old);
         let staged = Class::Matmul
-            .schedule(&[64, 64, 16, 4, 4, 4, 4, 1, 3])
-            .expect("nine knobs");
+            .schedule(&[64, 64, 16, 4, 4, 4, 4, 1, 3, 1])
+            .expect("ten knobs");
         let json = staged.to_json();
         assert!(json.ends_with(r#","vector_b":4,"stages":3}"#), "{json}");
         assert_eq!(Schedule::from_json(&json).expect("round trip"), staged);
+    }
+
+    #[test]
+    fn mma_split_k_defaults_to_one_and_is_written_only_when_set() {
+        let old = r#"{"class":"mma","block_m":64,"block_n":64,"block_k":32,"warp_m":32,"warp_n":32,"stages":3,"group_m":8}"#;
+        let parsed = Schedule::from_json(old).expect("a schedule written before split_k");
+        assert_eq!(parsed.knob_values(), [64, 64, 32, 32, 32, 3, 8, 1]);
+        assert_eq!(parsed.to_json(), old);
+        let split = Class::Mma
+            .schedule(&[64, 64, 32, 32, 32, 3, 1, 4])
+            .expect("eight knobs");
+        let json = split.to_json();
+        assert!(json.ends_with(r#","stages":3,"split_k":4}"#), "{json}");
+        assert_eq!(Schedule::from_json(&json).expect("round trip"), split);
+    }
+
+    #[test]
+    fn split_k_defaults_to_one_and_is_written_only_when_set() {
+        let old = r#"{"class":"matmul","block_m":64,"block_n":64,"block_k":16,"thread_m":4,"thread_n":4,"vector_a":4,"vector_b":4,"group_m":8,"stages":2}"#;
+        let parsed = Schedule::from_json(old).expect("a schedule written before split_k");
+        assert_eq!(parsed.knob_values().last(), Some(&1));
+        assert_eq!(parsed.to_json(), old);
+        let split = Class::Matmul
+            .schedule(&[64, 64, 16, 4, 4, 4, 4, 1, 1, 4])
+            .expect("ten knobs");
+        let json = split.to_json();
+        assert!(json.ends_with(r#","vector_b":4,"split_k":4}"#), "{json}");
+        assert_eq!(Schedule::from_json(&json).expect("round trip"), split);
+        assert_eq!(split.knob_values().last(), Some(&4));
     }
 }

@@ -183,6 +183,7 @@ fn other_schedules_round_trip() {
                 vector_b: 4,
                 group_m: 1,
                 stages: 1,
+                split_k: 1,
             },
         ),
         ("matmul_t", Schedule::Generic { block: 128 }),
@@ -198,6 +199,7 @@ fn other_schedules_round_trip() {
                 vector_b: 1,
                 group_m: 1,
                 stages: 3,
+                split_k: 1,
             },
         ),
     ];
@@ -353,4 +355,51 @@ fn tensor_core_and_async_copy_instructions_round_trip() {
         err.message.contains("not in the form ktune prints"),
         "{err}"
     );
+}
+
+/// The instructions split-K's reduction uses: the fence, the u32 atomic
+/// that counts arrivals, and L2-only loads of other blocks' partial sums.
+#[test]
+fn split_k_instructions_round_trip() {
+    use ktune_core::DType;
+    use ktune_core::ptx::Builder;
+    use ktune_core::ptx::inst::{Addr, Op, Operand, Space};
+
+    let mut b = Builder::new();
+    let global = b.param_ptr(0);
+    let at = |offset| Addr {
+        base: global,
+        offset,
+    };
+    let one = b.load_global_cg_f32(at(0), 1);
+    let four = b.load_global_cg_f32(at(16), 4);
+    b.store(Space::Global, DType::F32, at(32), four[3]);
+    b.push(Op::Fence);
+    let old = b.atom_add_u32(at(64), Operand::Int(1));
+    b.store(Space::Global, DType::F32, at(48), one[0]);
+    b.push(Op::St {
+        space: Space::Global,
+        ty: ktune_core::ptx::inst::Ty::U32,
+        addr: at(64),
+        srcs: vec![old.into()],
+    });
+    let kernel = b.finish("split_k".into(), 1, 32, 0);
+    for target in [SmVersion::Sm80, SmVersion::Sm90] {
+        round_trip(&kernel, target);
+    }
+    let text = print(&kernel, SmVersion::Sm80);
+    for line in [
+        "\tld.global.cg.f32 %f0, [%rd1];",
+        "\tld.global.cg.v4.f32 {%f1, %f2, %f3, %f4}, [%rd1+16];",
+        "\tfence.acq_rel.gpu;",
+        "\tatom.global.add.u32 %r0, [%rd1+64], 1;",
+        "\tst.global.u32 [%rd1+64], %r0;",
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "missing `{line}` in\n{text}"
+        );
+    }
+    let err = parse(&text.replace("fence.acq_rel.gpu", "fence.sc.gpu")).unwrap_err();
+    assert!(err.message.contains("fence.sc.gpu"), "{err}");
 }

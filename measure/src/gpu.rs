@@ -87,7 +87,18 @@ pub(crate) struct Gpu {
 pub(crate) struct Program {
     function: CudaFunction,
     config: LaunchConfig,
+    /// The bytes of global workspace the kernel takes after its output
+    /// (none: 0).
+    workspace_bytes: usize,
     _module: Arc<CudaModule>,
+}
+
+/// A loaded candidate ready to launch on a [`Gpu`]'s stream, with its own
+/// workspace when it takes one: zeroed when allocated, and left zeroed by
+/// each launch for the next (launches on one stream never overlap).
+struct Armed<'a> {
+    program: &'a Program,
+    workspace: Option<CudaSlice<u8>>,
 }
 
 impl std::fmt::Debug for Program {
@@ -255,8 +266,9 @@ impl Gpu {
             (Rejected::Fault(why), e.1)
         };
         let program = self.load(&baseline, target).map_err(what)?;
+        let mut armed = self.arm(&program).map_err(what)?;
         let mut buffers = self.upload(kernel, &inputs).map_err(what)?;
-        let bytes = self.run_once(&program, &mut buffers).map_err(what)?;
+        let bytes = self.run_once(&mut armed, &mut buffers).map_err(what)?;
         let dtype = kernel.output.dtype;
         if let Some(index) = first_poisoned(dtype, &bytes) {
             let why = format!("output element {index} was never written");
@@ -286,6 +298,7 @@ impl Gpu {
         program: &Program,
         settings: &Settings,
     ) -> Result<Measured, GpuRejected> {
+        let mut armed = self.arm(program)?;
         if rotation.sets.is_empty() {
             rotation.sets.push(self.upload(kernel, expected.inputs())?);
         }
@@ -297,7 +310,7 @@ impl Gpu {
             )
             .map_err(driver("poisoning the output"))
             .map_err(|e| (Rejected::Fault(e), true))?;
-        let bytes = self.run_once(program, first)?;
+        let bytes = self.run_once(&mut armed, first)?;
         check_output(kernel, expected, &bytes)?;
 
         let set_bytes = expected.inputs().iter().map(Vec::len).sum::<usize>() + bytes.len();
@@ -307,7 +320,7 @@ impl Gpu {
 
         let _lock =
             GpuLock::acquire(&self.lock).map_err(|e| (Rejected::WorkerCrashed(e), false))?;
-        let times = self.time(program, &mut rotation.sets, settings)?;
+        let times = self.time(&mut armed, &mut rotation.sets, settings)?;
         let sensors = self.sensors.as_ref().and_then(Sensors::read);
         let mut sorted = times.clone();
         sorted.sort_by(f64::total_cmp);
@@ -393,6 +406,7 @@ impl Gpu {
                 block_dim: (bx, by, bz),
                 shared_mem_bytes: shared,
             },
+            workspace_bytes: usize::try_from(lowered.launch.workspace_bytes).unwrap_or(usize::MAX),
             _module: module,
         })
     }
@@ -415,17 +429,37 @@ impl Gpu {
         Ok(Buffers { inputs, output })
     }
 
+    /// `program` with its zeroed workspace, if it takes one.
+    fn arm<'a>(&self, program: &'a Program) -> Result<Armed<'a>, GpuRejected> {
+        let workspace = match program.workspace_bytes {
+            0 => None,
+            bytes => Some(
+                self.stream
+                    .alloc_zeros::<u8>(bytes)
+                    .map_err(driver("allocating the kernel's workspace"))
+                    .map_err(|e| (Rejected::Fault(e), true))?,
+            ),
+        };
+        Ok(Armed { program, workspace })
+    }
+
     /// Queues one launch.
-    fn launch(&self, program: &Program, buffers: &mut Buffers) -> Result<(), String> {
+    fn launch(&self, armed: &mut Armed<'_>, buffers: &mut Buffers) -> Result<(), String> {
+        let program = armed.program;
         let mut builder = self.stream.launch_builder(&program.function);
         for input in &buffers.inputs {
             builder.arg(input);
         }
         builder.arg(&mut buffers.output);
+        if let Some(workspace) = armed.workspace.as_mut() {
+            builder.arg(workspace);
+        }
         // SAFETY: the PTX was lowered for this kernel: its entry takes one
         // global pointer per tensor, the inputs in order then the output,
         // and accesses each within the length its shape implies, which is
-        // each buffer's length (allocated from the kernel's shape above).
+        // each buffer's length (allocated from the kernel's shape above);
+        // a kernel with a workspace takes it last, zeroed and as long as
+        // its launch asks.
         // A kernel that does not keep to that (an injected fault) faults on
         // the GPU, and the worker exits after reporting it.
         unsafe { builder.launch(program.config) }
@@ -434,9 +468,13 @@ impl Gpu {
     }
 
     /// Runs once and returns the output's bytes.
-    fn run_once(&self, program: &Program, buffers: &mut Buffers) -> Result<Vec<u8>, GpuRejected> {
+    fn run_once(
+        &self,
+        armed: &mut Armed<'_>,
+        buffers: &mut Buffers,
+    ) -> Result<Vec<u8>, GpuRejected> {
         let fault = |e: String| (Rejected::Fault(e), true);
-        self.launch(program, buffers).map_err(fault)?;
+        self.launch(armed, buffers).map_err(fault)?;
         self.stream
             .synchronize()
             .map_err(driver("running the kernel"))
@@ -452,7 +490,7 @@ impl Gpu {
     /// microseconds, in the order they ran.
     fn time(
         &self,
-        program: &Program,
+        armed: &mut Armed<'_>,
         sets: &mut [Buffers],
         settings: &Settings,
     ) -> Result<Vec<f64>, GpuRejected> {
@@ -462,7 +500,7 @@ impl Gpu {
         let mut runs = 0u32;
         while runs < settings.warmup_runs || warmup.elapsed() < Duration::from_millis(10) {
             let n = sets.len();
-            self.launch(program, &mut sets[runs as usize % n])
+            self.launch(armed, &mut sets[runs as usize % n])
                 .map_err(fault)?;
             self.stream
                 .synchronize()
@@ -489,7 +527,7 @@ impl Gpu {
                 record(start)
                     .map_err(driver("recording an event"))
                     .map_err(fault)?;
-                self.launch(program, &mut sets[next % sets.len()])
+                self.launch(armed, &mut sets[next % sets.len()])
                     .map_err(fault)?;
                 record(end)
                     .map_err(driver("recording an event"))

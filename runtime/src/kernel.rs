@@ -92,6 +92,10 @@ pub struct Variant {
     pub block: [u32; 3],
     /// Dynamic shared memory per block, in bytes.
     pub dynamic_shared_bytes: u32,
+    /// Bytes of zeroed global scratch memory the kernel takes as one more
+    /// pointer parameter after the output (split-K's partial sums and
+    /// arrival counters); 0 for most variants, which take none.
+    pub workspace_bytes: u64,
 }
 
 impl Variant {

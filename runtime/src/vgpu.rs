@@ -199,15 +199,18 @@ mod enabled {
             kernel: kernel.name,
             detail: format!("unknown output dtype `{}`", kernel.output.dtype),
         })?;
-        let mut params: Vec<Vec<u8>> = inputs.iter().map(|a| a.arg_bytes()).collect();
-        params.push(ktune_vgpu::poisoned(dtype, kernel.output.len));
+        let params: Vec<Vec<u8>> = inputs.iter().map(|a| a.arg_bytes()).collect();
+        let params: Vec<&[u8]> = params.iter().map(Vec::as_slice).collect();
         let launch = Launch {
             grid: variant.grid,
             block: variant.block,
             dynamic_shared_bytes: variant.dynamic_shared_bytes,
+            workspace_bytes: variant.workspace_bytes,
         };
-        ktune_vgpu::run(&code, &launch, &mut params).map_err(|f| fault(f.to_string()))?;
-        let bytes = params.pop().unwrap_or_default();
+        // With a fresh zeroed workspace when the variant takes one.
+        let output_bytes = ktune_vgpu::poisoned(dtype, kernel.output.len);
+        let (bytes, _) = ktune_vgpu::run_bytes(&code, &launch, &params, output_bytes)
+            .map_err(|f| fault(f.to_string()))?;
         if let Some(i) = ktune_vgpu::first_poisoned(dtype, &bytes) {
             return Err(fault(format!(
                 "output element {i} of `{}` was never written",
@@ -230,13 +233,11 @@ mod enabled {
         }
         let (code, _) =
             ptx::parse(variant.ptx).map_err(|e| format!("cannot read its embedded PTX: {e}"))?;
-        if code.entry != variant.entry || code.param_count != kernel.inputs.len() + 1 {
+        let params = kernel.inputs.len() + 1 + usize::from(variant.workspace_bytes > 0);
+        if code.entry != variant.entry || code.param_count != params {
             return Err(format!(
                 "its embedded PTX has entry `{}` with {} parameters, expected `{}` with {}",
-                code.entry,
-                code.param_count,
-                variant.entry,
-                kernel.inputs.len() + 1
+                code.entry, code.param_count, variant.entry, params
             ));
         }
         let code = Arc::new(code);

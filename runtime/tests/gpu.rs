@@ -149,6 +149,7 @@ fn the_variant_tuned_on_this_gpu_model_is_launched() {
             grid: [1, 1, 1],
             block: [32, 1, 1],
             dynamic_shared_bytes: 0,
+            workspace_bytes: 0,
         },
         Variant {
             gpu: Some(name),
@@ -159,6 +160,7 @@ fn the_variant_tuned_on_this_gpu_model_is_launched() {
             grid: [1, 1, 1],
             block: [32, 1, 1],
             dynamic_shared_bytes: 0,
+            workspace_bytes: 0,
         },
     ]));
     let stream = device.stream().unwrap();

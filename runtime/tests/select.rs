@@ -29,6 +29,7 @@ const fn variant(gpu: Option<&'static str>, sm: (u32, u32), entry: &'static str)
         grid: [1, 1, 1],
         block: [32, 1, 1],
         dynamic_shared_bytes: 0,
+        workspace_bytes: 0,
     }
 }
 

@@ -267,6 +267,7 @@ fn space_reports_knobs_validity_and_the_models_ranking() {
         "matmul schedules (",
         "block_m",
         "vector_b",
+        "split_k",
         "valid (",
         "rejected by:",
         "threads",
@@ -327,6 +328,21 @@ fn space_reports_knobs_validity_and_the_models_ranking() {
         .map(|p| p["estimate"]["seconds"].as_f64().expect("seconds"))
         .collect();
     assert!(seconds.windows(2).all(|w| w[0] <= w[1]), "{seconds:?}");
+
+    // 197 × 384 in 256 × 256 tiles leaves SMs idle, over a `K` of 1536:
+    // the SIMT family splits `K`.
+    let out = cargo_ktune(&["space", "ffn_down", "--json", "--manifest-path", manifest]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).expect("JSON");
+    let family = &report["families"][0];
+    assert_eq!(family["class"], "matmul");
+    let split = family["knobs"]
+        .as_array()
+        .expect("knobs")
+        .iter()
+        .find(|k| k["name"] == "split_k")
+        .expect("a split_k knob");
+    assert_eq!(split["values"], serde_json::json!([1, 2, 4, 8, 16]));
 
     let unknown = cargo_ktune(&["space", "nope", "--manifest-path", manifest]);
     assert!(!unknown.status.success());

@@ -90,6 +90,7 @@ fn main() {
         grid: [8, 1, 1],
         block: [1024, 1, 1],
         dynamic_shared_bytes: 0,
+        workspace_bytes: 0,
     };
     measure("shuffle butterfly 8x1024", || {
         ktune_vgpu::run(&shuffles, &launch, &mut []).expect("shuffles run")

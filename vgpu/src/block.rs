@@ -14,7 +14,10 @@ use crate::fragment::{self, WARP};
 use crate::memory::Memory;
 use crate::numeric::shfl_source;
 use crate::shared::Shared;
-use crate::{Config, Stats};
+use crate::{BlockOrder, Config, Stats};
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
 
 /// `%tid` of the thread with linear index `linear` in a block of `ntid`.
 pub(crate) fn thread_coords(linear: u32, ntid: [u32; 3]) -> [u32; 3] {
@@ -73,31 +76,40 @@ pub(crate) fn run_grid(
     };
     let grid = launch.grid;
     let mut serial = 0u32;
-    for z in 0..grid[2] {
-        for y in 0..grid[1] {
-            for x in 0..grid[0] {
-                serial = match serial.checked_add(1) {
-                    Some(s) => s,
-                    None => {
-                        block.regs.fill(Cell::default());
-                        1
-                    }
-                };
-                let env = BlockEnv {
-                    program: &program,
-                    serial,
-                    step_limit: config.step_limit,
-                    ctaid: [x, y, z],
-                    nctaid: grid,
-                    ntid,
-                };
-                block.run(&env, memory, &mut stats)?;
-                stats.blocks += 1;
-                stats.threads += threads as u64;
+    memory.begin_launch(grid);
+    for ctaid in block_order(grid, config.block_order) {
+        serial = match serial.checked_add(1) {
+            Some(s) => s,
+            None => {
+                block.regs.fill(Cell::default());
+                1
             }
-        }
+        };
+        let env = BlockEnv {
+            program: &program,
+            serial,
+            step_limit: config.step_limit,
+            ctaid,
+            nctaid: grid,
+            ntid,
+        };
+        memory.enter_block(ctaid);
+        block.run(&env, memory, &mut stats)?;
+        stats.blocks += 1;
+        stats.threads += threads as u64;
     }
     Ok(stats)
+}
+
+/// Every block of `grid`, in the order they run.
+fn block_order(grid: [u32; 3], order: BlockOrder) -> Vec<[u32; 3]> {
+    let mut blocks: Vec<[u32; 3]> = (0..grid[2])
+        .flat_map(|z| (0..grid[1]).flat_map(move |y| (0..grid[0]).map(move |x| [x, y, z])))
+        .collect();
+    if let BlockOrder::Shuffled(seed) = order {
+        blocks.shuffle(&mut StdRng::seed_from_u64(seed));
+    }
+    blocks
 }
 
 fn check_launch(kernel: &Kernel, launch: &Launch, memory: &Memory) -> Result<(), String> {

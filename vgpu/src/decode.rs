@@ -231,13 +231,17 @@ pub(crate) enum Exec {
         b: [Slot; 2],
         c: [Slot; 4],
     },
-    /// `red.global.add.f32` (no `dst`) or `atom.global.add.f32`.
+    /// `red.global.add.f32` (no `dst`) or `atom.global.add.f32` (`float`)
+    /// or `.u32`.
     AtomAdd {
+        float: bool,
         dst: Option<Slot>,
         base: Slot,
         offset: i64,
         value: Src,
     },
+    /// Orders nothing here: blocks run one at a time.
+    Fence,
     Bar,
     Bra {
         target: u32,
@@ -638,21 +642,8 @@ impl Decoder<'_> {
                 ty,
                 dsts,
                 addr,
-            } => {
-                let (elem, n) = self.access(*ty, dsts.len())?;
-                let mut slots = [0; 4];
-                for (s, r) in slots.iter_mut().zip(dsts) {
-                    *s = self.wide_reg(*r, ty_width(*ty))?;
-                }
-                Exec::Ld {
-                    space: *space,
-                    elem,
-                    n,
-                    dsts: slots,
-                    base: self.address(*space, addr.base)?,
-                    offset: addr.offset,
-                }
-            }
+            } => self.load(*space, *ty, dsts, addr)?,
+            Op::LdGlobalCg { ty, dsts, addr } => self.load(Space::Global, *ty, dsts, addr)?,
             Op::St {
                 space,
                 ty,
@@ -767,8 +758,14 @@ impl Decoder<'_> {
                     c: f32s(c)?,
                 }
             }
-            Op::RedAdd { addr, value } => self.atom_add(None, addr, *value)?,
-            Op::AtomAdd { dst, addr, value } => self.atom_add(Some(*dst), addr, *value)?,
+            Op::RedAdd { addr, value } => self.atom_add(Ty::F32, None, addr, *value)?,
+            Op::AtomAdd {
+                ty,
+                dst,
+                addr,
+                value,
+            } => self.atom_add(*ty, Some(*dst), addr, *value)?,
+            Op::Fence => Exec::Fence,
             Op::BarSync => Exec::Bar,
             Op::Bra { target } => Exec::Bra {
                 target: *self
@@ -803,12 +800,40 @@ impl Decoder<'_> {
         self.slot(r)
     }
 
-    fn atom_add(&self, dst: Option<Reg>, addr: &Addr, value: Operand) -> Result<Exec, String> {
+    fn atom_add(
+        &self,
+        ty: Ty,
+        dst: Option<Reg>,
+        addr: &Addr,
+        value: Operand,
+    ) -> Result<Exec, String> {
+        let float = match ty {
+            Ty::F32 => true,
+            Ty::U32 => false,
+            other => return Err(format!("atom.add.{other:?} is not a form ktune emits")),
+        };
         Ok(Exec::AtomAdd {
+            float,
             dst: dst.map(|r| self.reg(r, Width::W32)).transpose()?,
             base: self.address(Space::Global, addr.base)?,
             offset: addr.offset,
-            value: self.src(value, Ty::F32)?,
+            value: self.src(value, ty)?,
+        })
+    }
+
+    fn load(&self, space: Space, ty: Ty, dsts: &[Reg], addr: &Addr) -> Result<Exec, String> {
+        let (elem, n) = self.access(ty, dsts.len())?;
+        let mut slots = [0; 4];
+        for (s, r) in slots.iter_mut().zip(dsts) {
+            *s = self.wide_reg(*r, ty_width(ty))?;
+        }
+        Ok(Exec::Ld {
+            space,
+            elem,
+            n,
+            dsts: slots,
+            base: self.address(space, addr.base)?,
+            offset: addr.offset,
         })
     }
 

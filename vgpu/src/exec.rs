@@ -345,18 +345,20 @@ fn step(
             for (v, src) in values.iter_mut().zip(&srcs[..n]) {
                 *v = val!(*src);
             }
-            let bytes = match space {
+            let mut data = [0u8; 16];
+            for (i, v) in values[..n].iter().enumerate() {
+                write_le(&mut data[i * elem..], elem, *v);
+            }
+            let data = &data[..size as usize];
+            match space {
                 Space::Global => {
                     reach.stats.global_store_bytes += u64::from(size);
-                    reach.global.store(addr, size)?
+                    reach.global.store(addr, data)?;
                 }
                 Space::Shared => {
                     reach.stats.shared_store_bytes += u64::from(size);
-                    reach.shared.store(t.id, addr, size)?
+                    reach.shared.store(t.id, addr, size)?.copy_from_slice(data);
                 }
-            };
-            for (i, v) in values[..n].iter().enumerate() {
-                write_le(&mut bytes[i * elem..], elem, *v);
             }
         }
         Exec::Shfl { src, lane, .. } => {
@@ -415,22 +417,30 @@ fn step(
         }
         Exec::Ldmatrix { .. } | Exec::Mma { .. } => return Ok(Flow::Stop(State::Collective)),
         Exec::AtomAdd {
+            float,
             dst,
             base,
             offset,
             value,
         } => {
             let addr = get!(base).wrapping_add(offset as u64);
-            let value = f(val!(value));
+            let value = val!(value);
             reach.stats.global_load_bytes += 4;
             reach.stats.global_store_bytes += 4;
-            let word = reach.global.store(addr, 4)?;
-            let old = f32::from_le_bytes([word[0], word[1], word[2], word[3]]);
-            word.copy_from_slice(&numeric::atomic_add_f32(old, value).to_le_bytes());
+            let word = reach.global.atomic(addr, 4)?;
+            let old = u32::from_le_bytes([word[0], word[1], word[2], word[3]]);
+            let new = if float {
+                let sum = numeric::atomic_add_f32(f32::from_bits(old), f(value));
+                sum.to_bits()
+            } else {
+                old.wrapping_add(value as u32)
+            };
+            word.copy_from_slice(&new.to_le_bytes());
             if let Some(dst) = dst {
-                set!(dst, bits(old));
+                set!(dst, u64::from(old));
             }
         }
+        Exec::Fence => {}
         Exec::Bar => return Ok(Flow::Stop(State::Barrier)),
         Exec::Bra { target } => return Ok(Flow::Jump(target)),
         Exec::Ret => return Ok(Flow::Stop(State::Exited)),

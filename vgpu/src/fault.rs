@@ -169,6 +169,14 @@ pub enum FaultKind {
     /// A `cp.async` whose source size operand exceeds its copy size (PTX
     /// leaves the result undefined).
     AsyncCopySize { bytes: u32, src_bytes: u32 },
+    /// A plain store that changes a global byte another block (`other`) of
+    /// the same launch stored: on a GPU the result depends on which block
+    /// runs last.
+    GlobalRace {
+        param: u32,
+        offset: u64,
+        other: [u32; 3],
+    },
     /// A thread executed more instructions than the configured limit.
     StepLimit { limit: u64 },
     /// The instruction list is malformed (undefined label, register out of
@@ -343,6 +351,15 @@ impl fmt::Display for FaultKind {
             FaultKind::AsyncCopySize { bytes, src_bytes } => write!(
                 f,
                 "cp.async of {bytes} bytes given a source size of {src_bytes} bytes (at most {bytes})"
+            ),
+            FaultKind::GlobalRace {
+                param,
+                offset,
+                other,
+            } => write!(
+                f,
+                "store to byte {offset} of parameter {param}, which block {} stored another value in this launch: blocks race on global memory (the result depends on which runs last)",
+                Xyz(*other)
             ),
             FaultKind::StepLimit { limit } => write!(
                 f,

@@ -27,7 +27,7 @@
 //! b.store(Space::Global, DType::F32, Addr { base: dst, offset: 0 }, y);
 //! let kernel = b.finish("double".into(), 2, 64, 0);
 //!
-//! let launch = Launch { grid: [1, 1, 1], block: [32, 1, 1], dynamic_shared_bytes: 0 };
+//! let launch = Launch { grid: [1, 1, 1], block: [32, 1, 1], dynamic_shared_bytes: 0, workspace_bytes: 0 };
 //! let input: Vec<f32> = (0..32).map(|i| i as f32).collect();
 //! let (out, stats) = ktune_vgpu::run_f32(&kernel, &launch, &[&input], 32)?;
 //! assert_eq!(out[5], 10.0);
@@ -43,9 +43,13 @@
 //!
 //! # Execution model
 //!
-//! Blocks run one after another, in `%ctaid` order, each from fresh
-//! registers and uninitialised shared memory; results never depend on that
-//! order unless blocks race on global memory. Within a block every thread
+//! Blocks run one after another, in `%ctaid` order (or a seeded shuffle
+//! of it, [`Config::block_order`]), each from fresh registers and
+//! uninitialised shared memory; results never depend on that order unless
+//! blocks race on global memory or cooperate through it (split-K's last
+//! block to arrive; [`verify`] shuffles the blocks of such kernels). A
+//! fence (`fence.acq_rel.gpu`) orders nothing here: a block's stores are
+//! visible to every block that runs after it. Within a block every thread
 //! has its own registers and pc and runs alone until it reaches a
 //! synchronisation point (`bar.sync`, or a warp-collective `shfl.sync`,
 //! `ldmatrix` or `mma.sync`) or exits. Then:
@@ -100,8 +104,12 @@
 //!   ranges, operand widths ([`FaultKind::InvalidKernel`]), and the launch
 //!   against the kernel ([`FaultKind::InvalidLaunch`]).
 //!
-//! Not checked (yet): races on global memory between threads or blocks,
-//! and anything ptxas checks (register limits, PTX syntax).
+//! - Global stores by two blocks of one launch of different values to the
+//!   same byte ([`FaultKind::GlobalRace`]); atomics are exempt.
+//!
+//! Not checked (yet): other races on global memory (between threads of a
+//! block, or a read of another block's store without a fence), and
+//! anything ptxas checks (register limits, PTX syntax).
 //!
 //! # Arithmetic
 //!
@@ -179,12 +187,26 @@ pub struct Config {
     /// The most instructions one thread may execute before the run stops
     /// with [`FaultKind::StepLimit`].
     pub step_limit: u64,
+    /// The order blocks run in.
+    pub block_order: BlockOrder,
+}
+
+/// The order a grid's blocks run in, one after another.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum BlockOrder {
+    /// `%ctaid.x` fastest, then `y`, then `z`.
+    #[default]
+    Index,
+    /// A permutation drawn with this seed: a kernel whose blocks cooperate
+    /// (split-K's last arrival) must not depend on which runs last.
+    Shuffled(u64),
 }
 
 impl Default for Config {
     fn default() -> Config {
         Config {
             step_limit: 100_000_000,
+            block_order: BlockOrder::Index,
         }
     }
 }
@@ -193,6 +215,12 @@ impl Config {
     /// Sets the per-thread instruction limit.
     pub fn step_limit(mut self, limit: u64) -> Config {
         self.step_limit = limit;
+        self
+    }
+
+    /// Sets the order blocks run in.
+    pub fn block_order(mut self, order: BlockOrder) -> Config {
+        self.block_order = order;
         self
     }
 }
@@ -219,21 +247,42 @@ pub fn run_with(
     block::run_grid(kernel, launch, memory, config)
 }
 
-/// Runs a kernel whose last parameter is its output: `inputs` are copied
-/// into the first buffers and `output` (typically [`poisoned`]) is the last;
-/// returns the output buffer after the run.
+/// Runs a lowered kernel: `inputs` are copied into the first buffers,
+/// `output` (typically [`poisoned`]) follows them, then a zeroed workspace
+/// when the launch asks for one ([`Launch::workspace_bytes`]); returns the
+/// output buffer after the run.
 pub fn run_bytes(
     kernel: &Kernel,
     launch: &Launch,
     inputs: &[&[u8]],
     output: Vec<u8>,
 ) -> Result<(Vec<u8>, Stats), Fault> {
+    run_bytes_with(kernel, launch, inputs, output, &Config::default())
+}
+
+/// [`run_bytes`] with an explicit configuration.
+pub fn run_bytes_with(
+    kernel: &Kernel,
+    launch: &Launch,
+    inputs: &[&[u8]],
+    output: Vec<u8>,
+    config: &Config,
+) -> Result<(Vec<u8>, Stats), Fault> {
     let mut buffers: Vec<Vec<u8>> = inputs.iter().map(|b| b.to_vec()).collect();
     buffers.push(output);
+    if launch.workspace_bytes > 0 {
+        buffers.push(workspace(launch));
+    }
     let mut memory = Memory::new(buffers);
-    let stats = run_with(kernel, launch, &mut memory, &Config::default())?;
-    let output = memory.into_buffers().pop().unwrap_or_default();
+    let stats = run_with(kernel, launch, &mut memory, config)?;
+    let output = memory.into_buffers().swap_remove(inputs.len());
     Ok((output, stats))
+}
+
+/// A zeroed workspace buffer of the size `launch` asks for, as every
+/// launcher provides it.
+pub fn workspace(launch: &Launch) -> Vec<u8> {
+    vec![0; launch.workspace_bytes as usize]
 }
 
 /// [`run_bytes`] for f32 tensors: an output of `output_len` elements,

@@ -17,14 +17,39 @@ const OFFSET_MASK: u64 = (1 << BUFFER_SHIFT) - 1;
 /// `cvta.to.global` produce real-looking pointers. Every global access is
 /// resolved back to a (buffer, offset) pair and checked against that
 /// buffer's length and for natural alignment.
+///
+/// During a launch it also remembers which block last stored each byte, so
+/// that a block changing a byte another block stored (a race on a GPU: the
+/// result depends on the order the blocks run in) is a
+/// [`FaultKind::GlobalRace`]. Atomics are exempt.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Memory {
     buffers: Vec<Vec<u8>>,
+    /// Per buffer and byte: 1 + the linear index of the block that stored
+    /// it in this launch, or 0.
+    writers: Vec<Vec<u32>>,
+    grid: [u32; 3],
+    /// 1 + the linear index of the running block.
+    block: u32,
 }
 
 impl Memory {
     pub fn new(buffers: Vec<Vec<u8>>) -> Memory {
-        Memory { buffers }
+        Memory {
+            buffers,
+            ..Memory::default()
+        }
+    }
+
+    /// Starts a launch of `grid`: no byte has been stored by any block.
+    pub(crate) fn begin_launch(&mut self, grid: [u32; 3]) {
+        self.grid = grid;
+        self.writers = self.buffers.iter().map(|b| vec![0; b.len()]).collect();
+    }
+
+    /// The block `ctaid` runs next.
+    pub(crate) fn enter_block(&mut self, ctaid: [u32; 3]) {
+        self.block = 1 + ctaid[0] + self.grid[0] * (ctaid[1] + self.grid[1] * ctaid[2]);
     }
 
     /// The address parameter `param` holds: `(param + 1) << 40`.
@@ -118,8 +143,33 @@ impl Memory {
         Ok(&self.buffers[param][start..start + size as usize])
     }
 
-    /// The `size` bytes a store writes.
-    pub(crate) fn store(&mut self, addr: u64, size: u32) -> Result<&mut [u8], FaultKind> {
+    /// Stores `data`; changing a byte another block of this launch stored
+    /// is a race (storing the value it holds is not: the result does not
+    /// depend on which block runs last).
+    pub(crate) fn store(&mut self, addr: u64, data: &[u8]) -> Result<(), FaultKind> {
+        let (param, start) = self.range(addr, data.len() as u32, Access::Store)?;
+        let range = start..start + data.len();
+        let held = &self.buffers[param][range.clone()];
+        if let Some(writers) = self.writers.get_mut(param) {
+            for (i, w) in writers[range.clone()].iter_mut().enumerate() {
+                if *w != 0 && *w != self.block && held[i] != data[i] {
+                    let other = *w - 1;
+                    let [gx, gy, _] = self.grid;
+                    return Err(FaultKind::GlobalRace {
+                        param: param as u32,
+                        offset: (start + i) as u64,
+                        other: [other % gx, (other / gx) % gy, other / (gx * gy)],
+                    });
+                }
+                *w = self.block;
+            }
+        }
+        self.buffers[param][range].copy_from_slice(data);
+        Ok(())
+    }
+
+    /// The `size` bytes an atomic reads and writes (atomics never race).
+    pub(crate) fn atomic(&mut self, addr: u64, size: u32) -> Result<&mut [u8], FaultKind> {
         let (param, start) = self.range(addr, size, Access::Store)?;
         Ok(&mut self.buffers[param][start..start + size as usize])
     }

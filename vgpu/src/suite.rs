@@ -7,7 +7,9 @@
 //! its own, [`SAMPLE_MMA`] points; a contraction's grouped walks, `group_m` above 1,
 //! on their own too: every one up to [`SAMPLE_GROUPED`], a sample beyond;
 //! its SIMT points pipelined by `cp.async`, `stages` above 1, up to
-//! [`SAMPLE_STAGED`]; likewise the rows points that keep the row in
+//! [`SAMPLE_STAGED`]; each family's points split along `K`, `split_k`
+//! above 1, up to [`SAMPLE_SPLIT`], their blocks run in a shuffled order
+//! on the virtual GPU; likewise the rows points that keep the row in
 //! registers, that combine warps with a shared-memory tree, and that do
 //! both, [`SAMPLE_ROWS_KNOB`] points each), plus the heuristic's choice on
 //! every target and a generic point.
@@ -49,6 +51,9 @@ const SAMPLE_GROUPED: usize = 8;
 /// SIMT points with `stages` above 1 run besides: all of them up to this
 /// many, else a sample of this many.
 const SAMPLE_STAGED: usize = 8;
+/// Points with `split_k` above 1 run besides, per family: all of them up
+/// to this many, else a sample of this many.
+const SAMPLE_SPLIT: usize = 12;
 /// SIMT points sampled for the tensor-core entries (named `mma_…`), whose
 /// SIMT family the contraction entries already cover.
 const SAMPLE_SIMT_OF_MMA: usize = 4;
@@ -340,6 +345,10 @@ const MATMUL_SHAPES: [(u32, u32, u32); 8] = [
     (131, 17, 3),
 ];
 
+/// Contractions whose spaces offer split-K (`K` of at least 32 on a grid
+/// that leaves SMs idle).
+const SPLIT_SHAPES: [(u32, u32, u32); 4] = [(1, 70, 97), (5, 33, 40), (17, 9, 131), (2, 64, 256)];
+
 fn shapes_mnk(sizes: &[(u32, u32, u32)]) -> Vec<Vec<(&'static str, u32)>> {
     sizes
         .iter()
@@ -406,6 +415,26 @@ fn matmul() -> Vec<Entry> {
                 },
             ),
             shapes: shapes_mnk(&[(1, 1, 1), (13, 17, 19), (65, 33, 8)]),
+        });
+    }
+    // Split-K with a fused epilogue: `K` prime (the last slice overhangs
+    // it), `K` shorter than some `split_k · block_k` (slices of one tile,
+    // or points rejected by name), `M = 1`, extents off the tiles.
+    for (ti, to) in [("f32", "f32"), ("bf16", "bf16"), ("f16", "f32")] {
+        let (a, c) = (format_ident!("{ti}"), format_ident!("{to}"));
+        let name = format_ident!("mm_split_{ti}_{to}");
+        out.push(Entry {
+            kernel: parse(
+                quote!(shape(M = 4, N = 4, K = 4)),
+                quote! {
+                    fn #name(x: Tensor<#a, (M, K)>, w: Tensor<#a, (K, N)>, bias: Tensor<f32, (N,)>)
+                        -> Tensor<#c, (M, N)>
+                    {
+                        compute(|m, n| gelu(sum(K, |k| x[m][k] * w[k][n]) + bias[n]))
+                    }
+                },
+            ),
+            shapes: shapes_mnk(&SPLIT_SHAPES),
         });
     }
     // Long `K` (both operands `k`-contiguous, copied element by element
@@ -633,14 +662,25 @@ pub fn staged(schedule: &Schedule) -> bool {
     matches!(*schedule, Schedule::Matmul { stages, .. } if stages > 1)
 }
 
+/// Whether a contraction point splits `K` across blocks.
+pub fn split(schedule: &Schedule) -> bool {
+    matches!(
+        *schedule,
+        Schedule::Matmul { split_k, .. } | Schedule::Mma { split_k, .. } if split_k > 1
+    )
+}
+
 /// The points one (kernel, shape) runs: its space (all of it or a sample;
-/// the tensor-core family, each family's grouped walks and the SIMT
-/// family's pipelined points sampled on their own), the heuristic's choice
+/// the tensor-core family, the split-K points, each family's grouped walks
+/// and the SIMT family's pipelined points sampled on their own), the heuristic's choice
 /// on every target, and a generic point, each once.
 pub fn points(kernel: &Kernel, seed: u64) -> Vec<(Schedule, SmVersion)> {
     let target = SmVersion::BASELINE;
-    let (walks, others): (Vec<Schedule>, Vec<Schedule>) =
-        candidates(kernel, target).into_iter().partition(grouped);
+    let (splits, others): (Vec<Schedule>, Vec<Schedule>) =
+        candidates(kernel, target).into_iter().partition(split);
+    let (tensor_splits, simt_splits): (Vec<Schedule>, Vec<Schedule>) =
+        splits.into_iter().partition(|s| s.kind() == Class::Mma);
+    let (walks, others): (Vec<Schedule>, Vec<Schedule>) = others.into_iter().partition(grouped);
     let (tensor, rest): (Vec<Schedule>, Vec<Schedule>) =
         others.into_iter().partition(|s| s.kind() == Class::Mma);
     let (simt_staged, rest): (Vec<Schedule>, Vec<Schedule>) = rest.into_iter().partition(staged);
@@ -672,6 +712,8 @@ pub fn points(kernel: &Kernel, seed: u64) -> Vec<(Schedule, SmVersion)> {
         .into_iter()
         .chain(pick(tensor, SAMPLE_MMA, SAMPLE_MMA))
         .chain(pick(simt_staged, SAMPLE_STAGED, SAMPLE_STAGED))
+        .chain(pick(simt_splits, SAMPLE_SPLIT, SAMPLE_SPLIT))
+        .chain(pick(tensor_splits, SAMPLE_SPLIT, SAMPLE_SPLIT))
         .chain(pick(simt_walks, SAMPLE_GROUPED, SAMPLE_GROUPED))
         .chain(pick(tensor_walks, SAMPLE_GROUPED, SAMPLE_GROUPED))
         .chain(
@@ -746,6 +788,8 @@ pub struct Report<E> {
     pub grouped: [usize; 2],
     /// SIMT runs pipelined by `cp.async`.
     pub staged: usize,
+    /// Runs split along `K`: SIMT, tensor cores.
+    pub split: [usize; 2],
     /// Rows runs that keep the row in registers.
     pub one_pass: usize,
     /// Rows runs that combine a row's warps with a shared-memory tree.
@@ -764,7 +808,7 @@ pub fn run<E: Send>(
 ) -> Report<E> {
     let jobs = shaped(catalogue);
     let next = AtomicUsize::new(0);
-    let counts: [AtomicUsize; 7] = Default::default();
+    let counts: [AtomicUsize; 9] = Default::default();
     let failures = Mutex::new(Vec::new());
     std::thread::scope(|scope| {
         for _ in 0..workers.max(1) {
@@ -799,6 +843,8 @@ pub fn run<E: Send>(
         simt_grouped,
         tensor_grouped,
         staged,
+        simt_split,
+        tensor_split,
         one_pass,
         shared_tree,
     ] = counts.map(AtomicUsize::into_inner);
@@ -809,6 +855,7 @@ pub fn run<E: Send>(
         tensor,
         grouped: [simt_grouped, tensor_grouped],
         staged,
+        split: [simt_split, tensor_split],
         one_pass,
         shared_tree,
         failures: failures.into_inner().unwrap_or_else(|e| e.into_inner()),
@@ -817,8 +864,9 @@ pub fn run<E: Send>(
 
 /// Which of [`Report`]'s counts a run of `schedule` adds to, in the order
 /// `run` keeps them: every run, tensor cores, SIMT grouped, tensor-core
-/// grouped, pipelined SIMT, one pass, shared-memory tree.
-fn families(schedule: &Schedule) -> [bool; 7] {
+/// grouped, pipelined SIMT, SIMT split, tensor-core split, one pass,
+/// shared-memory tree.
+fn families(schedule: &Schedule) -> [bool; 9] {
     let tensor = schedule.kind() == Class::Mma;
     let grouped = grouped(schedule);
     let (cache, tree) = match *schedule {
@@ -831,6 +879,8 @@ fn families(schedule: &Schedule) -> [bool; 7] {
         grouped && !tensor,
         grouped && tensor,
         staged(schedule),
+        split(schedule) && !tensor,
+        split(schedule) && tensor,
         cache,
         tree,
     ]
@@ -854,6 +904,12 @@ impl<E> fmt::Display for Report<E> {
             f,
             "of which SIMT pipelined by cp.async (stages > 1): {} schedule points",
             self.staged
+        )?;
+        let [simt_split, tensor_split] = self.split;
+        writeln!(
+            f,
+            "of which split along K (split_k > 1): {simt_split} SIMT, \
+             {tensor_split} tensor-core schedule points"
         )?;
         writeln!(
             f,

@@ -84,6 +84,7 @@ mod tests {
             grid: [blocks, 1, 1],
             block: [threads, 1, 1],
             dynamic_shared_bytes: 0,
+            workspace_bytes: 0,
         }
     }
 

@@ -73,7 +73,10 @@ use ktune_core::target::SmVersion;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::{Fault, Stats, first_poisoned, poisoned, run_bytes};
+use crate::{BlockOrder, Config, Fault, Stats, first_poisoned, poisoned, run_bytes_with};
+
+/// The seed of the block order of kernels with a workspace.
+const BLOCK_ORDER_SEED: u64 = 0x5eed_b10c;
 
 /// A schedule point that computed the reference's result.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -317,7 +320,13 @@ impl Reference {
     ) -> Result<(Vec<u8>, Stats), Fault> {
         let inputs: Vec<&[u8]> = self.buffers.iter().map(Vec::as_slice).collect();
         let output = poisoned(self.kernel.output.dtype, self.want.len());
-        run_bytes(&lowered.ptx, &lowered.launch, &inputs, output)
+        // Blocks that cooperate through a workspace run in a shuffled
+        // order, so that none is last by its position in the grid.
+        let config = match lowered.launch.workspace_bytes {
+            0 => Config::default(),
+            _ => Config::default().block_order(BlockOrder::Shuffled(BLOCK_ORDER_SEED)),
+        };
+        run_bytes_with(&lowered.ptx, &lowered.launch, &inputs, output, &config)
     }
 
     /// Compares an output, as the device left it (any device, its output

@@ -4,14 +4,15 @@
 //! fault (naming the kernel, block, thread and instruction) or, where the
 //! bug only changes numbers, that verification reports the mismatch.
 
+use ktune_core::DType;
 use ktune_core::ir::Kernel;
 use ktune_core::lower::{Lowered, lower};
-use ktune_core::ptx::inst::{ArithOp, Cmp, Guard, Instr, Label, Op, Operand, ShflMode, Space};
+use ktune_core::ptx::inst::{ArithOp, Cmp, Guard, Instr, Label, Op, Operand, ShflMode, Space, Ty};
 use ktune_core::schedule::Schedule;
 use ktune_core::syntax::parse_kernel;
 use ktune_core::target::SmVersion;
 use ktune_vgpu::verify::{Failure, Reference};
-use ktune_vgpu::{Access, Fault, FaultKind};
+use ktune_vgpu::{Access, BlockOrder, Config, Fault, FaultKind, Memory, first_poisoned, poisoned};
 use quote::quote;
 
 const TARGET: SmVersion = SmVersion::Sm80;
@@ -354,6 +355,7 @@ fn a_matmul_tile_load_without_its_k_guard_reads_out_of_bounds() {
         vector_b: 1,
         group_m: 1,
         stages: 1,
+        split_k: 1,
     };
     let mut broken = lowered(&kernel, &schedule);
     let mut removed = 0;
@@ -407,6 +409,7 @@ fn a_grouped_walk_that_forgets_its_partial_last_group_leaves_tiles_unwritten() {
         vector_b: 1,
         group_m: 8,
         stages: 1,
+        split_k: 1,
     };
     let reference = Reference::new(&kernel, 3);
     let good = lowered(&kernel, &schedule);
@@ -463,6 +466,7 @@ fn a_pipelined_matmul_without_its_wait_group_reads_an_in_flight_copy() {
         vector_b: 4,
         group_m: 1,
         stages: 3,
+        split_k: 1,
     };
     let good = lowered(&kernel, &schedule);
     Reference::new(&kernel, 1)
@@ -517,6 +521,7 @@ fn tf32_tiles() -> Schedule {
         warp_n: 16,
         stages: 2,
         group_m: 1,
+        split_k: 1,
     }
 }
 
@@ -579,4 +584,180 @@ fn tf32_products_differ_from_exact_ones_by_more_than_f32_rounding() {
         .check_lowered(&schedule, TARGET, &lowered)
         .expect_err("tf32 products are not exact f32 ones");
     assert!(matches!(error.kind, Failure::Mismatch { .. }), "{error}");
+}
+
+/// `gelu(x·w + bias)` over `K = 97`: 13 tiles of 8 in four slices (4, 4,
+/// 4 and 1 tiles), two output tiles of 8 × 32.
+fn split_k_case() -> (Kernel, Schedule) {
+    let kernel = parse_kernel(
+        quote!(shape(M = 5, N = 33, K = 97)),
+        quote! {
+            fn mm(x: Tensor<f32, (M, K)>, w: Tensor<f32, (K, N)>, bias: Tensor<f32, (N,)>)
+                -> Tensor<f32, (M, N)>
+            {
+                compute(|m, n| gelu(sum(K, |k| x[m][k] * w[k][n]) + bias[n]))
+            }
+        },
+    )
+    .expect("valid kernel");
+    let schedule = Schedule::Matmul {
+        block_m: 8,
+        block_n: 32,
+        block_k: 8,
+        thread_m: 1,
+        thread_n: 2,
+        vector_a: 1,
+        vector_b: 1,
+        group_m: 1,
+        stages: 1,
+        split_k: 4,
+    };
+    (kernel, schedule)
+}
+
+/// The split-K kernel, checked correct before it is broken.
+fn good_split_k(kernel: &Kernel, schedule: &Schedule, reference: &Reference) -> Lowered {
+    let good = lowered(kernel, schedule);
+    assert_eq!(good.launch.grid, [2, 4, 1]);
+    reference
+        .check_lowered(schedule, TARGET, &good)
+        .unwrap_or_else(|e| panic!("{e}"));
+    good
+}
+
+#[test]
+fn a_split_k_kernel_where_every_block_writes_the_output_races() {
+    let (kernel, schedule) = split_k_case();
+    let reference = Reference::new(&kernel, 5);
+    let mut broken = good_split_k(&kernel, &schedule, &reference);
+    // The flag says whether the block arrived last; drop the branch that
+    // sends the others away, and every block adds up and stores.
+    let flag = broken
+        .ptx
+        .body
+        .iter()
+        .position(|i| {
+            matches!(
+                i.op,
+                Op::Ld {
+                    space: Space::Shared,
+                    ty: Ty::U32,
+                    ..
+                }
+            )
+        })
+        .expect("the last-arrival flag");
+    let exit = flag
+        + broken.ptx.body[flag..]
+            .iter()
+            .position(|i| matches!(i.op, Op::Bra { .. }))
+            .expect("the branch of blocks that are not last");
+    broken.ptx.body.remove(exit);
+    let fault = fault_of(&kernel, &schedule, &broken);
+    assert_names_everything(&fault, &kernel);
+    match fault.kind {
+        FaultKind::GlobalRace { param: 3, .. } => {}
+        _ => panic!("expected two blocks storing one output: {fault}"),
+    }
+    assert!(fault.instruction.starts_with("st.global"), "{fault}");
+    assert!(
+        fault.to_string().contains("blocks race on global memory"),
+        "{fault}"
+    );
+}
+
+#[test]
+fn a_split_k_kernel_that_never_resets_its_counters_fails_its_second_launch() {
+    let (kernel, schedule) = split_k_case();
+    let reference = Reference::new(&kernel, 6);
+    let good = good_split_k(&kernel, &schedule, &reference);
+    let launch_twice = |lowered: &Lowered, orders: [BlockOrder; 2]| {
+        let mut buffers = reference.buffers().to_vec();
+        buffers.push(Vec::new());
+        buffers.push(ktune_vgpu::workspace(&lowered.launch));
+        let mut memory = Memory::new(buffers);
+        orders.map(|order| {
+            let output = reference.output().len();
+            *memory.buffer_mut(output_param(&kernel)) = poisoned(DType::F32, output);
+            let config = Config::default().block_order(order);
+            ktune_vgpu::run_with(&lowered.ptx, &lowered.launch, &mut memory, &config)
+                .unwrap_or_else(|f| panic!("{f}"));
+            memory.buffer(output_param(&kernel)).to_vec()
+        })
+    };
+    // One workspace serves launch after launch, in any block order, and
+    // the sum does not depend on which block arrives last.
+    let [first, second] = launch_twice(&good, [BlockOrder::Index, BlockOrder::Shuffled(9)]);
+    assert_eq!(first_poisoned(DType::F32, &first), None);
+    assert_eq!(first, second, "the same bits whichever block is last");
+
+    let mut broken = good;
+    let before = broken.ptx.body.len();
+    broken.ptx.body.retain(|i| {
+        !matches!(
+            &i.op,
+            Op::St {
+                space: Space::Global,
+                ty: Ty::U32,
+                srcs,
+                ..
+            } if srcs[..] == [Operand::Int(0)]
+        )
+    });
+    assert_eq!(broken.ptx.body.len() + 1, before, "one counter reset");
+    let [first, second] = launch_twice(&broken, [BlockOrder::Index; 2]);
+    assert_eq!(
+        first,
+        launch_twice(&lowered(&kernel, &schedule), [BlockOrder::Index; 2])[0]
+    );
+    // The counters start the second launch at 4: no block is ever last.
+    assert_eq!(first_poisoned(DType::F32, &second), Some(0));
+}
+
+#[test]
+fn a_split_k_kernel_whose_last_block_sums_only_its_own_slice_is_wrong() {
+    let (kernel, schedule) = split_k_case();
+    let reference = Reference::new(&kernel, 7);
+    let mut broken = good_split_k(&kernel, &schedule, &reference);
+    // After the second fence the last block zeroes its accumulators and
+    // adds every slice to them; without that it keeps its own.
+    let fences: Vec<usize> = broken
+        .ptx
+        .body
+        .iter()
+        .enumerate()
+        .filter(|(_, i)| i.op == Op::Fence)
+        .map(|(at, _)| at)
+        .collect();
+    assert_eq!(fences.len(), 2, "a fence before the arrival, one after");
+    let last_load = broken
+        .ptx
+        .body
+        .iter()
+        .rposition(|i| matches!(i.op, Op::LdGlobalCg { .. }))
+        .expect("the sum's loads");
+    let back_edge = last_load
+        + broken.ptx.body[last_load..]
+            .iter()
+            .position(|i| matches!(i.op, Op::Bra { .. }))
+            .expect("the loop over slices");
+    broken.ptx.body.drain(fences[1] + 1..=back_edge);
+    let error = reference
+        .check_lowered(&schedule, TARGET, &broken)
+        .expect_err("one slice is not the sum");
+    println!("{error}");
+    match error.kind {
+        Failure::Mismatch {
+            got,
+            want,
+            tolerance,
+            ..
+        } => assert!((got - want).abs() > tolerance, "{error}"),
+        other => panic!("expected a wrong sum, got {other:?}"),
+    }
+}
+
+/// The output's parameter: after the inputs.
+fn output_param(kernel: &Kernel) -> usize {
+    kernel.inputs.len()
 }

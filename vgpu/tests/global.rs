@@ -50,6 +50,7 @@ fn launch(blocks: u32) -> Launch {
         grid: [blocks, 1, 1],
         block: [32, 1, 1],
         dynamic_shared_bytes: 0,
+        workspace_bytes: 0,
     }
 }
 
@@ -174,4 +175,122 @@ fn unwritten_outputs_stay_poisoned() {
     assert!(f32::from_bits(ktune_vgpu::POISON_F32).is_nan());
     assert!(half::f16::from_bits(ktune_vgpu::POISON_16).is_nan());
     assert!(half::bf16::from_bits(ktune_vgpu::POISON_16).is_nan());
+}
+
+/// Thread 0 of each block takes a ticket with `atom.global.add.u32` on
+/// `counter[0]`, stores it at `tickets[ctaid]`, fences, and reads back
+/// with `ld.global.cg` what the block before it (in ticket order) stored.
+fn tickets() -> ktune_core::ptx::Kernel {
+    let mut b = Builder::new();
+    let ctaid = b.special(Special::CtaidX);
+    let (counter, tickets) = (b.param_ptr(0), b.param_ptr(1));
+    let at = |base| Addr { base, offset: 0 };
+    let ticket = b.atom_add_u32(at(counter), Operand::Int(1));
+    let mine = b.global_addr(tickets, ctaid, 4);
+    b.push(Op::St {
+        space: Space::Global,
+        ty: Ty::U32,
+        addr: at(mine),
+        srcs: vec![ticket.into()],
+    });
+    b.push(Op::Fence);
+    let seen = b.load_global_cg_f32(at(tickets), 4);
+    let copy = b.global_addr(tickets, ctaid, 4);
+    b.push(Op::St {
+        space: Space::Global,
+        ty: Ty::F32,
+        addr: Addr {
+            base: copy,
+            offset: 16,
+        },
+        srcs: vec![seen[0].into()],
+    });
+    b.finish("tickets".into(), 2, 1, 0)
+}
+
+#[test]
+fn a_u32_atomic_hands_out_tickets_across_blocks_in_run_order() {
+    let one_thread = |order| {
+        let launch = Launch {
+            block: [1, 1, 1],
+            ..launch(4)
+        };
+        let mut memory = Memory::new(vec![vec![0; 4], vec![0; 32]]);
+        let config = ktune_vgpu::Config::default().block_order(order);
+        let stats = ktune_vgpu::run_with(&tickets(), &launch, &mut memory, &config).unwrap();
+        assert_eq!(stats.blocks, 4);
+        let words: Vec<u32> = memory
+            .buffer(1)
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        let counter = u32::from_le_bytes(memory.buffer(0)[..4].try_into().unwrap());
+        (counter, words)
+    };
+    let (counter, words) = one_thread(ktune_vgpu::BlockOrder::Index);
+    assert_eq!(counter, 4);
+    assert_eq!(words[..4], [0, 1, 2, 3]);
+    // Each block read ticket[0] after the fence: block 0's, stored first.
+    assert_eq!(words[4..], [0; 4]);
+
+    let (counter, words) = one_thread(ktune_vgpu::BlockOrder::Shuffled(3));
+    assert_eq!(counter, 4);
+    let mut tickets = words[..4].to_vec();
+    tickets.sort_unstable();
+    assert_eq!(tickets, [0, 1, 2, 3]);
+    assert_ne!(
+        words[..4],
+        [0, 1, 2, 3],
+        "the seed runs blocks out of order"
+    );
+    // A block that ran before block 0 stored its ticket read a zero.
+    for (block, seen) in words[4..].iter().enumerate() {
+        let want = if words[block] >= words[0] {
+            words[0]
+        } else {
+            0
+        };
+        assert_eq!(*seen, want, "block {block}: {words:?}");
+    }
+}
+
+#[test]
+fn two_blocks_storing_different_values_to_one_byte_race() {
+    // Every block stores its index at out[0]: the value depends on which
+    // runs last. Storing the same value from every block is no race.
+    let store = |value_of_block: bool| {
+        let mut b = Builder::new();
+        let ctaid = b.special(Special::CtaidX);
+        let out = b.param_ptr(0);
+        let value = if value_of_block { ctaid } else { b.u32_imm(7) };
+        b.push(Op::St {
+            space: Space::Global,
+            ty: Ty::U32,
+            addr: Addr {
+                base: out,
+                offset: 0,
+            },
+            srcs: vec![value.into()],
+        });
+        b.finish("last_wins".into(), 1, 32, 0)
+    };
+    let launch = Launch {
+        block: [1, 1, 1],
+        ..launch(3)
+    };
+    ktune_vgpu::run(&store(false), &launch, &mut [vec![0; 4]]).expect("no race");
+    let fault = ktune_vgpu::run(&store(true), &launch, &mut [vec![0; 4]]).unwrap_err();
+    assert_eq!(fault.block, [1, 0, 0]);
+    assert_eq!(
+        fault.kind,
+        FaultKind::GlobalRace {
+            param: 0,
+            offset: 0,
+            other: [0, 0, 0],
+        }
+    );
+    assert!(
+        fault.to_string().contains("blocks race on global memory"),
+        "{fault}"
+    );
 }

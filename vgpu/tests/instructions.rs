@@ -603,6 +603,7 @@ fn special_registers() {
         grid: [2, 3, 2],
         block: [8, 4, 1],
         dynamic_shared_bytes: 0,
+        workspace_bytes: 0,
     };
     let mut b = Builder::new();
     let regs: Vec<Reg> = [

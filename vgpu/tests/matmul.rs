@@ -269,6 +269,7 @@ fn schedules(kernel: &Kernel, target: SmVersion) -> Vec<Schedule> {
             vector_b: 1,
             group_m: 1,
             stages: 1,
+            split_k: 1,
         };
         if let Err(e) = lower(kernel, &scalar.to_schedule(), target) {
             panic!("scalar tiles {scalar:?} rejected: {e}");
@@ -479,9 +480,14 @@ fn random_schedule_points_are_rejected_or_correct() {
                 vector_b: pow2(8),
                 group_m: pow2(8),
                 stages: 1,
+                split_k: 1,
             };
             let tiles = matmul::Tiles {
                 stages: rng.random_range(1..=4),
+                ..tiles
+            };
+            let tiles = matmul::Tiles {
+                split_k: rng.random_range(1..=4),
                 ..tiles
             };
             let schedule = tiles.to_schedule();

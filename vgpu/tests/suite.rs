@@ -62,6 +62,11 @@ fn every_kernel_class_and_dtype_over_many_points_and_shapes() {
         "only {} pipelined SIMT points ran",
         report.staged
     );
+    let [simt_split, tensor_split] = report.split;
+    assert!(
+        simt_split >= 100 && tensor_split >= 50,
+        "only {simt_split} SIMT and {tensor_split} tensor-core split-K points ran"
+    );
 }
 
 /// SIMT points above one stage copy tiles unchanged with `cp.async`: where

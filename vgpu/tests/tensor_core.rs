@@ -24,6 +24,7 @@ fn run(text: &str, blocks: u32, buffers: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>, k
         grid: [blocks, 1, 1],
         block: [kernel.block_threads, 1, 1],
         dynamic_shared_bytes: kernel.dynamic_shared_bytes,
+        workspace_bytes: 0,
     };
     let mut buffers = buffers;
     ktune_vgpu::run(&kernel, &launch, &mut buffers)?;

@@ -163,6 +163,10 @@ impl Gpu {
             .chain(std::iter::once(&kernel.output))
             .map(|t| kernel.len_of(t) as usize * t.dtype.size() as usize)
             .collect();
+        let workspace = match launch.workspace_bytes {
+            0 => None,
+            bytes => Some(self.stream.alloc_zeros::<u8>(bytes as usize)?),
+        };
         Ok(Loaded {
             function,
             config: LaunchConfig {
@@ -171,6 +175,7 @@ impl Gpu {
                 shared_mem_bytes: launch.dynamic_shared_bytes,
             },
             tensor_bytes,
+            workspace,
         })
     }
 
@@ -216,6 +221,9 @@ pub struct Loaded {
     function: CudaFunction,
     config: LaunchConfig,
     tensor_bytes: Vec<usize>,
+    /// Split-K's workspace, zeroed when allocated; the kernel leaves it
+    /// ready for its next launch.
+    workspace: Option<CudaSlice<u8>>,
 }
 
 impl Loaded {
@@ -241,11 +249,17 @@ impl Loaded {
             builder.arg(*input);
         }
         builder.arg(output);
+        if let Some(workspace) = &self.workspace {
+            builder.arg(workspace);
+        }
         // SAFETY: the PTX was lowered by ktune for the kernel whose tensor
         // sizes are `tensor_bytes` (checked above against the buffers): its
         // entry takes one global pointer per tensor, inputs then output, and
         // touches each only within its length. The output is borrowed
-        // mutably, so no input aliases it.
+        // mutably, so no input aliases it. A kernel with a workspace takes
+        // it last, as long as its launch asks and zeroed at allocation; it
+        // writes it though it is passed shared, which is sound because only
+        // this `Loaded`'s launches use it, all on one stream, in order.
         unsafe { builder.launch(self.config) }?;
         Ok(())
     }

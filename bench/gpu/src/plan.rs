@@ -202,11 +202,15 @@ fn check_schedule(
         grid,
         block,
         dynamic_shared_bytes,
+        workspace_bytes,
     } = variant.launch;
-    let launch = format!(
+    let mut launch = format!(
         "grid {}×{}×{} block {}×{}×{} smem {dynamic_shared_bytes}",
         grid[0], grid[1], grid[2], block[0], block[1], block[2]
     );
+    if workspace_bytes > 0 {
+        launch.push_str(&format!(" workspace {workspace_bytes}"));
+    }
     let Some(ptxas) = ptxas else {
         return launch;
     };

@@ -224,9 +224,11 @@ fn knobs(schedule: &Schedule, target: SmVersion) -> Result<(), String> {
             vector_b,
             group_m,
             stages,
+            split_k,
         } => {
             nonzero(&[
                 block_m, block_n, block_k, thread_m, thread_n, vector_a, vector_b, group_m, stages,
+                split_k,
             ])?;
             check((block_m / thread_m).saturating_mul(block_n / thread_n))
         }
@@ -238,8 +240,11 @@ fn knobs(schedule: &Schedule, target: SmVersion) -> Result<(), String> {
             warp_n,
             stages,
             group_m,
+            split_k,
         } => {
-            nonzero(&[block_m, block_n, block_k, warp_m, warp_n, stages, group_m])?;
+            nonzero(&[
+                block_m, block_n, block_k, warp_m, warp_n, stages, group_m, split_k,
+            ])?;
             check(
                 (block_m / warp_m)
                     .saturating_mul(block_n / warp_n)

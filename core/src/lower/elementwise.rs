@@ -124,6 +124,7 @@ pub(super) fn lower(
             grid: [groups.div_ceil(per_block), 1, 1],
             block: [block, 1, 1],
             dynamic_shared_bytes: 0,
+            workspace_bytes: 0,
         },
     })
 }

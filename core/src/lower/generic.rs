@@ -50,6 +50,7 @@ pub(super) fn lower(kernel: &Kernel, block: u32, target: SmVersion) -> Result<Lo
             grid: [total.div_ceil(block), 1, 1],
             block: [block, 1, 1],
             dynamic_shared_bytes: 0,
+            workspace_bytes: 0,
         },
     })
 }

@@ -20,6 +20,14 @@ pub struct Launch {
     pub grid: [u32; 3],
     pub block: [u32; 3],
     pub dynamic_shared_bytes: u32,
+    /// Bytes of global scratch memory the kernel needs (split-K's partial
+    /// sums and arrival counters, see [`matmul`]); 0 for most kernels.
+    /// When above 0 the kernel takes one more pointer parameter, after the
+    /// output: a buffer of at least this many bytes, **all zero** before
+    /// the first launch that uses it. The kernel leaves it zero where it
+    /// must be (its counters), so one buffer serves any number of launches
+    /// run one after another, but not two running at once.
+    pub workspace_bytes: u64,
 }
 
 /// A lowered kernel: its instruction list and how to launch it.
@@ -80,10 +88,13 @@ pub enum Constraint {
     /// staged by `cp.async` (`stages` above 1) need plain loads of f32
     /// tensors.
     Operands,
+    /// Split-K's slices: none lies wholly past `K`, and the workspace of
+    /// partial tiles stays within 32-bit offsets.
+    Split,
 }
 
 impl Constraint {
-    pub const ALL: [Constraint; 7] = [
+    pub const ALL: [Constraint; 8] = [
         Constraint::Range,
         Constraint::Threads,
         Constraint::SharedMemory,
@@ -91,6 +102,7 @@ impl Constraint {
         Constraint::Alignment,
         Constraint::Tiling,
         Constraint::Operands,
+        Constraint::Split,
     ];
 
     /// The name shown in reports.
@@ -103,6 +115,7 @@ impl Constraint {
             Constraint::Alignment => "alignment",
             Constraint::Tiling => "tiling",
             Constraint::Operands => "operands",
+            Constraint::Split => "split",
         }
     }
 }

@@ -496,11 +496,37 @@ impl Builder {
     pub fn atom_add_f32(&mut self, addr: Addr, value: impl Into<Operand>) -> Reg {
         let dst = self.reg(RegClass::F32);
         self.push(Op::AtomAdd {
+            ty: Ty::F32,
             dst,
             addr,
             value: value.into(),
         });
         dst
+    }
+
+    /// `*addr += value` on a u32 in global memory, atomically; returns the
+    /// value `*addr` held before.
+    pub fn atom_add_u32(&mut self, addr: Addr, value: impl Into<Operand>) -> Reg {
+        let dst = self.reg(RegClass::B32);
+        self.push(Op::AtomAdd {
+            ty: Ty::U32,
+            dst,
+            addr,
+            value: value.into(),
+        });
+        dst
+    }
+
+    /// `n` (1, 2 or 4) consecutive f32 values from global memory, read from
+    /// L2 (`ld.global.cg`): what other blocks stored before a fence.
+    pub fn load_global_cg_f32(&mut self, addr: Addr, n: usize) -> Vec<Reg> {
+        let dsts: Vec<Reg> = (0..n).map(|_| self.reg(RegClass::F32)).collect();
+        self.push(Op::LdGlobalCg {
+            ty: Ty::F32,
+            dsts: dsts.clone(),
+            addr,
+        });
+        dsts
     }
 }
 

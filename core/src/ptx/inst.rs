@@ -267,6 +267,10 @@ pub enum Op {
         dsts: Vec<Reg>,
         addr: Addr,
     },
+    /// `ld.global.cg[.v2|.v4].<ty> {dsts}, [addr]`: a global load cached in
+    /// L2 only, so that it sees what other blocks stored and made visible
+    /// with a [`Op::Fence`] (L1 is not coherent between SMs).
+    LdGlobalCg { ty: Ty, dsts: Vec<Reg>, addr: Addr },
     /// `st.<space>[.v2|.v4].<ty> [addr], {srcs}`
     St {
         space: Space,
@@ -328,13 +332,18 @@ pub enum Op {
     },
     /// `red.global.add.f32 [addr], value`: an atomic add with no result.
     RedAdd { addr: Addr, value: Operand },
-    /// `atom.global.add.f32 dst, [addr], value`: an atomic add returning the
-    /// old value.
+    /// `atom.global.add.<ty> dst, [addr], value`: an atomic add returning
+    /// the old value; `ty` is [`Ty::F32`] or [`Ty::U32`].
     AtomAdd {
+        ty: Ty,
         dst: Reg,
         addr: Addr,
         value: Operand,
     },
+    /// `fence.acq_rel.gpu`: orders the thread's global accesses before it
+    /// against those after it, for every thread of the GPU (what
+    /// `__threadfence()` compiles to).
+    Fence,
     /// `bar.sync 0`
     BarSync,
     /// `bra.uni label` (or `bra` when guarded)

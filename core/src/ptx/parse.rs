@@ -295,6 +295,18 @@ impl<'t> Parser<'t> {
                     index,
                 }
             }
+            "ld" if parts.get(1) == Some(&"global") && parts.get(2) == Some(&"cg") => {
+                arity(2)?;
+                Op::LdGlobalCg {
+                    ty: last_ty()?,
+                    dsts: self
+                        .list(ops[0])
+                        .iter()
+                        .map(|r| self.reg(r, counts))
+                        .collect::<Result<_, _>>()?,
+                    addr: self.addr(ops[1], counts)?,
+                }
+            }
             "ld" => {
                 arity(2)?;
                 Op::Ld {
@@ -495,11 +507,13 @@ impl<'t> Parser<'t> {
             "atom" => {
                 arity(3)?;
                 Op::AtomAdd {
+                    ty: last_ty()?,
                     dst: reg(0)?,
                     addr: self.addr(ops[1], counts)?,
                     value: operand(2)?,
                 }
             }
+            "fence" if opcode == "fence.acq_rel.gpu" => Op::Fence,
             "bar" => Op::BarSync,
             "bra" => {
                 arity(1)?;

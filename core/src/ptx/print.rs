@@ -356,6 +356,14 @@ pub(super) fn write_instr(out: &mut String, instr: &Instr) -> std::fmt::Result {
             list(dsts.iter().map(|r| R(*r))),
             A(*addr)
         ),
+        Op::LdGlobalCg { ty: t, dsts, addr } => write!(
+            out,
+            "ld.global.cg{}.{} {}, {}",
+            vector(dsts.len()),
+            ty(*t),
+            list(dsts.iter().map(|r| R(*r))),
+            A(*addr)
+        ),
         Op::St {
             space: s,
             ty: t,
@@ -432,13 +440,20 @@ pub(super) fn write_instr(out: &mut String, instr: &Instr) -> std::fmt::Result {
         Op::RedAdd { addr, value } => {
             write!(out, "red.global.add.f32 {}, {}", A(*addr), O(*value))
         }
-        Op::AtomAdd { dst, addr, value } => write!(
+        Op::AtomAdd {
+            ty: t,
+            dst,
+            addr,
+            value,
+        } => write!(
             out,
-            "atom.global.add.f32 {}, {}, {}",
+            "atom.global.add.{} {}, {}, {}",
+            ty(*t),
             R(*dst),
             A(*addr),
             O(*value)
         ),
+        Op::Fence => write!(out, "fence.acq_rel.gpu"),
         Op::BarSync => write!(out, "bar.sync 0"),
         Op::Bra { target } if instr.guard.is_some() => write!(out, "bra {}", label_name(*target)),
         Op::Bra { target } => write!(out, "bra.uni {}", label_name(*target)),

@@ -46,13 +46,18 @@
 //!   point's own block rows is a
 //!   [`Constraint::Tiling`](crate::lower::Constraint) rejection, one column
 //!   of blocks a coverage one.
+//! - **Split-K** (`split_k`, both contraction families): 1, and 2, 4, 8, 16 when
+//!   even 256 × 256 tiles leave SMs idle and `K` is at least 16 per slice;
+//!   a split that leaves a slice wholly past `K` (with the point's
+//!   `block_k`) is a [`Constraint::Split`](crate::lower::Constraint)
+//!   rejection.
 
 use super::{Coverage, Family, Knob, Space};
 use crate::dtype::DType;
 use crate::ir::Kernel;
 use crate::lower::classify::{OpClass, classify};
 use crate::lower::elementwise::{MAX_PER_THREAD, VECTOR_WIDTHS};
-use crate::lower::matmul::{MAX_STAGES, MatmulPlan, mma};
+use crate::lower::matmul::{MAX_STAGES, MatmulPlan, mma, split_k_values};
 use crate::lower::rows::CachePlan;
 use crate::schedule::Class;
 use crate::target::SmVersion;
@@ -144,6 +149,7 @@ fn matmul(kernel: &Kernel, plan: &MatmulPlan, target: SmVersion) -> Space {
             knob("vector_b", vectors(kernel.input(plan.b.tensor).dtype)),
             knob("group_m", group_m),
             knob("stages", stages.clone()),
+            knob("split_k", split_k_values(kernel, plan, target)),
         ],
     }];
     if mma::applies(kernel, plan) {
@@ -159,6 +165,7 @@ fn matmul(kernel: &Kernel, plan: &MatmulPlan, target: SmVersion) -> Space {
                 knob("warp_n", tile(n, 128)),
                 knob("stages", stages),
                 knob("group_m", groups(m.div_ceil(16), n.div_ceil(16))),
+                knob("split_k", split_k_values(kernel, plan, target)),
             ],
         });
     }
@@ -217,6 +224,16 @@ mod tests {
             let space = Space::of(&matmul(64, 64, 64), target);
             assert_eq!(values(&space, "stages"), [1, 2, 3, 4]);
         }
+    }
+
+    #[test]
+    fn splits_only_where_the_grid_leaves_sms_idle() {
+        let decode = Space::of(&matmul(8, 8192, 8192), SmVersion::Sm90);
+        assert_eq!(values(&decode, "split_k"), [1, 2, 4, 8, 16]);
+        let short = Space::of(&matmul(8, 4096, 48), SmVersion::Sm90);
+        assert_eq!(values(&short, "split_k"), [1, 2]);
+        let big = Space::of(&matmul(4096, 4096, 4096), SmVersion::Sm90);
+        assert_eq!(values(&big, "split_k"), [1]);
     }
 
     #[test]

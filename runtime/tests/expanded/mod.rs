@@ -45,6 +45,7 @@ pub mod softmax {
                 grid: [1, 1, 1],
                 block: [32, 1, 1],
                 dynamic_shared_bytes: 0,
+                workspace_bytes: 0,
             },
             ::ktune::__private::Variant {
                 gpu: None,
@@ -55,6 +56,7 @@ pub mod softmax {
                 grid: [1, 1, 1],
                 block: [32, 1, 1],
                 dynamic_shared_bytes: 0,
+                workspace_bytes: 0,
             },
         ];
     }
@@ -185,6 +187,7 @@ pub mod scale_add {
             grid: [4, 1, 1],
             block: [256, 1, 1],
             dynamic_shared_bytes: 64 * 1024,
+            workspace_bytes: 0,
         }];
     }
 

@@ -107,6 +107,7 @@ pub fn one_block(threads: u32, shared: u32) -> Launch {
         grid: [1, 1, 1],
         block: [threads, 1, 1],
         dynamic_shared_bytes: shared,
+        workspace_bytes: 0,
     }
 }
 

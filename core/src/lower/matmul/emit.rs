@@ -10,12 +10,17 @@
 //!     bar.sync
 //!     block_k unrolled steps: read thread_m + thread_n values, thread_m·thread_n fma
 //!     bar.sync
+//! with split_k above 1: partial sums through the workspace, the last block goes on
 //! epilogue: evaluate the root per in-range output, store
 //! ```
 //!
 //! With `stages` above 1 the loop is [`pipeline::ring`]: `cp.async` copies
 //! the tiles `stages - 1` ahead into a ring of slots ([`Stager::issue`]),
 //! and the same `block_k` steps read the slot of the current tile.
+//!
+//! With `split_k` above 1 the block's loop covers its slice of `K`
+//! (`%ctaid.y`) and [`Split::reduce`](super::split::Split::reduce) adds the
+//! slices up before the epilogue, in the last block of the tile to arrive.
 //!
 //! Every thread runs the whole loop (an out-of-range thread computes on
 //! zeros), so every thread reaches every barrier; only the epilogue, after
@@ -36,12 +41,14 @@ pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &Layout) -> Lower
     let mut b = Builder::new();
     let tile = Tile::decode(&mut b, kernel, plan, (t.block_m, t.block_n), t.group_m);
     let smem = b.shared_base();
+    let k0 = layout.split.map(|split| split.k0(&mut b, t.block_k));
     let origin = Origin {
         tid: tile.tid,
         smem,
         m0: tile.m0,
         n0: tile.n0,
         env: &tile.env,
+        k0,
     };
     let a = Stager::new(&mut b, kernel, plan, layout, Side::A, &origin);
     let bs = Stager::new(&mut b, kernel, plan, layout, Side::B, &origin);
@@ -53,6 +60,11 @@ pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &Layout) -> Lower
     } else {
         pipelined(&mut b, layout, [&a, &bs], [tx, ty], smem)
     };
+
+    let params = kernel.inputs.len() + 1;
+    let reduced = layout
+        .split
+        .map(|split| split.reduce(&mut b, &tile, (smem, layout.threads, params), &acc));
 
     let m_base = b.u32_mad(ty, imm(layout.frag_m), tile.m0);
     let n_base = b.u32_mad(tx, imm(layout.frag_n), tile.n0);
@@ -68,20 +80,24 @@ pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &Layout) -> Lower
         run: layout.frag_n,
     };
     epilogue(&mut b, kernel, plan, &tile, &outputs);
+    if let Some(exit) = reduced {
+        b.place(exit);
+    }
 
     Lowered {
         ptx: b.finish(
             entry_name(kernel),
-            kernel.inputs.len() + 1,
+            params + usize::from(layout.split.is_some()),
             layout.threads,
             layout.shared_bytes,
         ),
         launch: Launch {
             // At most one block per output element, and lowering checked
             // that the output has fewer than 2^31 elements.
-            grid: [tile.grid as u32, 1, 1],
+            grid: [tile.grid as u32, layout.split.map_or(1, |s| s.slices), 1],
             block: [layout.threads, 1, 1],
             dynamic_shared_bytes: layout.shared_bytes,
+            workspace_bytes: layout.split.map_or(0, |s| s.workspace_bytes),
         },
     }
 }
@@ -96,10 +112,9 @@ fn main_loop(
     threads: [Reg; 2],
     smem: Reg,
 ) -> Vec<Vec<Reg>> {
-    let t = layout.tiles;
     let ([a_frag, b_frag], acc) = fragments(b, layout, threads, smem);
 
-    let iterations = layout.k_extent.div_ceil(t.block_k);
+    let iterations = layout.k_tiles();
     let looped = (iterations > 1).then(|| {
         let counter = b.u32_imm(0);
         let top = b.label();
@@ -150,7 +165,7 @@ fn pipelined(
         bs.advance(b);
     };
     let ring = Ring {
-        tiles: layout.k_extent.div_ceil(t.block_k),
+        tiles: layout.k_tiles(),
         stages: t.stages,
         slot_bytes: layout.slot_bytes,
     };

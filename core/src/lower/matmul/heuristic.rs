@@ -58,9 +58,18 @@
 //! estimates groups of [`GROUP_M`] rows faster: only when an operand is
 //! larger than half of L2 and its DRAM re-reads bound the time, as for a
 //! wide product whose every row of blocks would read all of B again.
+//!
+//! # Split-K
+//!
+//! Either default is then split along `K` when the space offers it
+//! ([`split_k_values`]: only where even the coarsest tiles leave SMs idle)
+//! and the model estimates a split faster than one slice, the fastest of
+//! 2, 4, 8 and 16: decode shapes (`M` up to 16) with a long `K`, never a
+//! grid that fills the GPU, where splitting would only trade wave
+//! quantization against the partial tiles' traffic.
 
 use super::mma::{self, MmaLayout, MmaTiles};
-use super::{Layout, MatmulPlan, Tiles};
+use super::{Layout, MatmulPlan, Tiles, split_k_values};
 use crate::dtype::DType;
 use crate::ir::Kernel;
 use crate::model::estimate;
@@ -109,22 +118,55 @@ const GROUP_M: u32 = 8;
 /// The default schedule for a contraction on `target`.
 pub fn heuristic(kernel: &Kernel, plan: &MatmulPlan, target: SmVersion) -> Schedule {
     let rows = heuristic_tiles(kernel, plan, target);
-    let grouped = match rows {
+    let walked = match rows {
         Schedule::Matmul { block_m, .. } | Schedule::Mma { block_m, .. }
             if plan.m_extent(kernel).div_ceil(block_m) > GROUP_M =>
         {
-            let mut values = rows.knob_values();
-            let at = rows.kind().knobs().iter().position(|k| *k == "group_m");
-            values[at.expect("a contraction knob")] = GROUP_M;
-            rows.kind().schedule(&values).expect("the same knobs")
+            let grouped = with_knob(&rows, "group_m", GROUP_M);
+            fastest(kernel, target, rows, [grouped])
         }
-        _ => return rows,
-    };
-    let seconds = |s: &Schedule| estimate(kernel, s, target).map(|e| e.seconds).ok();
-    match (seconds(&grouped), seconds(&rows)) {
-        (Some(g), Some(r)) if g < r => grouped,
         _ => rows,
+    };
+    match walked {
+        Schedule::Matmul { .. } | Schedule::Mma { .. } => {
+            let splits = split_k_values(kernel, plan, target)
+                .into_iter()
+                .filter(|split| *split > 1)
+                .map(|split| with_knob(&walked, "split_k", split))
+                .collect::<Vec<_>>();
+            fastest(kernel, target, walked, splits)
+        }
+        _ => walked,
     }
+}
+
+/// `schedule` with one knob set to `value`.
+fn with_knob(schedule: &Schedule, knob: &str, value: u32) -> Schedule {
+    let mut values = schedule.knob_values();
+    let at = schedule.kind().knobs().iter().position(|k| *k == knob);
+    values[at.expect("a contraction knob")] = value;
+    schedule.kind().schedule(&values).expect("the same knobs")
+}
+
+/// `base`, or the first of `others` the model estimates faster than it
+/// and every earlier one; invalid points never win.
+fn fastest(
+    kernel: &Kernel,
+    target: SmVersion,
+    base: Schedule,
+    others: impl IntoIterator<Item = Schedule>,
+) -> Schedule {
+    let seconds = |s: &Schedule| estimate(kernel, s, target).map(|e| e.seconds).ok();
+    let Some(mut best_seconds) = seconds(&base) else {
+        return base;
+    };
+    let mut best = base;
+    for other in others {
+        if let Some(t) = seconds(&other).filter(|t| *t < best_seconds) {
+            (best, best_seconds) = (other, t);
+        }
+    }
+    best
 }
 
 /// The default tiles (the tensor-core and SIMT rules), walked row by row.
@@ -152,6 +194,7 @@ fn heuristic_tiles(kernel: &Kernel, plan: &MatmulPlan, target: SmVersion) -> Sch
                 vector_b: 1,
                 group_m: 1,
                 stages: 1,
+                split_k: 1,
             })
             .to_schedule()
     };
@@ -206,6 +249,7 @@ fn tensor_core(
             warp_n,
             stages,
             group_m: 1,
+            split_k: 1,
         })
         .find(|t| MmaLayout::new(kernel, plan, *t, target).is_ok())
 }
@@ -317,6 +361,7 @@ fn finish(
         vector_b: 1,
         group_m: 1,
         stages: 1,
+        split_k: 1,
     };
     let valid = |t: Tiles| Layout::new(kernel, plan, t, target).is_ok();
     if !valid(tiles) {

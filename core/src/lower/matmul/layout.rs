@@ -3,6 +3,7 @@
 
 use super::output::check_group;
 use super::pipeline::MAX_STAGES;
+use super::split::{Extents, Split};
 use super::{MatmulOperand, MatmulPlan, Side, Tiles};
 use crate::dtype::DType;
 use crate::ir::Kernel;
@@ -95,6 +96,8 @@ pub(crate) struct Layout {
     pub m_extent: u32,
     pub n_extent: u32,
     pub k_extent: u32,
+    /// How `K` is cut, with `split_k` above 1.
+    pub split: Option<Split>,
 }
 
 impl Layout {
@@ -140,6 +143,19 @@ impl Layout {
                 format!("stages = {stages} needs cp.async, which {target} lacks"),
             ));
         }
+        let k_extent = kernel.extent(plan.k);
+        let grid = u64::from(kernel.extent(plan.m).div_ceil(block_m))
+            * u64::from(kernel.extent(plan.n).div_ceil(block_n))
+            * plan.batch_count(kernel);
+        let split = Split::new(
+            tiles.split_k,
+            Extents {
+                k_extent,
+                block_k,
+                grid,
+                tile_values: block_m * block_n,
+            },
+        )?;
         if thread_m > block_m || thread_n > block_n {
             return Err(Violation::new(
                 Constraint::Tiling,
@@ -212,8 +228,24 @@ impl Layout {
             registers,
             m_extent: kernel.extent(plan.m),
             n_extent: kernel.extent(plan.n),
-            k_extent: kernel.extent(plan.k),
+            k_extent,
+            split,
         })
+    }
+
+    /// `K` tiles each block's loop runs over: all of them, or its slice's.
+    pub fn k_tiles(&self) -> u32 {
+        match self.split {
+            Some(split) => split.tiles,
+            None => self.k_extent.div_ceil(self.tiles.block_k),
+        }
+    }
+
+    /// Whether the tiles the blocks run over reach past `K` (so loads
+    /// need a `k` guard).
+    pub fn k_overhangs(&self) -> bool {
+        let slices = self.split.map_or(1, |s| s.slices);
+        slices * self.k_tiles() * self.tiles.block_k != self.k_extent
     }
 }
 

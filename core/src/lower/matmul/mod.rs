@@ -75,6 +75,21 @@
 //! would walk it column by column; the lowering takes `g` below the block
 //! row count ([`Constraint::Tiling`](crate::lower::Constraint)).
 //!
+//! # Split-K (`split_k`)
+//!
+//! A grid of few output tiles (decode shapes, `M` up to 16) leaves most SMs
+//! idle while each block walks a long `K`. With `split_k = s` above 1 the
+//! grid has `s` blocks per tile along `%ctaid.y` (`ctaid.x` keeps the tile
+//! and batch numbering above), block `y` walking its own contiguous slice
+//! of `⌈tiles / s⌉` `K` tiles; the blocks store partial tiles in a global
+//! workspace ([`Launch::workspace_bytes`](crate::lower::Launch)) and the
+//! last of each tile's blocks to arrive (an atomic counter per tile) adds
+//! them up in slice order, runs the epilogue on the sum and resets the
+//! counter ([`split`]). Prologues are unaffected: each slice stages its
+//! operands as any tile. A point whose last slice would lie wholly past
+//! `K` is rejected ([`Constraint::Split`](crate::lower::Constraint)). The
+//! tensor-core path splits `K` the same way.
+//!
 //! # Tensor cores ([`mma`])
 //!
 //! Contractions of f16 or bf16 tensors also have a tensor-core lowering
@@ -88,7 +103,8 @@
 //! `cp.async` stages, shared with [`mma`]), `emit` (the rest of the
 //! instruction list),
 //! `output` (the block's tile and the epilogue, shared with [`mma`]),
-//! `heuristic` (the default schedule).
+//! `split` (split-K's slices, workspace and reduction), `heuristic` (the
+//! default schedule).
 
 mod detect;
 mod emit;
@@ -97,6 +113,7 @@ pub(crate) mod layout;
 pub mod mma;
 mod output;
 mod pipeline;
+mod split;
 mod stage;
 #[cfg(test)]
 mod tests;
@@ -110,6 +127,8 @@ pub use heuristic::heuristic;
 pub(crate) use layout::Layout;
 use layout::Staging;
 pub(crate) use pipeline::MAX_STAGES;
+pub(crate) use split::Split;
+pub use split::split_k_values;
 
 /// How a contraction kernel maps onto `C[batch][m][n] = Σ_k A[batch][m][k] ·
 /// B[batch][k][n]`, followed by an epilogue.
@@ -210,6 +229,9 @@ pub struct Tiles {
     /// Shared-memory buffers the tiles travel through (1: through
     /// registers; more: by `cp.async`, see [`pipeline`]).
     pub stages: u32,
+    /// Slices of `K`, each its own block, added up by the last to arrive
+    /// (see [`split`]).
+    pub split_k: u32,
 }
 
 impl Tiles {
@@ -225,6 +247,7 @@ impl Tiles {
                 vector_b,
                 group_m,
                 stages,
+                split_k,
             } => Some(Tiles {
                 block_m,
                 block_n,
@@ -235,6 +258,7 @@ impl Tiles {
                 vector_b,
                 group_m,
                 stages,
+                split_k,
             }),
             _ => None,
         }
@@ -251,6 +275,7 @@ impl Tiles {
             vector_b: self.vector_b,
             group_m: self.group_m,
             stages: self.stages,
+            split_k: self.split_k,
         }
     }
 

@@ -39,6 +39,8 @@ pub(super) struct Origin<'e> {
     pub n0: Reg,
     /// Input pointers and batch variables.
     pub env: &'e Env,
+    /// The first `k` of the block's slice of `K`, with split-K.
+    pub k0: Option<Reg>,
 }
 
 /// One pass's values, as f32, ready for shared memory.
@@ -113,6 +115,10 @@ impl<'a> Stager<'a> {
         }
         let base = origin.env.inputs[operand.tensor.0];
         let pointer = |b: &mut Builder, x: Reg, k: Reg| {
+            let k = match origin.k0 {
+                Some(k0) => b.u32_op(ArithOp::Add, k, k0),
+                None => k,
+            };
             let offset = b.u32_mad(
                 x,
                 imm(operand.stride_x),
@@ -174,7 +180,7 @@ impl<'a> Stager<'a> {
             let units = staging.rows * staging.cols;
             b.setp(Cmp::Lt, Ty::U32, origin.tid, imm(units))
         });
-        let k_overhangs = !layout.k_extent.is_multiple_of(block_k);
+        let k_overhangs = layout.k_overhangs();
         let mut by_step: HashMap<u32, Reg> = HashMap::new();
         let k_locals = (0..staging.passes)
             .map(|pass| {
@@ -186,7 +192,13 @@ impl<'a> Stager<'a> {
                 })
             })
             .collect();
-        let k_end = k_overhangs.then(|| b.u32_imm(layout.k_extent));
+        let k_end = k_overhangs.then(|| match origin.k0 {
+            Some(k0) => {
+                let k = b.u32_imm(layout.k_extent);
+                b.u32_op(ArithOp::Sub, k, k0)
+            }
+            None => b.u32_imm(layout.k_extent),
+        });
         Stager {
             staging,
             operand,

@@ -220,6 +220,7 @@ fn tiles(
         vector_b: vector,
         group_m: 1,
         stages: 1,
+        split_k: 1,
     }
 }
 
@@ -256,6 +257,49 @@ fn validation_rejects_with_reasons() {
     check(&aligned, tiles(128, 128, 8, 8, 8, 8), sm80).expect("16-byte bf16 loads");
     let f32 = gemm(1024, 1024, 1024, "f32", false);
     assert!(check(&f32, tiles(128, 128, 8, 8, 8, 8), sm80).is_err());
+}
+
+#[test]
+fn split_k_cuts_k_into_slices_with_a_workspace() {
+    let sm90 = SmVersion::Sm90;
+    // K = 97 is 13 tiles of 8: 4 slices of 4 tiles, the last past K.
+    let k = gemm(5, 70, 97, "f32", false);
+    let split = |split_k| Tiles {
+        split_k,
+        ..tiles(16, 64, 8, 1, 4, 1)
+    };
+    let layout = check(&k, split(4), sm90).expect("valid");
+    let s = layout.split.expect("a split");
+    assert_eq!((s.slices, s.tiles, layout.k_tiles()), (4, 4, 4));
+    assert!(layout.k_overhangs());
+    // Two output tiles of 16 × 64, four slices, then two counters.
+    assert_eq!(s.slice_bytes, 2 * 16 * 64 * 4);
+    assert_eq!(s.workspace_bytes, 4 * 2 * 16 * 64 * 4 + 2 * 4);
+    // 13 tiles in slices of 1 leave three slices past K.
+    let err = Layout::new(&k, &plan(&k), split(16), sm90).expect_err("empty slices");
+    assert_eq!(err.constraint, crate::lower::Constraint::Split);
+    assert!(err.reason.contains("past K = 97"), "{}", err.reason);
+    let err = Layout::new(&k, &plan(&k), split(17), sm90).expect_err("too many");
+    assert_eq!(err.constraint, crate::lower::Constraint::Range);
+    assert_eq!(check(&k, split(1), sm90).expect("valid").split, None);
+
+    let lowered = lower(&k, &split(4).to_schedule(), sm90).expect("lowers");
+    assert_eq!(lowered.launch.grid, [2, 4, 1]);
+    assert_eq!(lowered.launch.workspace_bytes, s.workspace_bytes);
+    assert_eq!(lowered.ptx.param_count, 4);
+    let text = crate::ptx::print(&lowered.ptx, sm90);
+    for needle in [
+        "atom.global.add.u32",
+        "fence.acq_rel.gpu",
+        "ld.global.cg.f32",
+        "%ctaid.y;",
+    ] {
+        assert!(text.contains(needle), "no `{needle}` in\n{text}");
+    }
+    let plain = lower(&k, &split(1).to_schedule(), sm90).expect("lowers");
+    assert_eq!(plain.launch.grid, [2, 1, 1]);
+    assert_eq!(plain.launch.workspace_bytes, 0);
+    assert_eq!(plain.ptx.param_count, 3);
 }
 
 #[test]
@@ -394,16 +438,37 @@ fn heuristic_picks_sensible_tiles() {
 fn heuristic_groups_block_rows_only_where_the_model_says_it_pays() {
     let group = |m, n, k, target| {
         let kernel = gemm(m, n, k, "bf16", false);
-        heuristic(&kernel, &plan(&kernel), target)
-            .knob_values()
-            .last()
-            .copied()
+        knob(&heuristic(&kernel, &plan(&kernel), target), "group_m")
     };
     // All of B (128 MiB, beyond L2) read again by every row of blocks.
     assert_eq!(group(2048, 65536, 1024, SmVersion::Sm80), Some(8));
     // Bound by the tensor cores, or small enough for L2.
     assert_eq!(group(4096, 4096, 4096, SmVersion::Sm80), Some(1));
     assert_eq!(group(1000, 1000, 999, SmVersion::Sm80), Some(1));
+}
+
+/// A knob's value in a point.
+fn knob(schedule: &Schedule, name: &str) -> Option<u32> {
+    let at = schedule.kind().knobs().iter().position(|k| *k == name)?;
+    Some(schedule.knob_values()[at])
+}
+
+#[test]
+fn heuristic_splits_k_only_for_grids_that_leave_sms_idle() {
+    let split = |m, n, k| {
+        let kernel = gemm(m, n, k, "f32", false);
+        knob(
+            &heuristic(&kernel, &plan(&kernel), SmVersion::Sm90),
+            "split_k",
+        )
+    };
+    // A decode shape: 64 blocks of 8 × 128 for 132 SMs, each 8192 deep.
+    let decode = split(8, 8192, 8192).expect("a SIMT point");
+    assert!(decode > 1, "split_k = {decode}");
+    assert!(split(32, 8192, 8192).expect("a SIMT point") > 1);
+    assert_eq!(split(4096, 4096, 4096), Some(1));
+    // Little K to share out.
+    assert_eq!(split(8, 8192, 64), Some(1));
 }
 
 #[test]
@@ -420,6 +485,7 @@ fn heuristic_picks_tensor_cores_for_aligned_16_bit_operands() {
         warp_n: 64,
         stages: 3,
         group_m: 1,
+        split_k: 1,
     };
     assert_eq!(pick(4096, 4096, 4096, "bf16", false), Some(big));
     assert_eq!(pick(4096, 11008, 4096, "f16", true), Some(big));

@@ -310,6 +310,7 @@ pub(super) fn lower(
             grid: [rows.div_ceil(rows_per_block), 1, 1],
             block: [shape.block(), 1, 1],
             dynamic_shared_bytes: shared,
+            workspace_bytes: 0,
         },
     })
 }

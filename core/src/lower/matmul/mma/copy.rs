@@ -55,7 +55,7 @@ impl<'a> Copier<'a> {
         layout: &'a MmaLayout,
         side: Side,
         tile: &Tile,
-        smem: Reg,
+        (smem, k0): (Reg, Option<Reg>),
     ) -> Copier<'a> {
         let operand = side.operand(plan);
         let (staging, x0, x_extent) = match side {
@@ -91,6 +91,10 @@ impl<'a> Copier<'a> {
         }
         let base = tile.env.inputs[operand.tensor.0];
         let pointer = |b: &mut Builder, x: Reg, k: Reg| {
+            let k = match k0 {
+                Some(k0) => b.u32_op(ArithOp::Add, k, k0),
+                None => k,
+            };
             let offset = b.u32_mad(
                 x,
                 imm_u64(operand.stride_x),
@@ -160,7 +164,7 @@ impl<'a> Copier<'a> {
             .partial
             .then(|| b.setp(Cmp::Lt, Ty::U32, tile.tid, imm(staging.rows * row_chunks)));
         let block_k = layout.tiles.block_k;
-        let k_overhangs = !layout.k_extent.is_multiple_of(block_k);
+        let k_overhangs = layout.k_overhangs();
         let k_local = (0..staging.passes)
             .map(|pass| {
                 k_overhangs.then(|| match (staging.k_major, pass) {
@@ -169,7 +173,13 @@ impl<'a> Copier<'a> {
                 })
             })
             .collect();
-        let k_end = k_overhangs.then(|| b.u32_imm(layout.k_extent));
+        let k_end = k_overhangs.then(|| match k0 {
+            Some(k0) => {
+                let k = b.u32_imm(layout.k_extent);
+                b.u32_op(ArithOp::Sub, k, k0)
+            }
+            None => b.u32_imm(layout.k_extent),
+        });
         Copier {
             staging,
             operand,

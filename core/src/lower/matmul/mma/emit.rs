@@ -35,8 +35,9 @@ pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &MmaLayout) -> Lo
     let mut b = Builder::new();
     let tile = Tile::decode(&mut b, kernel, plan, (t.block_m, t.block_n), t.group_m);
     let smem = b.shared_base();
-    let a = Copier::new(&mut b, kernel, plan, layout, Side::A, &tile, smem);
-    let bs = Copier::new(&mut b, kernel, plan, layout, Side::B, &tile, smem);
+    let k0 = layout.split.map(|split| split.k0(&mut b, t.block_k));
+    let a = Copier::new(&mut b, kernel, plan, layout, Side::A, &tile, (smem, k0));
+    let bs = Copier::new(&mut b, kernel, plan, layout, Side::B, &tile, (smem, k0));
 
     let lane = b.u32_op(ArithOp::Rem, tile.tid, imm(32));
     let warp = b.u32_op(ArithOp::Div, tile.tid, imm(32));
@@ -78,6 +79,10 @@ pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &MmaLayout) -> Lo
                 .collect()
         })
         .collect();
+    let params = kernel.inputs.len() + 1;
+    let reduced = layout
+        .split
+        .map(|split| split.reduce(&mut b, &tile, (smem, layout.threads, params), &sums));
     let bound = |extent: u32, block: u32| (!extent.is_multiple_of(block)).then_some(extent);
     let outputs = Outputs {
         acc: &sums,
@@ -88,20 +93,24 @@ pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &MmaLayout) -> Lo
         run: 2,
     };
     epilogue(&mut b, kernel, plan, &tile, &outputs);
+    if let Some(exit) = reduced {
+        b.place(exit);
+    }
 
     Lowered {
         ptx: b.finish(
             entry_name(kernel),
-            kernel.inputs.len() + 1,
+            params + usize::from(layout.split.is_some()),
             layout.threads,
             layout.shared_bytes,
         ),
         launch: Launch {
             // At most one block per output element, and lowering checked
             // that the output has fewer than 2^31 elements.
-            grid: [tile.grid as u32, 1, 1],
+            grid: [tile.grid as u32, layout.split.map_or(1, |s| s.slices), 1],
             block: [layout.threads, 1, 1],
             dynamic_shared_bytes: layout.shared_bytes,
+            workspace_bytes: layout.split.map_or(0, |s| s.workspace_bytes),
         },
     }
 }
@@ -196,7 +205,7 @@ fn main_loop(
         bs.advance(b);
     };
     let ring = Ring {
-        tiles: layout.k_extent.div_ceil(t.block_k),
+        tiles: layout.k_tiles(),
         stages: t.stages,
         slot_bytes: layout.slot_bytes,
     };

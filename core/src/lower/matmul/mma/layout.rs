@@ -6,6 +6,7 @@ use crate::dtype::DType;
 use crate::ir::{Expr, Kernel};
 use crate::lower::matmul::output::check_group;
 use crate::lower::matmul::pipeline::MAX_STAGES;
+use crate::lower::matmul::split::{Extents, Split};
 use crate::lower::matmul::{MatmulOperand, MatmulPlan, Side};
 use crate::lower::{Constraint, Violation, check_block};
 use crate::ptx::inst::MmaKind;
@@ -77,6 +78,8 @@ pub(crate) struct MmaLayout {
     pub m_extent: u32,
     pub n_extent: u32,
     pub k_extent: u32,
+    /// How `K` is cut, with `split_k` above 1.
+    pub split: Option<Split>,
 }
 
 impl MmaLayout {
@@ -95,6 +98,7 @@ impl MmaLayout {
             warp_n,
             stages,
             group_m,
+            split_k,
         } = tiles;
         for (name, value, low, high) in [
             ("block_m", block_m, 16, 256),
@@ -117,6 +121,19 @@ impl MmaLayout {
             ));
         }
         check_group(group_m, block_m, kernel.extent(plan.m))?;
+        let k_extent = kernel.extent(plan.k);
+        let grid = u64::from(kernel.extent(plan.m).div_ceil(block_m))
+            * u64::from(kernel.extent(plan.n).div_ceil(block_n))
+            * plan.batch_count(kernel);
+        let split = Split::new(
+            split_k,
+            Extents {
+                k_extent,
+                block_k,
+                grid,
+                tile_values: block_m * block_n,
+            },
+        )?;
         if warp_m > block_m || warp_n > block_n {
             return Err(Violation::new(
                 Constraint::Tiling,
@@ -174,8 +191,23 @@ impl MmaLayout {
             registers,
             m_extent: kernel.extent(plan.m),
             n_extent: kernel.extent(plan.n),
-            k_extent: kernel.extent(plan.k),
+            k_extent,
+            split,
         })
+    }
+
+    /// `K` tiles each block's loop runs over: all of them, or its slice's.
+    pub fn k_tiles(&self) -> u32 {
+        match self.split {
+            Some(split) => split.tiles,
+            None => self.k_extent.div_ceil(self.tiles.block_k),
+        }
+    }
+
+    /// Whether the tiles the blocks run over reach past `K`.
+    pub fn k_overhangs(&self) -> bool {
+        let slices = self.split.map_or(1, |s| s.slices);
+        slices * self.k_tiles() * self.tiles.block_k != self.k_extent
     }
 }
 

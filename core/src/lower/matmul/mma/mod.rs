@@ -67,6 +67,10 @@
 //! past `K` are zero-filled by `cp.async`'s source size (0 bytes read), so
 //! they add nothing.
 //!
+//! With `split_k` above 1 each block's ring covers its slice of `K` and
+//! the slices are added up as for SIMT points ([`super::split`]), on the
+//! `mma` accumulators before the epilogue.
+//!
 //! The code is split by pass: `layout` (checking a schedule), `copy`
 //! (global → shared with `cp.async`), `emit` (the rest; its `k` loop is
 //! the ring of [`pipeline`](super::pipeline), which the SIMT lowering's
@@ -98,6 +102,8 @@ pub struct MmaTiles {
     pub stages: u32,
     /// Block rows per group of the grid's walk.
     pub group_m: u32,
+    /// Slices of `K`, added up by the last block to arrive.
+    pub split_k: u32,
 }
 
 impl MmaTiles {
@@ -111,6 +117,7 @@ impl MmaTiles {
                 warp_n,
                 stages,
                 group_m,
+                split_k,
             } => Some(MmaTiles {
                 block_m,
                 block_n,
@@ -119,6 +126,7 @@ impl MmaTiles {
                 warp_n,
                 stages,
                 group_m,
+                split_k,
             }),
             _ => None,
         }
@@ -133,6 +141,7 @@ impl MmaTiles {
             warp_n: self.warp_n,
             stages: self.stages,
             group_m: self.group_m,
+            split_k: self.split_k,
         }
     }
 

@@ -37,6 +37,7 @@ fn tiles(block: (u32, u32, u32), warp: (u32, u32), stages: u32) -> MmaTiles {
         warp_n: warp.1,
         stages,
         group_m: 1,
+        split_k: 1,
     }
 }
 
@@ -469,4 +470,29 @@ fn the_default_takes_tf32_tensor_cores_where_the_model_says_they_are_faster() {
         crate::lower::heuristic(&odd, SmVersion::Sm80).kind(),
         Class::Matmul
     );
+}
+
+#[test]
+fn split_k_slices_k_on_tensor_cores_too() {
+    let sm90 = SmVersion::Sm90;
+    // K = 4096 is 128 tiles of 32: 8 slices of 16.
+    let k = gemm(16, 4096, 4096, "bf16", false);
+    let split = |split_k| MmaTiles {
+        split_k,
+        ..tiles((16, 64, 32), (16, 32), 3)
+    };
+    let lowered = lower(&k, &split(8).to_schedule(), sm90).expect("lowers");
+    assert_eq!(lowered.launch.grid, [64, 8, 1]);
+    assert_eq!(
+        lowered.launch.workspace_bytes,
+        8 * 64 * 16 * 64 * 4 + 64 * 4
+    );
+    assert_eq!(lowered.ptx.param_count, 4);
+    assert!(lowered.ptx.body.iter().any(|i| i.op == Op::Fence));
+    // K = 40 is 2 tiles of 32: four slices leave two past K.
+    let short = gemm(16, 64, 40, "bf16", false);
+    let (constraint, reason) = rejection(&short, split(4), sm90);
+    assert_eq!(constraint, Constraint::Split);
+    assert!(reason.contains("past K = 40"), "{reason}");
+    assert!(lower(&short, &split(2).to_schedule(), sm90).is_ok());
 }
