@@ -68,6 +68,10 @@ pub struct Options {
     /// Wall-clock seconds for the whole run (default: 300 per kernel).
     #[arg(long)]
     pub seconds: Option<u64>,
+    /// Threads compiling a batch of candidates ahead of its measurements
+    /// (default: `NUM_JOBS`, else the machine's cores).
+    #[arg(short, long, value_parser = clap::value_parser!(u16).range(1..))]
+    pub jobs: Option<u16>,
     /// evolutionary (a learned cost model; XGBoost when built with the
     /// `xgboost` feature), bounded (the heuristic model's best),
     /// coordinate_descent or random.
@@ -250,7 +254,10 @@ pub fn tune(args: &CrateArgs, options: &Options) -> Result<()> {
         device.target,
         options.strategy
     );
-    let mut bench = WorkerBench::spawn(device.clone())?;
+    let jobs = options
+        .jobs
+        .map_or_else(ktune_measure::default_jobs, usize::from);
+    let mut bench = WorkerBench::with_jobs(device.clone(), jobs)?;
     let mut observer = Bar::new(trials as u64, &work.join("tune.log"));
     let result = campaign.run(&mut bench, &mut observer);
     observer.finish();

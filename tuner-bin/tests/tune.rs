@@ -161,6 +161,8 @@ fn tune_scans_a_folder_of_sources_where_there_is_no_cargo() {
             "vgpu",
             "--trials",
             "12",
+            "--jobs",
+            "1",
             "axpy",
         ],
     );
@@ -266,6 +268,13 @@ fn tune_names_what_is_wrong_with_its_arguments() {
         );
         assert!(!dir.path().join("tuning").exists(), "nothing written");
     }
+    let jobs = cargo_ktune(dir.path(), &["tune", "--device", "vgpu", "-j", "0"]);
+    assert!(!jobs.status.success());
+    assert!(
+        text(&jobs.stderr).contains("invalid value '0' for '--jobs <JOBS>'"),
+        "{}",
+        text(&jobs.stderr)
+    );
     let strategy = cargo_ktune(dir.path(), &["tune", "--strategy", "annealing"]);
     assert!(!strategy.status.success());
     assert!(

@@ -332,15 +332,22 @@ pub struct WorkerBench {
 }
 
 impl WorkerBench {
-    /// A worker measuring on `device`.
+    /// A worker measuring on `device`, compiling on the build's job limit
+    /// of threads (`NUM_JOBS`, else the machine's cores).
     pub fn spawn(device: DeviceTarget) -> Result<WorkerBench, Error> {
+        WorkerBench::with_jobs(device, ktune_measure::default_jobs())
+    }
+
+    /// A worker measuring on `device`, compiling on `jobs` threads.
+    pub fn with_jobs(device: DeviceTarget, jobs: usize) -> Result<WorkerBench, Error> {
         let failed = |reason: String| Error::Device {
             device: device.kind.to_string(),
             reason,
         };
         let config = WorkerConfig::new(device.kind)
             .map_err(|e| failed(e.to_string()))?
-            .timeout(MEASURE_TIMEOUT);
+            .timeout(MEASURE_TIMEOUT)
+            .jobs(jobs);
         let worker = Worker::spawn(config).map_err(|e| failed(e.to_string()))?;
         Ok(WorkerBench { worker, device })
     }
