@@ -11,7 +11,7 @@ use ktune_core::ptx::inst::{ArithOp, Cmp, Guard, Instr, Label, Op, Operand, Shfl
 use ktune_core::schedule::Schedule;
 use ktune_core::syntax::parse_kernel;
 use ktune_core::target::SmVersion;
-use ktune_vgpu::verify::{Failure, Reference};
+use ktune_vgpu::verify::{Failure, Reference, VerifyError};
 use ktune_vgpu::{Access, BlockOrder, Config, Fault, FaultKind, Memory, first_poisoned, poisoned};
 use quote::quote;
 
@@ -242,19 +242,12 @@ fn a_wrong_shuffle_lane_gives_a_wrong_sum() {
         .expect("the last butterfly step");
     // Lane mask 0: every lane adds its own value instead of its neighbour's.
     *lane = Operand::Int(0);
-    let error = reference
-        .check_lowered(&schedule, TARGET, &broken)
-        .expect_err("a wrong lane must not verify");
-    println!("{error}");
-    match error.kind {
-        Failure::Mismatch {
-            got,
-            want,
-            tolerance,
-            ..
-        } => assert!((got - want).abs() > tolerance),
-        other => panic!("expected a mismatch, got {other:?}"),
-    }
+    let error = assert_mismatch(
+        &reference,
+        &schedule,
+        &broken,
+        "a wrong lane must not verify",
+    );
     let message = error.to_string();
     assert!(
         message.contains("kernel `row_sum` (R = 5, C = 96)"),
@@ -549,19 +542,12 @@ fn a_tf32_fragment_word_read_from_the_wrong_row_gives_wrong_products() {
     let second = shared_f32.next().expect("a second fragment read");
     assert_ne!(second.offset, first);
     second.offset = first;
-    let error = reference
-        .check_lowered(&schedule, TARGET, &broken)
-        .expect_err("a wrong fragment row must not verify");
-    println!("{error}");
-    match error.kind {
-        Failure::Mismatch {
-            got,
-            want,
-            tolerance,
-            ..
-        } => assert!((got - want).abs() > tolerance),
-        other => panic!("expected a mismatch, got {other:?}"),
-    }
+    assert_mismatch(
+        &reference,
+        &schedule,
+        &broken,
+        "a wrong fragment row must not verify",
+    );
 }
 
 /// The tf32 allowance is needed and is the only slack: the same tensor-core
@@ -742,9 +728,21 @@ fn a_split_k_kernel_whose_last_block_sums_only_its_own_slice_is_wrong() {
             .position(|i| matches!(i.op, Op::Bra { .. }))
             .expect("the loop over slices");
     broken.ptx.body.drain(fences[1] + 1..=back_edge);
+    assert_mismatch(&reference, &schedule, &broken, "one slice is not the sum");
+}
+
+/// Checks that `broken` verifies with a wrong element (beyond tolerance),
+/// not a fault or an unwritten one, and returns the error; `why` says why
+/// it must not verify.
+fn assert_mismatch(
+    reference: &Reference,
+    schedule: &Schedule,
+    broken: &Lowered,
+    why: &str,
+) -> VerifyError {
     let error = reference
-        .check_lowered(&schedule, TARGET, &broken)
-        .expect_err("one slice is not the sum");
+        .check_lowered(schedule, TARGET, broken)
+        .expect_err(why);
     println!("{error}");
     match error.kind {
         Failure::Mismatch {
@@ -753,8 +751,9 @@ fn a_split_k_kernel_whose_last_block_sums_only_its_own_slice_is_wrong() {
             tolerance,
             ..
         } => assert!((got - want).abs() > tolerance, "{error}"),
-        other => panic!("expected a wrong sum, got {other:?}"),
+        other => panic!("{why}: expected a mismatch, got {other:?}"),
     }
+    error
 }
 
 /// The output's parameter: after the inputs.

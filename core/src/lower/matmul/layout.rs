@@ -3,7 +3,7 @@
 
 use super::output::check_group;
 use super::pipeline::MAX_STAGES;
-use super::split::{Extents, Split};
+use super::split::{self, Extents, Split};
 use super::{MatmulOperand, MatmulPlan, Side, Tiles};
 use crate::dtype::DType;
 use crate::ir::Kernel;
@@ -235,17 +235,13 @@ impl Layout {
 
     /// `K` tiles each block's loop runs over: all of them, or its slice's.
     pub fn k_tiles(&self) -> u32 {
-        match self.split {
-            Some(split) => split.tiles,
-            None => self.k_extent.div_ceil(self.tiles.block_k),
-        }
+        split::k_tiles(self.split, self.k_extent, self.tiles.block_k)
     }
 
     /// Whether the tiles the blocks run over reach past `K` (so loads
     /// need a `k` guard).
     pub fn k_overhangs(&self) -> bool {
-        let slices = self.split.map_or(1, |s| s.slices);
-        slices * self.k_tiles() * self.tiles.block_k != self.k_extent
+        split::k_overhangs(self.split, self.k_extent, self.tiles.block_k)
     }
 }
 

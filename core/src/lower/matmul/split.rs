@@ -82,6 +82,22 @@ pub(crate) struct Split {
     pub workspace_bytes: u64,
 }
 
+/// `K` tiles of `block_k` each block's loop runs over: all of `K`'s, or
+/// its slice's.
+pub(crate) fn k_tiles(split: Option<Split>, k_extent: u32, block_k: u32) -> u32 {
+    match split {
+        Some(split) => split.tiles,
+        None => k_extent.div_ceil(block_k),
+    }
+}
+
+/// Whether the tiles the blocks run over reach past `K` (so loads need a
+/// `k` guard).
+pub(crate) fn k_overhangs(split: Option<Split>, k_extent: u32, block_k: u32) -> bool {
+    let slices = split.map_or(1, |s| s.slices);
+    slices * k_tiles(split, k_extent, block_k) * block_k != k_extent
+}
+
 /// What [`Split::new`] needs to know of the kernel and the tiles.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Extents {

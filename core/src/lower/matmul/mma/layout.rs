@@ -6,7 +6,7 @@ use crate::dtype::DType;
 use crate::ir::{Expr, Kernel};
 use crate::lower::matmul::output::check_group;
 use crate::lower::matmul::pipeline::MAX_STAGES;
-use crate::lower::matmul::split::{Extents, Split};
+use crate::lower::matmul::split::{self, Extents, Split};
 use crate::lower::matmul::{MatmulOperand, MatmulPlan, Side};
 use crate::lower::{Constraint, Violation, check_block};
 use crate::ptx::inst::MmaKind;
@@ -198,16 +198,13 @@ impl MmaLayout {
 
     /// `K` tiles each block's loop runs over: all of them, or its slice's.
     pub fn k_tiles(&self) -> u32 {
-        match self.split {
-            Some(split) => split.tiles,
-            None => self.k_extent.div_ceil(self.tiles.block_k),
-        }
+        split::k_tiles(self.split, self.k_extent, self.tiles.block_k)
     }
 
-    /// Whether the tiles the blocks run over reach past `K`.
+    /// Whether the tiles the blocks run over reach past `K` (so loads
+    /// need a `k` guard).
     pub fn k_overhangs(&self) -> bool {
-        let slices = self.split.map_or(1, |s| s.slices);
-        slices * self.k_tiles() * self.tiles.block_k != self.k_extent
+        split::k_overhangs(self.split, self.k_extent, self.tiles.block_k)
     }
 }
 
