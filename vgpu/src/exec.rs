@@ -440,7 +440,7 @@ fn step(
                 set!(dst, u64::from(old));
             }
         }
-        Exec::Fence => {}
+        Exec::Fence => reach.global.fence(),
         Exec::Bar => return Ok(Flow::Stop(State::Barrier)),
         Exec::Bra { target } => return Ok(Flow::Jump(target)),
         Exec::Ret => return Ok(Flow::Stop(State::Exited)),

@@ -61,6 +61,16 @@ pub enum Access {
 
 /// Where the other lanes of a warp were when a `shfl.sync` could not
 /// complete.
+/// Which fence orders one block's load after another block's store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FenceSide {
+    /// The storing block's, after its store.
+    Release,
+    /// The loading block's, after the atomic that told it the store was
+    /// done.
+    Acquire,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LaneState {
     /// The lane does not exist: the block's last warp is partial.
@@ -176,6 +186,15 @@ pub enum FaultKind {
         param: u32,
         offset: u64,
         other: [u32; 3],
+    },
+    /// A global load of a byte another block stored in this launch, not
+    /// ordered after that store by the fence `missing`: the value read
+    /// depends on timing.
+    UnorderedLoad {
+        param: u32,
+        offset: u64,
+        other: [u32; 3],
+        missing: FenceSide,
     },
     /// A thread executed more instructions than the configured limit.
     StepLimit { limit: u64 },
@@ -359,6 +378,26 @@ impl fmt::Display for FaultKind {
             } => write!(
                 f,
                 "store to byte {offset} of parameter {param}, which block {} stored another value in this launch: blocks race on global memory (the result depends on which runs last)",
+                Xyz(*other)
+            ),
+            FaultKind::UnorderedLoad {
+                param,
+                offset,
+                other,
+                missing: FenceSide::Release,
+            } => write!(
+                f,
+                "load of byte {offset} of parameter {param}, which block {} stored in this launch without a fence after the store: the load may see the old value (a missing fence.acq_rel.gpu before the writer's atomic)",
+                Xyz(*other)
+            ),
+            FaultKind::UnorderedLoad {
+                param,
+                offset,
+                other,
+                missing: FenceSide::Acquire,
+            } => write!(
+                f,
+                "load of byte {offset} of parameter {param}, which block {} stored in this launch, without a fence between this block's atomic and the load: the load may see the old value (a missing fence.acq_rel.gpu after the atomic)",
                 Xyz(*other)
             ),
             FaultKind::StepLimit { limit } => write!(

@@ -48,8 +48,10 @@
 //! uninitialised shared memory; results never depend on that order unless
 //! blocks race on global memory or cooperate through it (split-K's last
 //! block to arrive; [`verify`] shuffles the blocks of such kernels). A
-//! fence (`fence.acq_rel.gpu`) orders nothing here: a block's stores are
-//! visible to every block that runs after it. Within a block every thread
+//! block's stores are visible to every block that runs after it, but a
+//! load of another block's store must be ordered after it as on a GPU,
+//! by a fence (`fence.acq_rel.gpu`) in the storing block after the store
+//! and one in the loading block after its last atomic (see below). Within a block every thread
 //! has its own registers and pc and runs alone until it reaches a
 //! synchronisation point (`bar.sync`, or a warp-collective `shfl.sync`,
 //! `ldmatrix` or `mma.sync`) or exits. Then:
@@ -106,9 +108,13 @@
 //!
 //! - Global stores by two blocks of one launch of different values to the
 //!   same byte ([`FaultKind::GlobalRace`]); atomics are exempt.
+//! - A global load of a byte another block stored in this launch without
+//!   a fence in the storing block after the store, or without one in the
+//!   loading block after its last atomic ([`FaultKind::UnorderedLoad`];
+//!   fences are counted per block, not per thread).
 //!
 //! Not checked (yet): other races on global memory (between threads of a
-//! block, or a read of another block's store without a fence), and
+//! block), and
 //! anything ptxas checks (register limits, PTX syntax).
 //!
 //! # Arithmetic
@@ -146,7 +152,7 @@ pub mod suite;
 pub mod timing;
 pub mod verify;
 
-pub use fault::{Access, Fault, FaultKind, LaneState};
+pub use fault::{Access, Fault, FaultKind, FenceSide, LaneState};
 pub use memory::Memory;
 pub use poison::{POISON_16, POISON_F32, first_poisoned, poisoned};
 pub use shared::SHARED_BASE;

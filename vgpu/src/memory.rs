@@ -3,7 +3,7 @@
 
 use ktune_core::ptx::inst::Space;
 
-use crate::fault::{Access, FaultKind};
+use crate::fault::{Access, FaultKind, FenceSide};
 
 /// Address bits that select a buffer: parameter `i` lives at `(i + 1) << 40`.
 const BUFFER_SHIFT: u32 = 40;
@@ -22,15 +22,35 @@ const OFFSET_MASK: u64 = (1 << BUFFER_SHIFT) - 1;
 /// that a block changing a byte another block stored (a race on a GPU: the
 /// result depends on the order the blocks run in) is a
 /// [`FaultKind::GlobalRace`]. Atomics are exempt.
+///
+/// A block that loads a byte another block stored in this launch must be
+/// ordered after that store, as split-K's last block is after the others'
+/// partial sums: the storing block ran a fence after its store (release),
+/// and the loading block ran one after its last atomic (acquire: the
+/// atomic through which it learnt the others had finished). Fences are
+/// counted per block, not per thread. A load without either is a
+/// [`FaultKind::UnorderedLoad`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Memory {
     buffers: Vec<Vec<u8>>,
     /// Per buffer and byte: 1 + the linear index of the block that stored
     /// it in this launch, or 0.
     writers: Vec<Vec<u32>>,
+    /// Per buffer and byte: how many fences its storing block had run
+    /// when it stored it.
+    stored_after: Vec<Vec<u32>>,
+    /// Per buffer: whether any block stored to it in this launch.
+    stored: Vec<bool>,
+    /// Per block that has finished, by linear index: how many fences it
+    /// ran.
+    fenced: Vec<u32>,
     grid: [u32; 3],
     /// 1 + the linear index of the running block.
     block: u32,
+    /// Fences the running block has run.
+    fences: u32,
+    /// `fences` when the running block last ran an atomic.
+    atomic_after: Option<u32>,
 }
 
 impl Memory {
@@ -45,11 +65,26 @@ impl Memory {
     pub(crate) fn begin_launch(&mut self, grid: [u32; 3]) {
         self.grid = grid;
         self.writers = self.buffers.iter().map(|b| vec![0; b.len()]).collect();
+        self.stored_after = self.writers.clone();
+        self.stored = vec![false; self.buffers.len()];
+        let blocks = grid.iter().map(|&g| g as usize).product();
+        self.fenced = vec![0; blocks];
+        self.block = 0;
     }
 
-    /// The block `ctaid` runs next.
+    /// The block `ctaid` runs next (the one before it has finished).
     pub(crate) fn enter_block(&mut self, ctaid: [u32; 3]) {
+        if let Some(done) = self.block.checked_sub(1) {
+            self.fenced[done as usize] = self.fences;
+        }
         self.block = 1 + ctaid[0] + self.grid[0] * (ctaid[1] + self.grid[1] * ctaid[2]);
+        self.fences = 0;
+        self.atomic_after = None;
+    }
+
+    /// The running block runs a fence.
+    pub(crate) fn fence(&mut self) {
+        self.fences += 1;
     }
 
     /// The address parameter `param` holds: `(param + 1) << 40`.
@@ -131,6 +166,7 @@ impl Memory {
         let mut data = [0u8; 16];
         if read > 0 {
             let (param, start) = self.bounds(addr, read, Access::Load)?;
+            self.ordered(param, start..start + read as usize)?;
             data[..read as usize]
                 .copy_from_slice(&self.buffers[param][start..start + read as usize]);
         }
@@ -140,7 +176,40 @@ impl Memory {
     /// The `size` bytes a load reads.
     pub(crate) fn load(&self, addr: u64, size: u32) -> Result<&[u8], FaultKind> {
         let (param, start) = self.range(addr, size, Access::Load)?;
+        self.ordered(param, start..start + size as usize)?;
         Ok(&self.buffers[param][start..start + size as usize])
+    }
+
+    /// Checks that the running block's load of `range` of buffer `param`
+    /// is ordered after every other block's store to it.
+    fn ordered(&self, param: usize, range: std::ops::Range<usize>) -> Result<(), FaultKind> {
+        // Most loads read inputs, which no block stores to.
+        let Some(writers) = self.writers.get(param).filter(|_| self.stored[param]) else {
+            return Ok(());
+        };
+        for offset in range {
+            let writer = writers[offset];
+            if writer == 0 || writer == self.block {
+                continue;
+            }
+            let released = self.fenced[writer as usize - 1] > self.stored_after[param][offset];
+            let acquired = self.atomic_after.is_some_and(|at| self.fences > at);
+            if !(released && acquired) {
+                let other = writer - 1;
+                let [gx, gy, _] = self.grid;
+                return Err(FaultKind::UnorderedLoad {
+                    param: param as u32,
+                    offset: offset as u64,
+                    other: [other % gx, (other / gx) % gy, other / (gx * gy)],
+                    missing: if released {
+                        FenceSide::Acquire
+                    } else {
+                        FenceSide::Release
+                    },
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Stores `data`; changing a byte another block of this launch stored
@@ -163,6 +232,8 @@ impl Memory {
                 }
                 *w = self.block;
             }
+            self.stored_after[param][range.clone()].fill(self.fences);
+            self.stored[param] = true;
         }
         self.buffers[param][range].copy_from_slice(data);
         Ok(())
@@ -171,6 +242,7 @@ impl Memory {
     /// The `size` bytes an atomic reads and writes (atomics never race).
     pub(crate) fn atomic(&mut self, addr: u64, size: u32) -> Result<&mut [u8], FaultKind> {
         let (param, start) = self.range(addr, size, Access::Store)?;
+        self.atomic_after = Some(self.fences);
         Ok(&mut self.buffers[param][start..start + size as usize])
     }
 }

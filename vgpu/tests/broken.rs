@@ -12,7 +12,9 @@ use ktune_core::schedule::Schedule;
 use ktune_core::syntax::parse_kernel;
 use ktune_core::target::SmVersion;
 use ktune_vgpu::verify::{Failure, Reference, VerifyError};
-use ktune_vgpu::{Access, BlockOrder, Config, Fault, FaultKind, Memory, first_poisoned, poisoned};
+use ktune_vgpu::{
+    Access, BlockOrder, Config, Fault, FaultKind, FenceSide, Memory, first_poisoned, poisoned,
+};
 use quote::quote;
 
 const TARGET: SmVersion = SmVersion::Sm80;
@@ -729,6 +731,69 @@ fn a_split_k_kernel_whose_last_block_sums_only_its_own_slice_is_wrong() {
             .expect("the loop over slices");
     broken.ptx.body.drain(fences[1] + 1..=back_edge);
     assert_mismatch(&reference, &schedule, &broken, "one slice is not the sum");
+}
+
+/// The split-K kernel without one of its two fences: the one after each
+/// block's partial store (`first`), or the last block's after its atomic.
+fn split_k_without_fence(first: bool) -> (Kernel, Fault) {
+    let (kernel, schedule) = split_k_case();
+    let reference = Reference::new(&kernel, 8);
+    let mut broken = good_split_k(&kernel, &schedule, &reference);
+    let fences: Vec<usize> = broken
+        .ptx
+        .body
+        .iter()
+        .enumerate()
+        .filter(|(_, i)| i.op == Op::Fence)
+        .map(|(at, _)| at)
+        .collect();
+    assert_eq!(fences.len(), 2, "a fence before the arrival, one after");
+    broken.ptx.body.remove(fences[usize::from(!first)]);
+    let fault = fault_of(&kernel, &schedule, &broken);
+    assert_names_everything(&fault, &kernel);
+    assert!(
+        fault.instruction.starts_with("ld.global.cg"),
+        "the last block's sum loads: {fault}"
+    );
+    (kernel, fault)
+}
+
+#[test]
+fn a_split_k_kernel_without_its_release_fence_loads_unordered_partials() {
+    let (_, fault) = split_k_without_fence(true);
+    match fault.kind {
+        FaultKind::UnorderedLoad {
+            param: 4,
+            missing: FenceSide::Release,
+            ..
+        } => {}
+        _ => panic!("expected a load not ordered after another block's store: {fault}"),
+    }
+    assert!(
+        fault
+            .to_string()
+            .contains("without a fence after the store"),
+        "{fault}"
+    );
+}
+
+#[test]
+fn a_split_k_kernel_without_its_acquire_fence_loads_unordered_partials() {
+    let (_, fault) = split_k_without_fence(false);
+    match fault.kind {
+        FaultKind::UnorderedLoad {
+            param: 4,
+            missing: FenceSide::Acquire,
+            ..
+        } => {}
+        _ => panic!("expected a load not ordered after this block's atomic: {fault}"),
+    }
+    assert!(
+        fault
+            .to_string()
+            .contains("between this block's atomic and the load"),
+        "{fault}"
+    );
 }
 
 /// Checks that `broken` verifies with a wrong element (beyond tolerance),
