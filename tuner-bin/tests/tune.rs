@@ -35,11 +35,14 @@ fn fixture() -> tempfile::TempDir {
     dir
 }
 
+/// `cargo ktune ARGS` in `dir`, whose target folder (and so the journal
+/// and history) is its own even when the caller's environment names one.
 fn cargo_ktune(dir: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_cargo-ktune"))
         .arg("ktune")
         .args(args)
         .current_dir(dir)
+        .env_remove("CARGO_TARGET_DIR")
         .output()
         .expect("cargo-ktune runs")
 }
