@@ -709,15 +709,7 @@ fn a_split_k_kernel_whose_last_block_sums_only_its_own_slice_is_wrong() {
     let mut broken = good_split_k(&kernel, &schedule, &reference);
     // After the second fence the last block zeroes its accumulators and
     // adds every slice to them; without that it keeps its own.
-    let fences: Vec<usize> = broken
-        .ptx
-        .body
-        .iter()
-        .enumerate()
-        .filter(|(_, i)| i.op == Op::Fence)
-        .map(|(at, _)| at)
-        .collect();
-    assert_eq!(fences.len(), 2, "a fence before the arrival, one after");
+    let fences = split_k_fences(&broken);
     let last_load = broken
         .ptx
         .body
@@ -733,13 +725,10 @@ fn a_split_k_kernel_whose_last_block_sums_only_its_own_slice_is_wrong() {
     assert_mismatch(&reference, &schedule, &broken, "one slice is not the sum");
 }
 
-/// The split-K kernel without one of its two fences: the one after each
-/// block's partial store (`first`), or the last block's after its atomic.
-fn split_k_without_fence(first: bool) -> (Kernel, Fault) {
-    let (kernel, schedule) = split_k_case();
-    let reference = Reference::new(&kernel, 8);
-    let mut broken = good_split_k(&kernel, &schedule, &reference);
-    let fences: Vec<usize> = broken
+/// Where the split-K kernel's two fences are: after each block's partial
+/// store, and after the last block's atomic.
+fn split_k_fences(lowered: &Lowered) -> [usize; 2] {
+    let fences: Vec<usize> = lowered
         .ptx
         .body
         .iter()
@@ -747,7 +736,18 @@ fn split_k_without_fence(first: bool) -> (Kernel, Fault) {
         .filter(|(_, i)| i.op == Op::Fence)
         .map(|(at, _)| at)
         .collect();
-    assert_eq!(fences.len(), 2, "a fence before the arrival, one after");
+    fences
+        .try_into()
+        .unwrap_or_else(|f| panic!("a fence before the arrival, one after: {f:?}"))
+}
+
+/// The split-K kernel without one of its two fences: the one after each
+/// block's partial store (`first`), or the last block's after its atomic.
+fn split_k_without_fence(first: bool) -> (Kernel, Fault) {
+    let (kernel, schedule) = split_k_case();
+    let reference = Reference::new(&kernel, 8);
+    let mut broken = good_split_k(&kernel, &schedule, &reference);
+    let fences = split_k_fences(&broken);
     broken.ptx.body.remove(fences[usize::from(!first)]);
     let fault = fault_of(&kernel, &schedule, &broken);
     assert_names_everything(&fault, &kernel);
