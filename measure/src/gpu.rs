@@ -155,6 +155,12 @@ struct Buffers {
     output: CudaSlice<u8>,
 }
 
+/// The bytes of `kernel`'s output, every element poisoned.
+fn poisoned_output(kernel: &Kernel) -> Vec<u8> {
+    let elements = usize::try_from(kernel.len_of(&kernel.output)).unwrap_or(usize::MAX);
+    poisoned(kernel.output.dtype, elements)
+}
+
 fn driver(what: &str) -> impl Fn(cudarc::driver::DriverError) -> String + '_ {
     move |e| format!("{what}: {e}")
 }
@@ -304,10 +310,7 @@ impl Gpu {
         }
         let first = &mut rotation.sets[0];
         self.stream
-            .memcpy_htod(
-                &poisoned(kernel.output.dtype, first.output.len()),
-                &mut first.output,
-            )
+            .memcpy_htod(&poisoned_output(kernel), &mut first.output)
             .map_err(driver("poisoning the output"))
             .map_err(|e| (Rejected::Fault(e), true))?;
         let bytes = self.run_once(&mut armed, first)?;
@@ -420,10 +423,9 @@ impl Gpu {
             .collect::<Result<Vec<_>, _>>()
             .map_err(driver("copying the inputs to the GPU"))
             .map_err(fault)?;
-        let output_len = usize::try_from(kernel.len_of(&kernel.output)).unwrap_or(usize::MAX);
         let output = self
             .stream
-            .clone_htod(&poisoned(kernel.output.dtype, output_len))
+            .clone_htod(&poisoned_output(kernel))
             .map_err(driver("copying the poisoned output to the GPU"))
             .map_err(fault)?;
         Ok(Buffers { inputs, output })
@@ -627,6 +629,23 @@ fn kernel_driver_version() -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_poisoned_output_is_as_long_as_the_output_buffer() {
+        let item: syn::ItemFn = syn::parse_str(
+            "#[tuned_kernel(shape(M = 3, N = 5))]
+             fn twice(a: Tensor<bf16, (M, N)>) -> Tensor<bf16, (M, N)> {
+                 compute(|m, n| a[m][n] * 2.0)
+             }",
+        )
+        .expect("parses");
+        let attr = &item.attrs[0];
+        let kernel = ktune_core::syntax::parse_kernel_fn(attr, &item).expect("a kernel");
+        let bytes = poisoned_output(&kernel);
+        assert_eq!(bytes.len(), 3 * 5 * 2);
+        assert_eq!(first_poisoned(ktune_core::DType::Bf16, &bytes), Some(0));
+        assert!(bytes.chunks_exact(2).all(|e| e == &bytes[..2]));
+    }
 
     #[test]
     fn uuids_print_like_nvidia_smi() {
