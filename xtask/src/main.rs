@@ -125,14 +125,38 @@ fn run(root: &Path, program: &str, args: &[&str], ptxas: Option<&Path>) -> Resul
     Ok(())
 }
 
+/// Copies the C++ and OpenMP run-time libraries `program` links (XGBoost
+/// needs them) into `lib`, as `ldd` resolves them here, for a GPU machine
+/// whose system lacks them.
+fn copy_cxx_runtime(program: &Path, lib: &Path) -> Result<()> {
+    let output = Command::new("ldd")
+        .arg(program)
+        .output()
+        .context("cannot run ldd")?;
+    std::fs::create_dir_all(lib).context("cannot create gpu-bundle/lib")?;
+    for line in String::from_utf8_lossy(&output.stdout).lines() {
+        // "libgomp.so.1 => /lib/x86_64-linux-gnu/libgomp.so.1 (0x…)", indented
+        let Some((name, rest)) = line.trim().split_once(" => ") else {
+            continue;
+        };
+        if !(name.starts_with("libstdc++") || name.starts_with("libgomp")) {
+            continue;
+        }
+        let path = rest.split(" (").next().unwrap_or(rest);
+        std::fs::copy(path, lib.join(name)).with_context(|| format!("cannot copy {path}"))?;
+    }
+    Ok(())
+}
+
 /// The script `gpu-bundle/run.sh` runs on the GPU machine.
 const GPU_RUN_SCRIPT: &str = r#"#!/usr/bin/env bash
 # Runs ktune's GPU checks; built by `cargo xtask gpu-bundle`.
 #   PARTS="checks bench tune" (default: all; about 4, 5 and 3 minutes at
 #   most; a device call returns at most 8 files, so run "checks bench" and
 #   "tune" as two calls there, 8 and 7 files). Time budgets in seconds:
-#   AGREE_SECONDS (150), BENCH_SECONDS (150), TORCH_SECONDS (80),
-#   TUNE_SECONDS (150), each part killed a minute or so past its budget.
+#   CHECK_SECONDS (120, each demo run and test binary), AGREE_SECONDS
+#   (150), BENCH_SECONDS (150), TORCH_SECONDS (80), TUNE_SECONDS (150),
+#   each part killed a minute or so past its budget.
 #   checks  the demo on the GPU and on the virtual GPU, the runtime's GPU
 #           tests, the verification suite on both devices (agree.json)
 #   bench   ktune-bench against cuBLAS, then torch where present
@@ -152,10 +176,12 @@ mkdir -p "$out"
 cat "$out/gpu.txt"
 status=0
 if has_part checks; then
-    "$here/demo" 2>&1 | tee "$out/demo.txt" || status=1
-    KTUNE_BACKEND=vgpu "$here/demo" 2>&1 | tee "$out/demo-vgpu.txt" || status=1
+    # Each killed after CHECK_SECONDS (120): a hang costs that run only.
+    check_s=${CHECK_SECONDS:-120}
+    timeout "$check_s" "$here/demo" 2>&1 | tee "$out/demo.txt" || status=1
+    KTUNE_BACKEND=vgpu timeout "$check_s" "$here/demo" 2>&1 | tee "$out/demo-vgpu.txt" || status=1
     for test in "$here"/tests/*; do
-        "$test" --include-ignored 2>&1 | tee -a "$out/tests.txt" || status=1
+        timeout "$check_s" "$test" --include-ignored 2>&1 | tee -a "$out/tests.txt" || status=1
     done
     # Every run of the virtual GPU's verification suite on this GPU too:
     # both against the CPU reference, and the two devices against each
@@ -193,8 +219,13 @@ if has_part tune; then
     # tune-report.html and tune-report.json; the journal stays here.
     ktune=("$here/cargo-ktune" ktune)
     work="$here/tune-work"
+    # It needs libstdc++ and libgomp; where the system lacks them, the
+    # build machine's copies in lib/ stand in.
+    if ! "${ktune[@]}" --version > /dev/null 2>&1; then
+        export LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    fi
     if ! "${ktune[@]}" --version > /dev/null 2> "$out/tune.txt"; then
-        echo "cargo-ktune does not start here (libstdc++ and libgomp are needed):" | tee -a "$out/tune.txt"
+        echo "cargo-ktune does not start here, even with the bundle's lib/:" | tee -a "$out/tune.txt"
         status=1
     else
         timeout $(( ${TUNE_SECONDS:-150} + 60 )) "${ktune[@]}" tune --sources "$here/demo-src" \
@@ -202,8 +233,12 @@ if has_part tune; then
             --trials "${TUNE_TRIALS:-256}" --seconds "${TUNE_SECONDS:-150}" 2>&1 | tee -a "$out/tune.txt" || status=1
         rm -f "$out/tune-ktune.json.lock"
         cp "$work/tune-history.json" "$out/" || status=1
+        # The cuBLAS ratios come from this run's bench.json, or from one
+        # an earlier call wrote, copied beside this script.
         bench_json=()
-        [ -f "$out/bench.json" ] && bench_json=(--bench "$out/bench.json")
+        for bench in "$out/bench.json" "$here/bench.json"; do
+            [ -f "$bench" ] && bench_json=(--bench "$bench") && break
+        done
         "${ktune[@]}" report --work-dir "$work" --out "$out/tune-report.html" "${bench_json[@]}" \
             2>&1 | tee -a "$out/tune.txt" || status=1
         "${ktune[@]}" report --work-dir "$work" --json "${bench_json[@]}" > "$out/tune-report.json" || status=1
@@ -255,6 +290,7 @@ fn gpu_bundle(root: &Path) -> Result<()> {
         std::fs::copy(root.join(from), bundle.join(to))
             .with_context(|| format!("cannot copy {from}"))?;
     }
+    copy_cxx_runtime(&bundle.join("cargo-ktune"), &bundle.join("lib"))?;
     eprintln!("xtask: cargo test --release -p ktune --no-run");
     let output = Command::new("cargo")
         .args([
