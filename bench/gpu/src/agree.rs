@@ -3,9 +3,9 @@
 //! and the two compared (see [`ktune_bench::agreement`]). The virtual GPU
 //! runs on every core; the GPU runs one kernel at a time.
 
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use cudarc::driver::CudaSlice;
@@ -16,6 +16,13 @@ use ktune_vgpu::suite::{self, Run};
 use ktune_vgpu::verify::Failure;
 
 use crate::gpu::Gpu;
+
+/// How long one run may hold the GPU, and how long the comparison may go
+/// on past its budget, before it is stopped as stuck.
+const STUCK: Duration = Duration::from_secs(60);
+const GRACE: Duration = Duration::from_secs(30);
+/// How often progress is printed.
+const PROGRESS_EVERY: Duration = Duration::from_secs(10);
 
 /// What the suite's runs on both devices came to.
 pub struct Agreement {
@@ -43,82 +50,214 @@ impl Agreement {
             identical_points: self.identical,
             skipped_points: self.skipped,
             out_of_time_points: self.out_of_time,
+            stopped: None,
             failures: self.report.failures,
             summary,
         }
     }
 }
 
+/// The counts as runs finish, for progress and for a comparison stopped
+/// before its end.
+#[derive(Default)]
+struct Tally {
+    begun: AtomicUsize,
+    exact: AtomicUsize,
+    identical: AtomicUsize,
+    skipped: AtomicUsize,
+    out_of_time: AtomicUsize,
+    on_gpu: AtomicUsize,
+    failures: Mutex<Vec<String>>,
+    /// The run the GPU has now, and since when.
+    running: Mutex<Option<(Instant, String)>>,
+}
+
 /// Runs the whole suite on `gpu` and on the virtual GPU; runs that would
-/// start after `deadline` are counted, not run.
-pub fn agree(gpu: &Gpu, deadline: Instant) -> Agreement {
-    let exact = AtomicUsize::new(0);
-    let identical = AtomicUsize::new(0);
-    let skipped = AtomicUsize::new(0);
-    let out_of_time = AtomicUsize::new(0);
+/// start after `deadline` are counted, not run. Prints progress every
+/// [`PROGRESS_EVERY`]. When one run holds the GPU for [`STUCK`], or the
+/// runs go on [`GRACE`] past `deadline`, hands what was found so far to
+/// `stopped` and ends the process: a hung launch cannot be taken back.
+pub fn agree(
+    gpu: &Gpu,
+    deadline: Instant,
+    date: &str,
+    stopped: impl Fn(AgreeResults) + Sync,
+) -> Agreement {
+    let tally = Tally::default();
     let device = Mutex::new(gpu);
+    let done = AtomicBool::new(false);
     let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
-    let report = suite::run(&suite::catalogue(), workers, |run| {
-        if run.target > gpu.target {
-            skipped.fetch_add(1, Ordering::Relaxed);
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            out_of_time.fetch_add(1, Ordering::Relaxed);
-            return Ok(());
-        }
-        let fail = |kind| run.reference.error(run.schedule, run.target, kind);
-        let lowered = lower(run.reference.kernel(), run.schedule, run.target)
-            .map_err(|e| fail(Failure::Lower(Box::new(e))).to_string())?;
-        let approximate = inexact(&lowered.ptx);
-        if approximate.is_none() {
-            exact.fetch_add(1, Ordering::Relaxed);
-        }
-        let (on_vgpu, _) = run
-            .reference
-            .run_virtual(&lowered)
-            .map_err(|f| fail(Failure::Fault(Box::new(f))).to_string())?;
-        run.reference
-            .compare(&on_vgpu)
-            .map_err(|kind| format!("virtual GPU: {}", fail(kind)))?;
-        let variant = Variant::of(run.schedule, &lowered, run.target);
-        let on_gpu = {
-            let gpu = device.lock().unwrap_or_else(|e| e.into_inner());
-            launch(&gpu, run, &variant)
-        }
-        .map_err(|e| format!("GPU: {}: {e:#}", describe(run)))?;
-        run.reference
-            .compare(&on_gpu)
-            .map_err(|kind| format!("GPU: {}", fail(kind)))?;
-        let comparison = Comparison::of(run.reference, &on_gpu, &on_vgpu);
-        if comparison.differing == 0 {
-            identical.fetch_add(1, Ordering::Relaxed);
-        }
-        if comparison.agrees(approximate) {
-            return Ok(());
-        }
-        let Comparison {
-            differing,
-            worst,
-            index,
-        } = comparison;
-        let why = match approximate {
-            None => "every instruction is exact, so the outputs must be identical".to_owned(),
-            Some(inst) => format!("with {inst}, they must agree within the tolerance"),
-        };
-        Err(format!(
-            "{}: the GPU and the virtual GPU differ in {differing} elements, the worst \
-             (element {index}) by {worst:.3} tolerances; {why}",
-            describe(run)
-        ))
+    let catalogue = suite::catalogue();
+    let report = std::thread::scope(|scope| {
+        scope.spawn(|| {
+            if let Some(why) = watch(&tally, deadline, &done) {
+                stopped(partial(gpu, date, &catalogue, &tally, why));
+                std::process::exit(1);
+            }
+        });
+        let report = suite::run(&catalogue, workers, |run| {
+            tally.begun.fetch_add(1, Ordering::Relaxed);
+            check(gpu, &device, &tally, run, deadline).inspect_err(|e| {
+                lock(&tally.failures).push(e.clone());
+            })
+        });
+        done.store(true, Ordering::Relaxed);
+        report
     });
     Agreement {
-        exact: exact.into_inner(),
-        identical: identical.into_inner(),
-        skipped: skipped.into_inner(),
-        out_of_time: out_of_time.into_inner(),
+        exact: tally.exact.into_inner(),
+        identical: tally.identical.into_inner(),
+        skipped: tally.skipped.into_inner(),
+        out_of_time: tally.out_of_time.into_inner(),
         report,
     }
+}
+
+/// One run on both devices.
+fn check(
+    gpu: &Gpu,
+    device: &Mutex<&Gpu>,
+    tally: &Tally,
+    run: &Run<'_>,
+    deadline: Instant,
+) -> Result<(), String> {
+    if run.target > gpu.target {
+        tally.skipped.fetch_add(1, Ordering::Relaxed);
+        return Ok(());
+    }
+    if Instant::now() > deadline {
+        tally.out_of_time.fetch_add(1, Ordering::Relaxed);
+        return Ok(());
+    }
+    let fail = |kind| run.reference.error(run.schedule, run.target, kind);
+    let lowered = lower(run.reference.kernel(), run.schedule, run.target)
+        .map_err(|e| fail(Failure::Lower(Box::new(e))).to_string())?;
+    let approximate = inexact(&lowered.ptx);
+    if approximate.is_none() {
+        tally.exact.fetch_add(1, Ordering::Relaxed);
+    }
+    let (on_vgpu, _) = run
+        .reference
+        .run_virtual(&lowered)
+        .map_err(|f| fail(Failure::Fault(Box::new(f))).to_string())?;
+    run.reference
+        .compare(&on_vgpu)
+        .map_err(|kind| format!("virtual GPU: {}", fail(kind)))?;
+    let variant = Variant::of(run.schedule, &lowered, run.target);
+    let on_gpu = {
+        let gpu = lock(device);
+        *lock(&tally.running) = Some((Instant::now(), describe(run)));
+        let output = launch(&gpu, run, &variant);
+        *lock(&tally.running) = None;
+        output
+    }
+    .map_err(|e| format!("GPU: {}: {e:#}", describe(run)))?;
+    tally.on_gpu.fetch_add(1, Ordering::Relaxed);
+    run.reference
+        .compare(&on_gpu)
+        .map_err(|kind| format!("GPU: {}", fail(kind)))?;
+    let comparison = Comparison::of(run.reference, &on_gpu, &on_vgpu);
+    if comparison.differing == 0 {
+        tally.identical.fetch_add(1, Ordering::Relaxed);
+    }
+    if comparison.agrees(approximate) {
+        return Ok(());
+    }
+    let Comparison {
+        differing,
+        worst,
+        index,
+    } = comparison;
+    let why = match approximate {
+        None => "every instruction is exact, so the outputs must be identical".to_owned(),
+        Some(inst) => format!("with {inst}, they must agree within the tolerance"),
+    };
+    Err(format!(
+        "{}: the GPU and the virtual GPU differ in {differing} elements, the worst \
+         (element {index}) by {worst:.3} tolerances; {why}",
+        describe(run)
+    ))
+}
+
+/// Prints progress until `done`; returns why the comparison must stop if
+/// it is stuck.
+fn watch(tally: &Tally, deadline: Instant, done: &AtomicBool) -> Option<String> {
+    let started = Instant::now();
+    let mut printed = started;
+    while !done.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(200));
+        let now = Instant::now();
+        let running = lock(&tally.running).clone();
+        if let Some((since, run)) = &running
+            && now - *since > STUCK
+        {
+            return Some(format!(
+                "the GPU ran {run} for more than {} s without finishing",
+                STUCK.as_secs()
+            ));
+        }
+        if now > deadline + GRACE {
+            return Some(format!(
+                "the runs went on {} s past the time budget",
+                GRACE.as_secs()
+            ));
+        }
+        if now - printed >= PROGRESS_EVERY {
+            printed = now;
+            eprintln!(
+                "ktune-bench: {:.0} s: {} runs begun, {} on the GPU, {} failed, {} not run (budget){}",
+                (now - started).as_secs_f64(),
+                tally.begun.load(Ordering::Relaxed),
+                tally.on_gpu.load(Ordering::Relaxed),
+                lock(&tally.failures).len(),
+                tally.out_of_time.load(Ordering::Relaxed),
+                running.map_or(String::new(), |(since, run)| format!(
+                    "; the GPU has had {run} for {:.1} s",
+                    (now - since).as_secs_f64()
+                )),
+            );
+        }
+    }
+    None
+}
+
+/// The results of a comparison stopped before its end, `why`.
+fn partial(
+    gpu: &Gpu,
+    date: &str,
+    catalogue: &[suite::Entry],
+    tally: &Tally,
+    why: String,
+) -> AgreeResults {
+    let failures = lock(&tally.failures).clone();
+    let begun = tally.begun.load(Ordering::Relaxed);
+    let summary = format!(
+        "stopped after {begun} runs ({} on the GPU): {why}; {} mismatches so far",
+        tally.on_gpu.load(Ordering::Relaxed),
+        failures.len()
+    );
+    AgreeResults {
+        tool: "ktune-bench --agree",
+        ktune_version: env!("CARGO_PKG_VERSION"),
+        generator_version: ktune_core::GENERATOR_VERSION,
+        date: date.to_owned(),
+        gpu: gpu.info.clone(),
+        kernels: catalogue.len(),
+        shapes: suite::shaped(catalogue).len(),
+        points: begun,
+        exact_points: tally.exact.load(Ordering::Relaxed),
+        identical_points: tally.identical.load(Ordering::Relaxed),
+        skipped_points: tally.skipped.load(Ordering::Relaxed),
+        out_of_time_points: tally.out_of_time.load(Ordering::Relaxed),
+        stopped: Some(why),
+        failures,
+        summary,
+    }
+}
+
+/// Locks `mutex`, whether or not a thread panicked holding it.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The run's kernel, shape, schedule and target, as failures name them.
@@ -150,4 +289,40 @@ fn launch(gpu: &Gpu, run: &Run<'_>, variant: &Variant) -> Result<Vec<u8>> {
     loaded.launch(&gpu.stream, &inputs, &mut output)?;
     gpu.stream.synchronize().context("running the kernel")?;
     gpu.download(&output)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ago(d: Duration) -> Instant {
+        Instant::now()
+            .checked_sub(d)
+            .expect("the clock started long enough ago")
+    }
+
+    #[test]
+    fn a_run_that_holds_the_gpu_too_long_stops_the_comparison() {
+        let tally = Tally::default();
+        *lock(&tally.running) = Some((ago(STUCK + Duration::from_secs(1)), "run 7".into()));
+        let far = Instant::now() + Duration::from_secs(3600);
+        let why = watch(&tally, far, &AtomicBool::new(false)).expect("stuck");
+        assert!(why.contains("run 7"), "{why}");
+    }
+
+    #[test]
+    fn runs_far_past_the_budget_stop_the_comparison() {
+        let tally = Tally::default();
+        let deadline = ago(GRACE + Duration::from_secs(1));
+        let why = watch(&tally, deadline, &AtomicBool::new(false)).expect("past the budget");
+        assert!(why.contains("past the time budget"), "{why}");
+    }
+
+    #[test]
+    fn a_finished_comparison_is_not_stopped() {
+        let tally = Tally::default();
+        *lock(&tally.running) = Some((Instant::now(), "run 1".into()));
+        let far = Instant::now() + Duration::from_secs(3600);
+        assert_eq!(watch(&tally, far, &AtomicBool::new(true)), None);
+    }
 }

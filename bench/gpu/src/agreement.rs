@@ -114,6 +114,10 @@ pub struct AgreeResults {
     /// Runs not made because the time budget was spent (counted among
     /// `points` and the summary's schedule points, but not run).
     pub out_of_time_points: usize,
+    /// Why the comparison stopped before the suite's end (a run that hung
+    /// the GPU, or runs going on far past the budget); `None` when it ran
+    /// to the end.
+    pub stopped: Option<String>,
     /// Every run that failed: on either device against the reference, or
     /// the two devices against each other.
     pub failures: Vec<String>,

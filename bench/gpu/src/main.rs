@@ -16,6 +16,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result};
 use clap::Parser;
+use ktune_bench::agreement::AgreeResults;
 use ktune_bench::cases;
 use ktune_bench::plan;
 use ktune_bench::report::{self, Results, iso_date};
@@ -148,22 +149,36 @@ fn run(cli: Cli) -> Result<ExitCode> {
             gpu.info.name
         );
         let deadline = started + Duration::from_secs_f64(cli.budget_s.max(0.0));
-        let results = agree::agree(&gpu, deadline).results(&gpu, iso_date(now));
-        for failure in &results.failures {
-            println!("{failure}");
-        }
-        println!(
-            "{} of {} runs exactly specified, {} identical on both devices, {} skipped (targets newer than the GPU), {} not run (time budget spent), in {:.1} s",
-            results.exact_points,
-            results.points,
-            results.identical_points,
-            results.skipped_points,
-            results.out_of_time_points,
-            started.elapsed().as_secs_f64()
-        );
-        println!("{}", results.summary);
-        write(&out, &results)?;
-        eprintln!("ktune-bench: results in {}", out.display());
+        let date = iso_date(now);
+        let finish = |results: &AgreeResults| {
+            for failure in &results.failures {
+                println!("{failure}");
+            }
+            println!(
+                "{} of {} runs exactly specified, {} identical on both devices, {} skipped (targets newer than the GPU), {} not run (time budget spent), in {:.1} s",
+                results.exact_points,
+                results.points,
+                results.identical_points,
+                results.skipped_points,
+                results.out_of_time_points,
+                started.elapsed().as_secs_f64()
+            );
+            println!("{}", results.summary);
+            write(&out, results)?;
+            eprintln!("ktune-bench: results in {}", out.display());
+            anyhow::Ok(())
+        };
+        let stopped = |results: AgreeResults| {
+            eprintln!(
+                "ktune-bench: stopped: {}",
+                results.stopped.as_deref().unwrap_or_default()
+            );
+            if let Err(e) = finish(&results) {
+                eprintln!("ktune-bench: {e:#}");
+            }
+        };
+        let results = agree::agree(&gpu, deadline, &date, stopped).results(&gpu, date);
+        finish(&results)?;
         return Ok(if results.failures.is_empty() {
             ExitCode::SUCCESS
         } else {
