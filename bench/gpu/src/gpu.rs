@@ -265,11 +265,32 @@ impl Loaded {
     }
 }
 
-/// The NVIDIA kernel module's version, from `/proc/driver/nvidia/version`
-/// ("NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.03 …").
+/// The NVIDIA kernel module's version, from `/proc/driver/nvidia/version`.
 fn kernel_driver_version() -> Option<String> {
     let text = std::fs::read_to_string("/proc/driver/nvidia/version").ok()?;
-    let line = text.lines().next()?;
-    let after = line.split("Kernel Module").nth(1)?;
-    after.split_whitespace().next().map(str::to_owned)
+    version_in(text.lines().next()?).map(str::to_owned)
+}
+
+/// The first word of `line` that looks like a version: the proprietary
+/// module says "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.03
+/// …", the open one "NVRM version: NVIDIA UNIX Open Kernel Module for
+/// x86_64  580.159.04  Release Build …".
+fn version_in(line: &str) -> Option<&str> {
+    line.split_whitespace()
+        .find(|w| w.contains('.') && w.chars().all(|c| c.is_ascii_digit() || c == '.'))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::version_in;
+
+    #[test]
+    fn the_driver_version_is_read_from_either_kernel_module() {
+        let proprietary =
+            "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.03  Thu Oct 2 2025";
+        let open = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (dvs-builder@U22)  Thu Oct 2 2025";
+        assert_eq!(version_in(proprietary), Some("580.159.03"));
+        assert_eq!(version_in(open), Some("580.159.04"));
+        assert_eq!(version_in("NVRM version: unknown"), None);
+    }
 }
