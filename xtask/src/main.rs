@@ -151,22 +151,25 @@ fn copy_cxx_runtime(program: &Path, lib: &Path) -> Result<()> {
 /// The script `gpu-bundle/run.sh` runs on the GPU machine.
 const GPU_RUN_SCRIPT: &str = r#"#!/usr/bin/env bash
 # Runs ktune's GPU checks; built by `cargo xtask gpu-bundle`.
-#   PARTS="checks bench tune" (default: all; about 4, 5 and 3 minutes at
-#   most; a device call returns at most 8 files, so run "checks bench" and
-#   "tune" as two calls there, 8 and 7 files). Time budgets in seconds:
-#   CHECK_SECONDS (120, each demo run and test binary), AGREE_SECONDS
-#   (150), BENCH_SECONDS (150), TORCH_SECONDS (80), TUNE_SECONDS (150),
-#   each part killed a minute or so past its budget.
+#   PARTS="checks bench profile tune" (default: all; about 4, 5, 3 and 3
+#   minutes at most; a device call returns at most 8 files, so run
+#   "checks bench" and "profile tune" as two calls there, 8 files each).
+#   Time budgets in seconds: CHECK_SECONDS (120, each demo run and test
+#   binary), AGREE_SECONDS (150), BENCH_SECONDS (150), TORCH_SECONDS (80),
+#   PROFILE_SECONDS (60 a case), TUNE_SECONDS (150), each part killed a
+#   minute or so past its budget.
 #   checks  the demo on the GPU and on the virtual GPU, the runtime's GPU
 #           tests, the verification suite on both devices (agree.json)
 #   bench   ktune-bench against cuBLAS, then torch where present
+#   profile Nsight Compute on the default schedules of PROFILE_CASES
+#           (PROFILE_SECONDS each), into profile.txt
 #   tune    `cargo ktune tune` of the demo's kernels on the GPU (TUNE_TRIALS,
 #           TUNE_SECONDS; TUNE_DEVICE=vgpu tries the part without one), its
 #           history and an HTML report with tuning curves
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${OUT:-$here/results}
-parts=" ${PARTS:-checks bench tune} "
+parts=" ${PARTS:-checks bench profile tune} "
 has_part() { [[ "$parts" == *" $1 "* ]]; }
 mkdir -p "$out"
 {
@@ -190,18 +193,19 @@ if has_part checks; then
     timeout $(( agree_s + 60 )) "$here/ktune-bench" --agree --budget-s "$agree_s" --out "$out/agree.json" \
         2>&1 | tee -a "$out/tests.txt" || status=1
 fi
+# cudarc loads cuBLAS as libcublas.so: link it from the Python
+# environment's nvidia-* wheels, whose folders also go on LD_LIBRARY_PATH.
+libs=$(mktemp -d)
+for site in $(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null); do
+    for lib in $(find "$site/nvidia" -name 'libcublas.so*' 2>/dev/null | sort -V); do
+        ln -sf "$lib" "$libs/libcublas.so"
+        LD_LIBRARY_PATH="$(dirname "$lib")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    done
+done
+export LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 if has_part bench; then
     # The benchmark (bench/gpu/README.md), then torch, each killed a minute
-    # (half a minute) past its budget. cudarc loads cuBLAS as libcublas.so: link it from the Python
-    # environment's nvidia-* wheels, whose folders also go on LD_LIBRARY_PATH.
-    libs=$(mktemp -d)
-    for site in $(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null); do
-        for lib in $(find "$site/nvidia" -name 'libcublas.so*' 2>/dev/null | sort -V); do
-            ln -sf "$lib" "$libs/libcublas.so"
-            LD_LIBRARY_PATH="$(dirname "$lib")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-        done
-    done
-    export LD_LIBRARY_PATH="$libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    # (half a minute) past its budget.
     bench_s=${BENCH_SECONDS:-150}
     torch_s=${TORCH_SECONDS:-80}
     timeout $(( bench_s + 60 )) "$here/ktune-bench" --budget-s "$bench_s" --out "$out/bench.json" 2>&1 \
@@ -210,6 +214,21 @@ if has_part bench; then
     timeout $(( torch_s + 30 )) python3 "$here/torch_baseline.py" --cases-json "$libs/cases.json" \
         --bench "$out/bench.json" --budget-s "$torch_s" --out "$out/torch.json" 2>&1 \
         | tee -a "$out/bench.txt" || status=1
+fi
+if has_part profile; then
+    # Nsight Compute's view of the default schedule of each PROFILE_CASES
+    # case (its first launch, the checked one): throughput against the
+    # chip's peaks, memory traffic, occupancy and where warps stall, for
+    # the cases far from their targets. Clocks are left as they are.
+    ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | tail -1)
+    [ -n "$ncu" ] || { echo "profile: Nsight Compute (ncu) is not installed here" | tee -a "$out/profile.txt"; status=1; }
+    for case in ${ncu:+${PROFILE_CASES:-bf16_gemm_4096 softmax_4096x50257 decode_m1}}; do
+        timeout "${PROFILE_SECONDS:-60}" "$ncu" --clock-control none -k regex:^ktune_ --launch-count 1 \
+            --section SpeedOfLight --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+            --section Occupancy --section LaunchStats --section WarpStateStats \
+            "$here/ktune-bench" --quick --sample 0 --cases "$case" --out "$libs/$case.json" \
+            2>&1 | tee -a "$out/profile.txt" || status=1
+    done
 fi
 if has_part tune; then
     # The demo's four kernels tuned on the GPU under one budget (the
