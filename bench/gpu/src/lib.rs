@@ -1,12 +1,14 @@
 //! ktune's GPU benchmark, the parts that need no GPU: the case catalogue
 //! ([`cases`]), the schedules each case measures and the dry run
 //! ([`plan`]), inputs and the sampled CPU reference ([`check`]), and the
-//! results file ([`report`]). The `ktune-bench` binary adds the GPU side:
+//! results file ([`report`]), and the heuristic model's fit to a run's
+//! measurements ([`fit`]). The `ktune-bench` binary adds the GPU side:
 //! loading and timing kernels, cuBLAS and the copy baseline. See the
 //! crate's README.md.
 
 pub mod agreement;
 pub mod cases;
 pub mod check;
+pub mod fit;
 pub mod plan;
 pub mod report;

@@ -18,6 +18,7 @@ use anyhow::{Context, Result};
 use clap::Parser;
 use ktune_bench::agreement::AgreeResults;
 use ktune_bench::cases;
+use ktune_bench::fit;
 use ktune_bench::plan;
 use ktune_bench::report::{self, Results, iso_date};
 use ktune_core::SmVersion;
@@ -72,6 +73,10 @@ struct Cli {
     /// agree.json].
     #[arg(long, conflicts_with_all = ["cases", "dry_run", "list", "quick"])]
     agree: bool,
+    /// Without a GPU: how well the heuristic model ranks the schedules a
+    /// results file (`bench.json`) measured, case by case, as a table.
+    #[arg(long, value_name = "BENCH_JSON", conflicts_with_all = ["agree", "dry_run", "list"])]
+    fit: Option<PathBuf>,
 }
 
 fn main() -> ExitCode {
@@ -85,6 +90,15 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: Cli) -> Result<ExitCode> {
+    if let Some(path) = &cli.fit {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        let results: serde_json::Value = serde_json::from_str(&text)
+            .with_context(|| format!("{} is not JSON", path.display()))?;
+        let fits = fit::fit(&results).with_context(|| format!("reading {}", path.display()))?;
+        print!("{}", fit::table(&fits));
+        return Ok(ExitCode::SUCCESS);
+    }
     let selected = cases::select(&cli.cases).map_err(anyhow::Error::msg)?;
     if cli.list {
         let list: Vec<serde_json::Value> = selected

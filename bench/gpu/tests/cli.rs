@@ -93,3 +93,35 @@ fn unknown_cases_are_an_error_naming_the_known_ones() {
     assert_eq!(output.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("sgemm_4096"), "{stderr}");
 }
+
+#[test]
+fn the_fit_reads_a_results_file_without_a_gpu() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../results/gpu/2026-11-30-h200/bench.json"
+    );
+    let output = bench()
+        .env("CUDA_VISIBLE_DEVICES", "")
+        .args(["--fit", path])
+        .output()
+        .expect("runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(stdout.contains("| sgemm_4096 | 33 |"), "{stdout}");
+    assert!(
+        stdout.contains("median Spearman ρ over 16 cases"),
+        "{stdout}"
+    );
+
+    let output = bench()
+        .args(["--fit", "no-such.json"])
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success());
+    assert!(stderr.contains("reading no-such.json"), "{stderr}");
+}

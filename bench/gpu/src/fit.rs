@@ -1,0 +1,223 @@
+//! How well the heuristic model ([`ktune_core::model`]) ranks the schedules
+//! a benchmark run measured: `ktune-bench --fit bench.json`. For each case,
+//! every schedule the run timed (the default and the screened sample) gets
+//! the model's estimate, and the two orders are compared. This is how the
+//! model is checked against a real GPU without one: each run on a GPU
+//! leaves a results file, and the fit can be read again after every change
+//! to the model.
+
+use std::fmt::Write as _;
+
+use ktune_core::model;
+use ktune_core::schedule::Schedule;
+use ktune_core::target::SmVersion;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::cases::{self, Case};
+
+/// The model against one case's measurements.
+#[derive(Debug, Clone, Serialize)]
+pub struct CaseFit {
+    pub case: String,
+    /// Schedules with both a measured time and an estimate.
+    pub points: usize,
+    /// Spearman's rank correlation of estimated and measured times (1: the
+    /// model orders them as the GPU did; 0: no relation); `None` below
+    /// three points.
+    pub spearman: Option<f64>,
+    /// Measured time of the point the model ranks first, over the fastest
+    /// measured (1: the model would have picked the best of them).
+    pub pick_over_best: f64,
+    /// Measured time of the default, over the fastest measured.
+    pub default_over_best: Option<f64>,
+    /// The fastest measured schedule, and the model's favourite.
+    pub best: Schedule,
+    pub pick: Schedule,
+}
+
+/// Why a results file could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum FitError {
+    #[error("the results file has no `{0}`")]
+    Missing(&'static str),
+    #[error("target `{0}` of the results file is not one ktune knows")]
+    Target(String),
+    #[error("case `{case}`: {message}")]
+    Case { case: String, message: String },
+}
+
+/// The fit of every case of `results` (a `bench.json`) that the catalogue
+/// still has, on the target the run recorded.
+///
+/// # Errors
+///
+/// A file without the fields `ktune-bench` writes, or a case whose kernel
+/// or schedule no longer parses.
+pub fn fit(results: &Value) -> Result<Vec<CaseFit>, FitError> {
+    let target_name = results["gpu"]["target"]
+        .as_str()
+        .ok_or(FitError::Missing("gpu.target"))?;
+    let target: SmVersion = target_name
+        .parse()
+        .map_err(|_| FitError::Target(target_name.to_owned()))?;
+    let cases = results["cases"]
+        .as_array()
+        .ok_or(FitError::Missing("cases"))?;
+    let mut fits = Vec::new();
+    for case in cases {
+        let name = case["name"]
+            .as_str()
+            .ok_or(FitError::Missing("cases.name"))?;
+        let Some(known) = cases::CASES.iter().find(|c| c.name == name) else {
+            continue;
+        };
+        if let Some(f) = fit_case(known, case, target)? {
+            fits.push(f);
+        }
+    }
+    Ok(fits)
+}
+
+/// One case's fit; `None` when fewer than two of its points were measured.
+fn fit_case(case: &Case, results: &Value, target: SmVersion) -> Result<Option<CaseFit>, FitError> {
+    let failed = |message: String| FitError::Case {
+        case: case.name.to_owned(),
+        message,
+    };
+    let kernel = case.kernel().map_err(|e| failed(e.to_string()))?;
+    let schedule = |v: &Value| {
+        serde_json::from_value::<Schedule>(v.clone()).map_err(|e| failed(e.to_string()))
+    };
+    let mut measured: Vec<(Schedule, f64)> = Vec::new();
+    let default = schedule(&results["default"]["schedule"])?;
+    let default_ms = results["default"]["times"]["median_ms"].as_f64();
+    if let Some(ms) = default_ms {
+        measured.push((default.clone(), ms));
+    }
+    for screened in results["sampled"]["screened"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        if let Some(ms) = screened["median_ms"].as_f64() {
+            measured.push((schedule(&screened["schedule"])?, ms));
+        }
+    }
+    let points: Vec<(Schedule, f64, f64)> = measured
+        .into_iter()
+        .filter_map(|(s, ms)| {
+            let estimate = model::estimate(&kernel, &s, target).ok()?;
+            Some((s, ms, estimate.seconds))
+        })
+        .collect();
+    if points.len() < 2 {
+        return Ok(None);
+    }
+    let by = |key: fn(&(Schedule, f64, f64)) -> f64| {
+        points
+            .iter()
+            .min_by(|a, b| key(a).total_cmp(&key(b)))
+            .expect("two points or more")
+    };
+    let best = by(|p| p.1);
+    let pick = by(|p| p.2);
+    let measured_times: Vec<f64> = points.iter().map(|p| p.1).collect();
+    let estimates: Vec<f64> = points.iter().map(|p| p.2).collect();
+    Ok(Some(CaseFit {
+        case: case.name.to_owned(),
+        points: points.len(),
+        spearman: spearman(&measured_times, &estimates),
+        pick_over_best: pick.1 / best.1,
+        default_over_best: default_ms.map(|ms| ms / best.1),
+        best: best.0.clone(),
+        pick: pick.0.clone(),
+    }))
+}
+
+/// Spearman's rank correlation of two equally long series (ties share
+/// their mean rank); `None` below three values or when one is constant.
+pub fn spearman(a: &[f64], b: &[f64]) -> Option<f64> {
+    if a.len() != b.len() || a.len() < 3 {
+        return None;
+    }
+    let (ra, rb) = (ranks(a), ranks(b));
+    let mean = (a.len() as f64 + 1.0) / 2.0;
+    let (mut cov, mut va, mut vb) = (0.0, 0.0, 0.0);
+    for (x, y) in ra.iter().zip(&rb) {
+        cov += (x - mean) * (y - mean);
+        va += (x - mean).powi(2);
+        vb += (y - mean).powi(2);
+    }
+    (va > 0.0 && vb > 0.0).then(|| cov / (va * vb).sqrt())
+}
+
+/// 1-based ranks, ties sharing their mean rank.
+fn ranks(values: &[f64]) -> Vec<f64> {
+    let mut order: Vec<usize> = (0..values.len()).collect();
+    order.sort_by(|&i, &j| values[i].total_cmp(&values[j]));
+    let mut ranks = vec![0.0; values.len()];
+    let mut start = 0;
+    while start < order.len() {
+        let mut end = start + 1;
+        while end < order.len() && values[order[end]] == values[order[start]] {
+            end += 1;
+        }
+        let rank = (start + end + 1) as f64 / 2.0;
+        for &i in &order[start..end] {
+            ranks[i] = rank;
+        }
+        start = end;
+    }
+    ranks
+}
+
+/// The fits as a Markdown table, with the median correlation last.
+pub fn table(fits: &[CaseFit]) -> String {
+    let mut out = String::from(
+        "| case | points | Spearman ρ | model's pick / best | default / best |\n|---|---|---|---|---|\n",
+    );
+    for f in fits {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {:.2} | {} |",
+            f.case,
+            f.points,
+            f.spearman.map_or("—".to_owned(), |r| format!("{r:.2}")),
+            f.pick_over_best,
+            f.default_over_best
+                .map_or("—".to_owned(), |r| format!("{r:.2}")),
+        );
+    }
+    let mut rhos: Vec<f64> = fits.iter().filter_map(|f| f.spearman).collect();
+    rhos.sort_by(f64::total_cmp);
+    if let Some(median) = rhos.get(rhos.len() / 2) {
+        let _ = writeln!(
+            out,
+            "\nmedian Spearman ρ over {} cases: {median:.2}",
+            rhos.len()
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spearman_follows_the_order_not_the_values() {
+        let a = [1.0, 2.0, 3.0, 4.0];
+        assert_eq!(spearman(&a, &[10.0, 20.0, 300.0, 4000.0]), Some(1.0));
+        assert_eq!(spearman(&a, &[4.0, 3.0, 2.0, 1.0]), Some(-1.0));
+        assert_eq!(spearman(&a, &[1.0, 1.0, 1.0, 1.0]), None);
+        assert_eq!(spearman(&a[..2], &a[..2]), None);
+        let r = spearman(&a, &[1.0, 3.0, 2.0, 4.0]).expect("defined");
+        assert!((r - 0.8).abs() < 1e-12, "{r}");
+    }
+
+    #[test]
+    fn ties_share_their_mean_rank() {
+        assert_eq!(ranks(&[5.0, 1.0, 5.0, 0.0]), [3.5, 2.0, 3.5, 1.0]);
+    }
+}
