@@ -1,7 +1,8 @@
 //! `ktune-bench --agree`: every run of the verification suite on this GPU
 //! and on the virtual GPU, each output checked against the CPU reference
 //! and the two compared (see [`ktune_bench::agreement`]). The virtual GPU
-//! runs on every core; the GPU runs one kernel at a time.
+//! and the driver's compilation of the PTX run on every core; the GPU runs
+//! one kernel at a time.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -15,7 +16,7 @@ use ktune_core::lower::lower;
 use ktune_vgpu::suite::{self, Run};
 use ktune_vgpu::verify::Failure;
 
-use crate::gpu::Gpu;
+use crate::gpu::{Gpu, Loaded};
 
 /// How long one run may hold the GPU, and how long the comparison may go
 /// on past its budget, before it is stopped as stuck.
@@ -144,14 +145,18 @@ fn check(
         .compare(&on_vgpu)
         .map_err(|kind| format!("virtual GPU: {}", fail(kind)))?;
     let variant = Variant::of(run.schedule, &lowered, run.target);
-    let on_gpu = {
-        let gpu = lock(device);
-        *lock(&tally.running) = Some((Instant::now(), describe(run)));
-        let output = launch(&gpu, run, &variant);
-        *lock(&tally.running) = None;
-        output
-    }
-    .map_err(|e| format!("GPU: {}: {e:#}", describe(run)))?;
+    // The driver compiles the PTX as it loads it: on this thread, in
+    // parallel with the others; only the run holds the GPU.
+    let on_gpu = gpu
+        .load(run.reference.kernel(), &variant)
+        .and_then(|loaded| {
+            let gpu = lock(device);
+            *lock(&tally.running) = Some((Instant::now(), describe(run)));
+            let output = launch(&gpu, run, &loaded);
+            *lock(&tally.running) = None;
+            output
+        })
+        .map_err(|e| format!("GPU: {}: {e:#}", describe(run)))?;
     tally.on_gpu.fetch_add(1, Ordering::Relaxed);
     run.reference
         .compare(&on_gpu)
@@ -273,11 +278,10 @@ fn describe(run: &Run<'_>) -> String {
     )
 }
 
-/// One launch of `variant` on the reference's inputs and a poisoned
-/// output; the output's bytes.
-fn launch(gpu: &Gpu, run: &Run<'_>, variant: &Variant) -> Result<Vec<u8>> {
+/// One launch of `loaded` on the reference's inputs and a poisoned output;
+/// the output's bytes.
+fn launch(gpu: &Gpu, run: &Run<'_>, loaded: &Loaded) -> Result<Vec<u8>> {
     let kernel = run.reference.kernel();
-    let loaded = gpu.load(kernel, variant)?;
     let inputs = run
         .reference
         .buffers()
