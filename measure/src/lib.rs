@@ -119,7 +119,7 @@ mod protocol;
 pub mod search;
 mod sensors;
 mod serve;
-mod stats;
+pub mod stats;
 mod vgpu;
 mod worker;
 

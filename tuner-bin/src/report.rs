@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use ktune_core::db::MeasuredOn;
+use ktune_measure::stats::spearman;
 use plotters::prelude::*;
 use serde::Serialize;
 
@@ -141,46 +142,6 @@ fn kernel_figures(k: &KernelHistory) -> KernelFigures {
         learned_model_correlation: spearman(&pairs(&|s| s.predicted)),
         heuristic_model_correlation: spearman(&pairs(&|s| s.estimate_us)),
     }
-}
-
-/// Spearman's rank correlation of the pairs; `None` for fewer than three
-/// or when either side is constant.
-fn spearman(pairs: &[(f64, f64)]) -> Option<f64> {
-    if pairs.len() < 3 {
-        return None;
-    }
-    let xs = ranks(pairs.iter().map(|p| p.0));
-    let ys = ranks(pairs.iter().map(|p| p.1));
-    let n = xs.len() as f64;
-    let mean = (n + 1.0) / 2.0;
-    let (mut sxy, mut sxx, mut syy) = (0.0, 0.0, 0.0);
-    for (x, y) in xs.iter().zip(&ys) {
-        sxy += (x - mean) * (y - mean);
-        sxx += (x - mean).powi(2);
-        syy += (y - mean).powi(2);
-    }
-    (sxx > 0.0 && syy > 0.0).then(|| sxy / (sxx * syy).sqrt())
-}
-
-/// Ranks from 1, ties sharing their mean rank.
-fn ranks(values: impl Iterator<Item = f64>) -> Vec<f64> {
-    let values: Vec<f64> = values.collect();
-    let mut order: Vec<usize> = (0..values.len()).collect();
-    order.sort_by(|&a, &b| values[a].total_cmp(&values[b]));
-    let mut ranks = vec![0.0; values.len()];
-    let mut i = 0;
-    while i < order.len() {
-        let mut j = i;
-        while j + 1 < order.len() && values[order[j + 1]] == values[order[i]] {
-            j += 1;
-        }
-        let rank = (i + j) as f64 / 2.0 + 1.0;
-        for &k in &order[i..=j] {
-            ranks[k] = rank;
-        }
-        i = j + 1;
-    }
-    ranks
 }
 
 /// The GPU benchmark's cases, each against its baseline.
@@ -515,27 +476,4 @@ fn speedup_svg(kernels: &[KernelFigures]) -> Result<String> {
             .map_err(plot_error)?;
         Ok(())
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn rank_correlation_is_one_for_the_same_order_and_minus_one_reversed() {
-        let same = [(1.0, 10.0), (2.0, 20.0), (3.0, 35.0), (4.0, 36.0)];
-        assert!((spearman(&same).unwrap() - 1.0).abs() < 1e-12);
-        let reversed: Vec<(f64, f64)> = same.iter().map(|&(x, y)| (-x, y)).collect();
-        assert!((spearman(&reversed).unwrap() + 1.0).abs() < 1e-12);
-        assert_eq!(spearman(&same[..2]), None);
-        assert_eq!(spearman(&[(1.0, 1.0), (1.0, 2.0), (1.0, 3.0)]), None);
-    }
-
-    #[test]
-    fn ties_share_their_mean_rank() {
-        assert_eq!(
-            ranks([3.0, 1.0, 3.0, 2.0].into_iter()),
-            vec![3.5, 1.0, 3.5, 2.0]
-        );
-    }
 }

@@ -11,6 +11,7 @@ use std::fmt::Write as _;
 use ktune_core::model;
 use ktune_core::schedule::Schedule;
 use ktune_core::target::SmVersion;
+use ktune_measure::stats::spearman;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -122,54 +123,16 @@ fn fit_case(case: &Case, results: &Value, target: SmVersion) -> Result<Option<Ca
     };
     let best = by(|p| p.1);
     let pick = by(|p| p.2);
-    let measured_times: Vec<f64> = points.iter().map(|p| p.1).collect();
-    let estimates: Vec<f64> = points.iter().map(|p| p.2).collect();
+    let pairs: Vec<(f64, f64)> = points.iter().map(|p| (p.1, p.2)).collect();
     Ok(Some(CaseFit {
         case: case.name.to_owned(),
         points: points.len(),
-        spearman: spearman(&measured_times, &estimates),
+        spearman: spearman(&pairs),
         pick_over_best: pick.1 / best.1,
         default_over_best: default_ms.map(|ms| ms / best.1),
         best: best.0.clone(),
         pick: pick.0.clone(),
     }))
-}
-
-/// Spearman's rank correlation of two equally long series (ties share
-/// their mean rank); `None` below three values or when one is constant.
-pub fn spearman(a: &[f64], b: &[f64]) -> Option<f64> {
-    if a.len() != b.len() || a.len() < 3 {
-        return None;
-    }
-    let (ra, rb) = (ranks(a), ranks(b));
-    let mean = (a.len() as f64 + 1.0) / 2.0;
-    let (mut cov, mut va, mut vb) = (0.0, 0.0, 0.0);
-    for (x, y) in ra.iter().zip(&rb) {
-        cov += (x - mean) * (y - mean);
-        va += (x - mean).powi(2);
-        vb += (y - mean).powi(2);
-    }
-    (va > 0.0 && vb > 0.0).then(|| cov / (va * vb).sqrt())
-}
-
-/// 1-based ranks, ties sharing their mean rank.
-fn ranks(values: &[f64]) -> Vec<f64> {
-    let mut order: Vec<usize> = (0..values.len()).collect();
-    order.sort_by(|&i, &j| values[i].total_cmp(&values[j]));
-    let mut ranks = vec![0.0; values.len()];
-    let mut start = 0;
-    while start < order.len() {
-        let mut end = start + 1;
-        while end < order.len() && values[order[end]] == values[order[start]] {
-            end += 1;
-        }
-        let rank = (start + end + 1) as f64 / 2.0;
-        for &i in &order[start..end] {
-            ranks[i] = rank;
-        }
-        start = end;
-    }
-    ranks
 }
 
 /// The fits as a Markdown table, with the median correlation last.
@@ -199,25 +162,4 @@ pub fn table(fits: &[CaseFit]) -> String {
         );
     }
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn spearman_follows_the_order_not_the_values() {
-        let a = [1.0, 2.0, 3.0, 4.0];
-        assert_eq!(spearman(&a, &[10.0, 20.0, 300.0, 4000.0]), Some(1.0));
-        assert_eq!(spearman(&a, &[4.0, 3.0, 2.0, 1.0]), Some(-1.0));
-        assert_eq!(spearman(&a, &[1.0, 1.0, 1.0, 1.0]), None);
-        assert_eq!(spearman(&a[..2], &a[..2]), None);
-        let r = spearman(&a, &[1.0, 3.0, 2.0, 4.0]).expect("defined");
-        assert!((r - 0.8).abs() < 1e-12, "{r}");
-    }
-
-    #[test]
-    fn ties_share_their_mean_rank() {
-        assert_eq!(ranks(&[5.0, 1.0, 5.0, 0.0]), [3.5, 2.0, 3.5, 1.0]);
-    }
 }
