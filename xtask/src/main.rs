@@ -160,7 +160,8 @@ const GPU_RUN_SCRIPT: &str = r#"#!/usr/bin/env bash
 #   minute or so past its budget.
 #   checks  the demo on the GPU and on the virtual GPU, the runtime's GPU
 #           tests, the verification suite on both devices (agree.json)
-#   bench   ktune-bench against cuBLAS, then torch where present
+#   bench   ktune-bench against cuBLAS, then torch where present, on the
+#           cases or groups BENCH_CASES names (comma-separated; all)
 #   profile Nsight Compute on the default schedules of PROFILE_CASES
 #           (PROFILE_SECONDS each), into profile.txt
 #   tune    `cargo ktune tune` of the demo's kernels on the GPU (TUNE_TRIALS,
@@ -208,9 +209,10 @@ if has_part bench; then
     # (half a minute) past its budget.
     bench_s=${BENCH_SECONDS:-150}
     torch_s=${TORCH_SECONDS:-80}
-    timeout $(( bench_s + 60 )) "$here/ktune-bench" --budget-s "$bench_s" --out "$out/bench.json" 2>&1 \
+    cases=${BENCH_CASES:-all}
+    timeout $(( bench_s + 60 )) "$here/ktune-bench" --cases "$cases" --budget-s "$bench_s" --out "$out/bench.json" 2>&1 \
         | tee "$out/bench.txt" || status=1
-    "$here/ktune-bench" --list > "$libs/cases.json"
+    "$here/ktune-bench" --cases "$cases" --list > "$libs/cases.json"
     timeout $(( torch_s + 30 )) python3 "$here/torch_baseline.py" --cases-json "$libs/cases.json" \
         --bench "$out/bench.json" --budget-s "$torch_s" --out "$out/torch.json" 2>&1 \
         | tee -a "$out/bench.txt" || status=1
