@@ -32,7 +32,11 @@
 //! [`REGISTER_BUDGET`] and each thread's share of the register file at the
 //! block's size, or the point breaks [`Constraint::Registers`].
 
+mod shared;
+
 use std::collections::{HashMap, HashSet};
+
+pub(super) use shared::SharedRow;
 
 use super::Shape;
 use crate::ir::{Expr, ExprId, Kernel, LetId, TensorId, VarId};
@@ -252,6 +256,42 @@ fn pattern(kernel: &Kernel, plan: &RowPlan, load: ExprId, position: VarId) -> Op
     })
 }
 
+/// Loads the `vector` values of kept pattern `k` from position `first` on,
+/// in the row `env` binds, widened to f32: one access when the position is
+/// the tensor's innermost index, one per value otherwise.
+fn load_chunk(
+    b: &mut Builder,
+    kernel: &Kernel,
+    k: &Kept,
+    env: &Env,
+    first: Reg,
+    vector: u32,
+) -> Vec<Reg> {
+    let t = kernel.input(k.pattern.tensor);
+    let strides = kernel.strides_of(t);
+    let mut at = env.clone();
+    let mut address = |b: &mut Builder, position: Reg| {
+        at.index.insert(k.position, position);
+        let flat = expr::flat_index(b, &at, &k.index, &strides);
+        let base = b.global_addr(env.inputs[k.pattern.tensor.0], flat, t.dtype.size());
+        Addr { base, offset: 0 }
+    };
+    if k.index.last() == Some(&k.position) {
+        let addr = address(b, first);
+        return load_vec(b, Space::Global, t.dtype, addr, vector);
+    }
+    (0..vector)
+        .map(|i| {
+            let position = match i {
+                0 => first,
+                _ => b.u32_op(ArithOp::Add, first, Operand::Int(i64::from(i))),
+            };
+            let addr = address(b, position);
+            b.load(Space::Global, t.dtype, addr)
+        })
+        .collect()
+}
+
 /// A thread's slots along one extent: the first position of each slot
 /// (clamped into the row), and whether the slot is in the row, for the last
 /// slot when some lanes run past the end.
@@ -321,33 +361,11 @@ impl<'p> Cache<'p> {
             .kept
             .iter()
             .map(|k| {
-                let t = kernel.input(k.pattern.tensor);
-                let strides = kernel.strides_of(t);
-                let contiguous = k.index.last() == Some(&k.position);
-                let mut at = env.clone();
-                let mut address = |b: &mut Builder, position: Reg| {
-                    at.index.insert(k.position, position);
-                    let flat = expr::flat_index(b, &at, &k.index, &strides);
-                    let base = b.global_addr(env.inputs[k.pattern.tensor.0], flat, t.dtype.size());
-                    Addr { base, offset: 0 }
-                };
-                let mut regs = Vec::new();
-                for &first in &slot_map[&k.extent].first {
-                    if contiguous {
-                        let addr = address(b, first);
-                        regs.extend(load_vec(b, Space::Global, t.dtype, addr, vector));
-                    } else {
-                        for i in 0..vector {
-                            let position = match i {
-                                0 => first,
-                                _ => b.u32_op(ArithOp::Add, first, Operand::Int(i64::from(i))),
-                            };
-                            let addr = address(b, position);
-                            regs.push(b.load(Space::Global, t.dtype, addr));
-                        }
-                    }
-                }
-                regs
+                slot_map[&k.extent]
+                    .first
+                    .iter()
+                    .flat_map(|&first| load_chunk(b, kernel, k, env, first, vector))
+                    .collect()
             })
             .collect();
         Cache {
