@@ -1,6 +1,9 @@
-//! One pass over global memory (`cache = 1`): each thread loads the row
-//! elements it owns once, into registers, and every pass over the row (each
-//! reduction, then the row's outputs) reads them there.
+//! One pass over global memory: what a row keeps of the tensors several
+//! passes read. With `cache = 1` each thread loads the row elements it owns
+//! once, into registers, and every pass over the row (each reduction, then
+//! the row's outputs) reads them there; with `cache = 2` ([`shared`]) the
+//! block copies the kept rows into shared memory once and every pass reads
+//! them there.
 //!
 //! **What is kept.** A pass reads a row along its *position*: the variable
 //! a reduction runs over, or the row's inner variable when the row's
@@ -13,10 +16,10 @@
 //! times. This is the single-pass property of online softmax or Welford's
 //! algorithm, had generically from the IR: nothing matches softmax, and any
 //! row computation with several passes gets it. A row whose tensors are
-//! each read by one pass has nothing to keep, and `cache = 1` is out of
-//! range there (the space offers it only where it applies).
+//! each read by one pass has nothing to keep, and `cache` 1 and 2 are out
+//! of range there (the space offers them only where they apply).
 //!
-//! **Who owns what.** Position `p` belongs to lane `(p / vector) mod T`, in
+//! **Who owns what** (`cache = 1`). Position `p` belongs to lane `(p / vector) mod T`, in
 //! slot `p / (vector · T)`: the split the multi-pass loops use, unrolled
 //! over the `⌈E / (vector · T)⌉` slots of a pattern of extent `E`. The
 //! elements a thread holds therefore follow from the row length,
@@ -27,10 +30,13 @@
 //! (valid) position, and their values drop out: a reduction folds its
 //! identity instead, and no output is stored.
 //!
-//! **Cost.** Registers: the kept values, one f32 register each, plus
-//! [`WORKING_REGISTERS`] for the rest of the row's work, must fit
-//! [`REGISTER_BUDGET`] and each thread's share of the register file at the
-//! block's size, or the point breaks [`Constraint::Registers`].
+//! **Cost.** With `cache = 1`, registers: the kept values, one f32
+//! register each, plus [`WORKING_REGISTERS`] for the rest of the row's
+//! work, must fit [`REGISTER_BUDGET`] and each thread's share of the
+//! register file at the block's size, or the point breaks
+//! [`Constraint::Registers`]. With `cache = 2`, shared memory: the block's
+//! rows must fit the target's, or the point breaks
+//! [`Constraint::SharedMemory`].
 
 mod shared;
 

@@ -11,10 +11,16 @@
 //! same way and the root is evaluated for each.
 //!
 //! With `cache = 0` every reduction, and the outputs, read the row from
-//! global memory again (softmax reads it three times, the later times
-//! mostly from L2). With `cache = 1` ([`cache`]) each thread first loads
-//! the elements it owns of every tensor that more than one pass reads, into
-//! registers, and the passes read them there: one read of the row.
+//! global memory again (softmax reads it three times, the later times from
+//! L2 while the rows in flight fit it). With `cache = 1` ([`cache`]) each
+//! thread first loads the elements it owns of every tensor that more than
+//! one pass reads, into registers, and the passes read them there: one
+//! read of the row. With `cache = 2` ([`cache`]'s `shared`) the block first
+//! copies those tensors' rows into shared memory, after the combine tree's
+//! slots, and waits at one barrier; the passes loop over the row as with
+//! `cache = 0` but read those loads from shared memory: one read of the
+//! row, however long, as long as the block's rows fit the target's shared
+//! memory.
 //!
 //! Every thread executes every shuffle and barrier: a row past the last one
 //! computes on a clamped (valid) row index and only skips the final stores.
