@@ -350,8 +350,10 @@ fn elementwise_points(vectors: &[u32]) -> Vec<Schedule> {
 
 /// Rows points: single-thread rows, sub-warp groups, one warp, several
 /// warps and a full 1024-thread block, with every vector width; each in
-/// several passes and in one (rows too long to keep are rejected by the
-/// registers constraint), and rows spanning warps with either tree.
+/// several passes, in one from registers (rows too long to keep are
+/// rejected by the registers constraint) and in one from shared memory
+/// (rows too long for the target's are rejected by the shared-memory
+/// constraint), and rows spanning warps with either tree.
 fn rows_points() -> Vec<Schedule> {
     [
         (1, 32, 1),
@@ -366,7 +368,7 @@ fn rows_points() -> Vec<Schedule> {
     .into_iter()
     .flat_map(|(threads_per_row, rows_per_block, vector)| {
         let trees = if threads_per_row > 32 { 2 } else { 1 };
-        (0..2).flat_map(move |cache| {
+        (0..3).flat_map(move |cache| {
             (0..trees).map(move |tree| Schedule::Rows {
                 threads_per_row,
                 rows_per_block,

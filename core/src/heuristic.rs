@@ -19,7 +19,10 @@
 //!   gets one thread per row, so that neighbouring threads read neighbouring
 //!   addresses. The row is read once, kept in registers (`cache = 1`), when
 //!   more than one pass reads it and each thread keeps at most
-//!   [`COMFORTABLE_CACHE`] values; shuffles combine across warps (`tree =
+//!   [`COMFORTABLE_CACHE`] values; a row too long for that is kept in
+//!   shared memory (`cache = 2`) when it fits the target's and the model
+//!   ([`crate::model`]) estimates that faster than reading it once per
+//!   pass (`cache = 0`); shuffles combine across warps (`tree =
 //!   0`: one barrier per reduction, where a shared-memory tree needs one
 //!   per level).
 //! - **Matmul**: the matmul lowering's own heuristic
@@ -32,6 +35,7 @@ use crate::ir::{Expr, Kernel};
 use crate::lower::classify::{OpClass, RowPlan, classify};
 use crate::lower::rows::CachePlan;
 use crate::lower::validate;
+use crate::model::estimate;
 use crate::schedule::Schedule;
 use crate::target::SmVersion;
 
@@ -118,23 +122,34 @@ fn rows(kernel: &Kernel, plan: &RowPlan, target: SmVersion) -> Schedule {
     {
         rows_per_block /= 2;
     }
-    let kept = CachePlan::of(kernel, plan);
-    let one_pass = Schedule::Rows {
+    let point = |cache| Schedule::Rows {
         threads_per_row,
         rows_per_block,
         vector,
-        cache: 1,
+        cache,
         tree: 0,
     };
-    let cache = !kept.is_empty()
-        && kept.values_per_thread(threads_per_row, vector) <= COMFORTABLE_CACHE
-        && validate(kernel, &one_pass, target).is_ok();
-    Schedule::Rows {
-        threads_per_row,
-        rows_per_block,
-        vector,
-        cache: u32::from(cache),
-        tree: 0,
+    let kept = CachePlan::of(kernel, plan);
+    let cache = if kept.is_empty() {
+        0
+    } else if kept.values_per_thread(threads_per_row, vector) <= COMFORTABLE_CACHE
+        && validate(kernel, &point(1), target).is_ok()
+    {
+        1
+    } else if faster(kernel, &point(2), &point(0), target) {
+        2
+    } else {
+        0
+    };
+    point(cache)
+}
+
+/// Whether the model estimates `a` faster than `b` (and `a` is valid).
+fn faster(kernel: &Kernel, a: &Schedule, b: &Schedule, target: SmVersion) -> bool {
+    match (estimate(kernel, a, target), estimate(kernel, b, target)) {
+        (Ok(a), Ok(b)) => a.seconds < b.seconds,
+        (Ok(_), Err(_)) => true,
+        (Err(_), _) => false,
     }
 }
 
@@ -234,9 +249,16 @@ mod tests {
         };
         // 1000 elements over 32 threads, 4 at a time: 32 kept per thread.
         assert_eq!(heuristic(&softmax(8192, 1000), sm90), rows(32, 4, 4, 1));
-        // 99 and 50 values per thread: too many to keep.
-        assert_eq!(heuristic(&softmax(8192, 50257), sm90), rows(512, 1, 1, 0));
-        assert_eq!(heuristic(&softmax(8, 50257), sm90), rows(1024, 1, 1, 0));
+        // 99 and 50 values per thread: too many for registers, but a row
+        // of 201 KB fits sm_90's shared memory, and is read from DRAM once.
+        assert_eq!(heuristic(&softmax(8192, 50257), sm90), rows(512, 1, 1, 2));
+        assert_eq!(heuristic(&softmax(4096, 50257), sm90), rows(512, 1, 1, 2));
+        assert_eq!(heuristic(&softmax(8, 50257), sm90), rows(1024, 1, 1, 2));
+        // sm_86 blocks have 99 KiB: one read per pass.
+        assert_eq!(
+            heuristic(&softmax(4096, 50257), SmVersion::Sm86),
+            rows(512, 1, 1, 0)
+        );
         // 8192 one-thread rows: 64 blocks of 128 would leave SMs idle.
         assert_eq!(heuristic(&softmax(8192, 7), sm90), rows(1, 32, 1, 1));
         assert_eq!(heuristic(&softmax(8192, 64), sm90), rows(8, 16, 4, 1));

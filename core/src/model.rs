@@ -11,12 +11,17 @@
 //!   resident threads keep in flight (loads each thread issues before it
 //!   needs the first, times resident threads) over the memory latency,
 //!   capped by the DRAM peak and by the width of each access (narrow loads
-//!   reach less of the peak). Rows add their extra passes over each row
-//!   (from L2), unless they keep the row in registers (`cache = 1`: one
-//!   read, all of a thread's loads in flight at once, but the kept values
-//!   cost registers and so occupancy), and their reduction trees once per
-//!   wave (shuffles and one barrier across warps, or a barrier per level of
-//!   a shared-memory tree).
+//!   reach less of the peak). Rows add their extra passes over each row,
+//!   from L2 while the rows in flight across the GPU (every resident
+//!   block's) fit it and from DRAM otherwise, unless they keep the row:
+//!   in registers (`cache = 1`: one read, all of a thread's loads in
+//!   flight at once, but the kept values cost registers and so occupancy)
+//!   or in shared memory (`cache = 2`: one read, the fill's loads in
+//!   flight, but the block's rows cost shared memory, so occupancy, and
+//!   the fill and the passes' reads cost shared-memory bandwidth once per
+//!   wave); and their reduction trees once per wave (shuffles and one
+//!   barrier across warps, or a barrier per level of a shared-memory
+//!   tree).
 //! - **Contractions** are bound by the slowest of: FFMA issue, instruction
 //!   issue and shared-memory bandwidth, per `block_k` step of all the
 //!   blocks an SM holds; the global-memory latency of a step, which the
@@ -143,7 +148,7 @@ pub fn estimate(
             let tiles = MmaTiles::from_schedule(schedule).expect("an mma point");
             return Ok(tensor_core(kernel, &plan, tiles, target, intensity));
         }
-        (Schedule::Rows { .. }, OpClass::Rows(plan)) => rows(kernel, plan, schedule),
+        (Schedule::Rows { .. }, OpClass::Rows(plan)) => rows(kernel, plan, schedule, target),
         _ => flat(kernel, schedule),
     };
     let occ = occupancy(usage, target);
@@ -257,7 +262,12 @@ fn flat(kernel: &Kernel, schedule: &Schedule) -> (BlockUsage, u64, Stream) {
     )
 }
 
-fn rows(kernel: &Kernel, plan: &RowPlan, schedule: &Schedule) -> (BlockUsage, u64, Stream) {
+fn rows(
+    kernel: &Kernel,
+    plan: &RowPlan,
+    schedule: &Schedule,
+    target: SmVersion,
+) -> (BlockUsage, u64, Stream) {
     let Schedule::Rows {
         threads_per_row,
         rows_per_block,
@@ -282,33 +292,72 @@ fn rows(kernel: &Kernel, plan: &RowPlan, schedule: &Schedule) -> (BlockUsage, u6
     } else {
         5.0 * SHUFFLE_CYCLES + 2.0 * BARRIER_CYCLES
     };
-    let cached = match cache {
-        0 => 0,
-        _ => CachePlan::of(kernel, plan).values_per_thread(threads_per_row, vector),
+    let kept = (cache > 0).then(|| CachePlan::of(kernel, plan));
+    let (cached, fill, kept_shared) = match (cache, &kept) {
+        (1, Some(kept)) => (kept.values_per_thread(threads_per_row, vector), 0, 0),
+        (2, Some(kept)) => (
+            0,
+            kept.fill_values(threads_per_row, vector),
+            u64::from(rows_per_block) * kept.shared_bytes_per_row(),
+        ),
+        _ => (0, 0, 0),
     };
     // Kept values are loaded all at once: a thread's whole share of the row
-    // is in flight; otherwise one access per loop iteration.
-    let in_flight = match cached {
-        0 => busy * f64::from(vector),
+    // is in flight; the fill of a row in shared memory has its iteration's
+    // loads in flight; otherwise one access per loop iteration.
+    let in_flight = match (cached, fill) {
+        (0, 0) => busy * f64::from(vector),
+        (0, fill) => f64::from(fill),
         _ => (f64::from(length) / f64::from(threads_per_row * vector)).ceil() * f64::from(vector),
     };
     let threads = threads_per_row * rows_per_block;
+    let usage = BlockUsage {
+        threads,
+        registers: 32 + 4 * vector + cached + fill,
+        shared_bytes: (shared_bytes(threads_per_row, rows_per_block, 32, tree) + kept_shared)
+            as u32,
+    };
+    // Without a cache the passes after the first read the row again: from
+    // L2 while the rows in flight across the GPU (a row of the widest
+    // input each) fit it, else from DRAM.
+    let re_reads = (passes - 1.0).max(0.0) * row_bytes;
+    let limits = target.limits();
+    let rows_in_flight = (u64::from(limits.sm_count)
+        * u64::from(occupancy(usage, target).blocks_per_sm)
+        * u64::from(rows_per_block))
+    .min(u64::from(rows));
+    let widest = kernel
+        .inputs
+        .iter()
+        .map(|t| t.dtype.size())
+        .max()
+        .unwrap_or(4);
+    let from_l2 = rows_in_flight as f64 * f64::from(length) * f64::from(widest)
+        <= f64::from(target.hardware().l2_bytes);
+    let (dram_re_reads, l2_bytes) = match cache {
+        0 if from_l2 => (0.0, re_reads),
+        0 => (re_reads, 0.0),
+        _ => (0.0, 0.0),
+    };
+    // A row in shared memory is written once and read by every pass that
+    // keeps it, at the SM's shared-memory bandwidth, after the fill.
+    let shared_cycles = match (cache, &kept) {
+        (2, Some(kept)) => {
+            let resident = f64::from(occupancy(usage, target).blocks_per_sm.max(1));
+            resident * f64::from(rows_per_block) * kept.shared_traffic_per_row() as f64
+                / SHARED_BYTES_PER_CLOCK
+        }
+        _ => 0.0,
+    };
     (
-        BlockUsage {
-            threads,
-            registers: 32 + 4 * vector + cached,
-            shared_bytes: shared_bytes(threads_per_row, rows_per_block, 32, tree) as u32,
-        },
+        usage,
         u64::from(rows.div_ceil(rows_per_block)),
         Stream {
-            dram_bytes: kernel.compulsory_bytes() as f64,
-            l2_bytes: match cached {
-                0 => (passes - 1.0).max(0.0) * row_bytes,
-                _ => 0.0,
-            },
+            dram_bytes: kernel.compulsory_bytes() as f64 + dram_re_reads,
+            l2_bytes,
             in_flight_per_thread: in_flight * elem,
             access_efficiency: access_efficiency(f64::from(vector) * elem),
-            serial_cycles: passes * tree_cycles,
+            serial_cycles: passes * tree_cycles + shared_cycles,
             cached_per_thread: cached,
         },
     )
@@ -752,6 +801,56 @@ mod tests {
         assert!(seconds(&k, rows(128, 1, 4)) < seconds(&k, with(rows(128, 1, 4), 0, 1)));
         let tree = estimate(&k, &with(rows(128, 1, 4), 0, 1), SmVersion::Sm90).expect("valid");
         assert_eq!(tree.shared_bytes, 2 * 128 * 4);
+    }
+
+    #[test]
+    fn long_rows_are_read_once_from_shared_memory() {
+        let with_cache = |s: Schedule, cache: u32| match s {
+            Schedule::Rows {
+                threads_per_row,
+                rows_per_block,
+                vector,
+                tree,
+                ..
+            } => Schedule::Rows {
+                threads_per_row,
+                rows_per_block,
+                vector,
+                cache,
+                tree,
+            },
+            other => other,
+        };
+        // Rows of 50257 f32 values: 201 KB each, too many values for
+        // registers; kept in shared memory, one block fills an SM.
+        let k = softmax(4096, 50257);
+        let default = crate::heuristic::heuristic(&k, SmVersion::Sm90);
+        assert!(
+            matches!(default, Schedule::Rows { cache: 2, .. }),
+            "{default:?}"
+        );
+        let shared = estimate(&k, &default, SmVersion::Sm90).expect("valid");
+        let passes = estimate(&k, &with_cache(default, 0), SmVersion::Sm90).expect("valid");
+        assert!(shared.seconds < passes.seconds);
+        assert_eq!(shared.shared_bytes, 2 * 16 * 4 + 201_040);
+        assert_eq!(shared.occupancy.blocks_per_sm, 1);
+        assert!(passes.occupancy.blocks_per_sm > 1);
+        assert_eq!(shared.cached_per_thread, 0);
+
+        // Without a cache, softmax reads its rows again: from L2 while the
+        // rows in flight fit it (8192 × 4096), from DRAM when they do not
+        // (4096 × 50256: 201 KB for each resident block of 132 SMs).
+        let bandwidth = SmVersion::Sm90.hardware().dram_bandwidth;
+        for (k, threads, from_dram) in [
+            (softmax(8192, 4096), 128, false),
+            (softmax(4096, 50256), 512, true),
+        ] {
+            let e = estimate(&k, &rows(threads, 1, 4), SmVersion::Sm90).expect("valid");
+            assert_eq!(e.bound, Bound::Memory);
+            let re_read = k.compulsory_bytes() as f64 / 2.0;
+            let dram = (k.compulsory_bytes() as f64 + re_read) / bandwidth;
+            assert_eq!(e.seconds > dram, from_dram, "{}: {}", k.name, e.seconds);
+        }
     }
 
     #[test]

@@ -10,9 +10,9 @@
 //! [`SAMPLE_STAGED`]; each family's points split along `K`, `split_k`
 //! above 1, up to [`SAMPLE_SPLIT`], their blocks run in a shuffled order
 //! on the virtual GPU; likewise the rows points that keep the row in
-//! registers, that combine warps with a shared-memory tree, and that do
-//! both, [`SAMPLE_ROWS_KNOB`] points each), plus the heuristic's choice on
-//! every target and a generic point.
+//! registers or in shared memory, that combine warps with a shared-memory
+//! tree, and that do both, [`SAMPLE_ROWS_KNOB`] points each), plus the
+//! heuristic's choice on every target and a generic point.
 //!
 //! [`run`] hands every run (one kernel, shape, schedule and target) to a
 //! check, in parallel: the test `vgpu/tests/suite.rs` checks each on the
@@ -57,8 +57,8 @@ const SAMPLE_SPLIT: usize = 12;
 /// SIMT points sampled for the tensor-core entries (named `mma_…`), whose
 /// SIMT family the contraction entries already cover.
 const SAMPLE_SIMT_OF_MMA: usize = 4;
-/// Rows points sampled besides for each of `cache = 1`, `tree = 1` and
-/// both, when the space has them.
+/// Rows points sampled besides for each of `cache = 1`, `cache = 2`,
+/// `tree = 1` and each cache with it, when the space has them.
 const SAMPLE_ROWS_KNOB: usize = 6;
 
 const DTYPES: [&str; 3] = ["f32", "f16", "bf16"];
@@ -686,12 +686,12 @@ pub fn points(kernel: &Kernel, seed: u64) -> Vec<(Schedule, SmVersion)> {
     let (simt_staged, rest): (Vec<Schedule>, Vec<Schedule>) = rest.into_iter().partition(staged);
     let (tensor_walks, simt_walks): (Vec<Schedule>, Vec<Schedule>) =
         walks.into_iter().partition(|s| s.kind() == Class::Mma);
-    let mut rows_knobs: [Vec<Schedule>; 3] = Default::default();
+    let mut rows_knobs: [Vec<Schedule>; 5] = Default::default();
     let mut simt = Vec::new();
     for s in rest {
         match s {
             Schedule::Rows { cache, tree, .. } if cache + tree > 0 => {
-                rows_knobs[(cache + 2 * tree - 1) as usize].push(s);
+                rows_knobs[(cache + 3 * tree - 1) as usize].push(s);
             }
             _ => simt.push(s),
         }
@@ -792,6 +792,8 @@ pub struct Report<E> {
     pub split: [usize; 2],
     /// Rows runs that keep the row in registers.
     pub one_pass: usize,
+    /// Rows runs that keep the row in shared memory.
+    pub shared_row: usize,
     /// Rows runs that combine a row's warps with a shared-memory tree.
     pub shared_tree: usize,
     /// What the check returned for the runs that failed.
@@ -808,7 +810,7 @@ pub fn run<E: Send>(
 ) -> Report<E> {
     let jobs = shaped(catalogue);
     let next = AtomicUsize::new(0);
-    let counts: [AtomicUsize; 9] = Default::default();
+    let counts: [AtomicUsize; 10] = Default::default();
     let failures = Mutex::new(Vec::new());
     std::thread::scope(|scope| {
         for _ in 0..workers.max(1) {
@@ -846,6 +848,7 @@ pub fn run<E: Send>(
         simt_split,
         tensor_split,
         one_pass,
+        shared_row,
         shared_tree,
     ] = counts.map(AtomicUsize::into_inner);
     Report {
@@ -857,6 +860,7 @@ pub fn run<E: Send>(
         staged,
         split: [simt_split, tensor_split],
         one_pass,
+        shared_row,
         shared_tree,
         failures: failures.into_inner().unwrap_or_else(|e| e.into_inner()),
     }
@@ -864,14 +868,14 @@ pub fn run<E: Send>(
 
 /// Which of [`Report`]'s counts a run of `schedule` adds to, in the order
 /// `run` keeps them: every run, tensor cores, SIMT grouped, tensor-core
-/// grouped, pipelined SIMT, SIMT split, tensor-core split, one pass,
-/// shared-memory tree.
-fn families(schedule: &Schedule) -> [bool; 9] {
+/// grouped, pipelined SIMT, SIMT split, tensor-core split, one pass, row
+/// in shared memory, shared-memory tree.
+fn families(schedule: &Schedule) -> [bool; 10] {
     let tensor = schedule.kind() == Class::Mma;
     let grouped = grouped(schedule);
     let (cache, tree) = match *schedule {
-        Schedule::Rows { cache, tree, .. } => (cache == 1, tree == 1),
-        _ => (false, false),
+        Schedule::Rows { cache, tree, .. } => (cache, tree == 1),
+        _ => (0, false),
     };
     [
         true,
@@ -881,7 +885,8 @@ fn families(schedule: &Schedule) -> [bool; 9] {
         staged(schedule),
         split(schedule) && !tensor,
         split(schedule) && tensor,
-        cache,
+        cache == 1,
+        cache == 2,
         tree,
     ]
 }
@@ -915,6 +920,11 @@ impl<E> fmt::Display for Report<E> {
             f,
             "of which rows in one pass: {} schedule points",
             self.one_pass
+        )?;
+        writeln!(
+            f,
+            "of which rows kept in shared memory: {} schedule points",
+            self.shared_row
         )?;
         writeln!(
             f,

@@ -1,6 +1,7 @@
 //! The elementwise and rows lowerings on the virtual GPU: every point of a
 //! small grid of knobs (each either rejected as invalid, with a reason, or
-//! run; rows in one pass or several, with either cross-warp tree), odd
+//! run; rows in one pass, from registers or shared memory, or several,
+//! with either cross-warp tree), odd
 //! shapes (rows of 1, 7, 1025 elements; row counts no block size divides),
 //! f32/f16/bf16, random inputs and poisoned outputs, against a direct f32
 //! interpretation of the IR ([`ktune_core::interp::evaluate`]).
@@ -67,7 +68,7 @@ fn rows_grid() -> Vec<Schedule> {
         // A shared-memory tree only where a row spans several warps.
         let trees: &[u32] = if threads_per_row > 32 { &[0, 1] } else { &[0] };
         for vector in [1, 2, 4] {
-            for cache in [0, 1] {
+            for cache in [0, 1, 2] {
                 for &tree in trees {
                     out.push(Schedule::Rows {
                         threads_per_row,

@@ -53,6 +53,11 @@ fn every_kernel_class_and_dtype_over_many_points_and_shapes() {
         report.one_pass
     );
     assert!(
+        report.shared_row >= 300,
+        "only {} rows points kept the row in shared memory",
+        report.shared_row
+    );
+    assert!(
         report.shared_tree >= 300,
         "only {} shared-tree rows points ran",
         report.shared_tree

@@ -12,12 +12,14 @@
 //! - **Row reductions**: `threads_per_row` powers of two up to the row's
 //!   length rounded up (at least 64, so rows spanning several warps are
 //!   always in the space), `rows_per_block` powers of two up to the row
-//!   count rounded up; both capped by the block limit. `cache` 0 and 1
+//!   count rounded up; both capped by the block limit. `cache` 0, 1 and 2
 //!   when some tensor is read by more than one pass over the row (the only
-//!   case where keeping it in registers saves a read), 0 otherwise; the
-//!   elements a thread keeps follow from the other knobs, and points that
-//!   keep more than the registers hold are a
-//!   [`Constraint::Registers`](crate::lower::Constraint) rejection. `tree`
+//!   case where keeping it, in registers or in shared memory, saves a
+//!   read), 0 otherwise; what a point keeps follows from the other knobs:
+//!   points that keep more than the registers hold are a
+//!   [`Constraint::Registers`](crate::lower::Constraint) rejection, points
+//!   whose block's rows need more shared memory than the target allows a
+//!   [`Constraint::SharedMemory`](crate::lower::Constraint) one. `tree`
 //!   0 and 1 (shuffles then shared memory, or a shared-memory tree, across
 //!   warps); a row within one warp has no cross-warp combine, so its
 //!   `tree = 1` points are [`Constraint::Range`](crate::lower::Constraint)
@@ -108,7 +110,7 @@ pub(super) fn space(kernel: &Kernel, target: SmVersion) -> Space {
                             if CachePlan::of(kernel, &plan).is_empty() {
                                 vec![0]
                             } else {
-                                vec![0, 1]
+                                vec![0, 1, 2]
                             },
                         ),
                         knob("tree", vec![0, 1]),
@@ -256,8 +258,9 @@ mod tests {
         assert_eq!(values(&wide, "rows_per_block"), [1, 2, 4, 8]);
         let narrow = Space::of(&softmax(4096, 7), SmVersion::Sm80);
         assert_eq!(values(&narrow, "threads_per_row").last(), Some(&64));
-        // Softmax reads its rows three times: keeping them is an option.
-        assert_eq!(values(&wide, "cache"), [0, 1]);
+        // Softmax reads its rows three times: keeping them, in registers
+        // or in shared memory, is an option.
+        assert_eq!(values(&wide, "cache"), [0, 1, 2]);
         assert_eq!(values(&wide, "tree"), [0, 1]);
     }
 

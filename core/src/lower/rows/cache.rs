@@ -1,6 +1,9 @@
-//! One pass over global memory (`cache = 1`): each thread loads the row
-//! elements it owns once, into registers, and every pass over the row (each
-//! reduction, then the row's outputs) reads them there.
+//! One pass over global memory: what a row keeps of the tensors several
+//! passes read. With `cache = 1` each thread loads the row elements it owns
+//! once, into registers, and every pass over the row (each reduction, then
+//! the row's outputs) reads them there; with `cache = 2` ([`shared`]) the
+//! block copies the kept rows into shared memory once and every pass reads
+//! them there.
 //!
 //! **What is kept.** A pass reads a row along its *position*: the variable
 //! a reduction runs over, or the row's inner variable when the row's
@@ -13,10 +16,10 @@
 //! times. This is the single-pass property of online softmax or Welford's
 //! algorithm, had generically from the IR: nothing matches softmax, and any
 //! row computation with several passes gets it. A row whose tensors are
-//! each read by one pass has nothing to keep, and `cache = 1` is out of
-//! range there (the space offers it only where it applies).
+//! each read by one pass has nothing to keep, and `cache` 1 and 2 are out
+//! of range there (the space offers them only where they apply).
 //!
-//! **Who owns what.** Position `p` belongs to lane `(p / vector) mod T`, in
+//! **Who owns what** (`cache = 1`). Position `p` belongs to lane `(p / vector) mod T`, in
 //! slot `p / (vector · T)`: the split the multi-pass loops use, unrolled
 //! over the `⌈E / (vector · T)⌉` slots of a pattern of extent `E`. The
 //! elements a thread holds therefore follow from the row length,
@@ -27,12 +30,19 @@
 //! (valid) position, and their values drop out: a reduction folds its
 //! identity instead, and no output is stored.
 //!
-//! **Cost.** Registers: the kept values, one f32 register each, plus
-//! [`WORKING_REGISTERS`] for the rest of the row's work, must fit
-//! [`REGISTER_BUDGET`] and each thread's share of the register file at the
-//! block's size, or the point breaks [`Constraint::Registers`].
+//! **Cost.** With `cache = 1`, registers: the kept values, one f32
+//! register each, plus [`WORKING_REGISTERS`] for the rest of the row's
+//! work, must fit [`REGISTER_BUDGET`] and each thread's share of the
+//! register file at the block's size, or the point breaks
+//! [`Constraint::Registers`]. With `cache = 2`, shared memory: the block's
+//! rows must fit the target's, or the point breaks
+//! [`Constraint::SharedMemory`].
+
+mod shared;
 
 use std::collections::{HashMap, HashSet};
+
+pub(super) use shared::SharedRow;
 
 use super::Shape;
 use crate::ir::{Expr, ExprId, Kernel, LetId, TensorId, VarId};
@@ -252,6 +262,42 @@ fn pattern(kernel: &Kernel, plan: &RowPlan, load: ExprId, position: VarId) -> Op
     })
 }
 
+/// Loads the `vector` values of kept pattern `k` from position `first` on,
+/// in the row `env` binds, widened to f32: one access when the position is
+/// the tensor's innermost index, one per value otherwise.
+fn load_chunk(
+    b: &mut Builder,
+    kernel: &Kernel,
+    k: &Kept,
+    env: &Env,
+    first: Reg,
+    vector: u32,
+) -> Vec<Reg> {
+    let t = kernel.input(k.pattern.tensor);
+    let strides = kernel.strides_of(t);
+    let mut at = env.clone();
+    let mut address = |b: &mut Builder, position: Reg| {
+        at.index.insert(k.position, position);
+        let flat = expr::flat_index(b, &at, &k.index, &strides);
+        let base = b.global_addr(env.inputs[k.pattern.tensor.0], flat, t.dtype.size());
+        Addr { base, offset: 0 }
+    };
+    if k.index.last() == Some(&k.position) {
+        let addr = address(b, first);
+        return load_vec(b, Space::Global, t.dtype, addr, vector);
+    }
+    (0..vector)
+        .map(|i| {
+            let position = match i {
+                0 => first,
+                _ => b.u32_op(ArithOp::Add, first, Operand::Int(i64::from(i))),
+            };
+            let addr = address(b, position);
+            b.load(Space::Global, t.dtype, addr)
+        })
+        .collect()
+}
+
 /// A thread's slots along one extent: the first position of each slot
 /// (clamped into the row), and whether the slot is in the row, for the last
 /// slot when some lanes run past the end.
@@ -321,33 +367,11 @@ impl<'p> Cache<'p> {
             .kept
             .iter()
             .map(|k| {
-                let t = kernel.input(k.pattern.tensor);
-                let strides = kernel.strides_of(t);
-                let contiguous = k.index.last() == Some(&k.position);
-                let mut at = env.clone();
-                let mut address = |b: &mut Builder, position: Reg| {
-                    at.index.insert(k.position, position);
-                    let flat = expr::flat_index(b, &at, &k.index, &strides);
-                    let base = b.global_addr(env.inputs[k.pattern.tensor.0], flat, t.dtype.size());
-                    Addr { base, offset: 0 }
-                };
-                let mut regs = Vec::new();
-                for &first in &slot_map[&k.extent].first {
-                    if contiguous {
-                        let addr = address(b, first);
-                        regs.extend(load_vec(b, Space::Global, t.dtype, addr, vector));
-                    } else {
-                        for i in 0..vector {
-                            let position = match i {
-                                0 => first,
-                                _ => b.u32_op(ArithOp::Add, first, Operand::Int(i64::from(i))),
-                            };
-                            let addr = address(b, position);
-                            regs.push(b.load(Space::Global, t.dtype, addr));
-                        }
-                    }
-                }
-                regs
+                slot_map[&k.extent]
+                    .first
+                    .iter()
+                    .flat_map(|&first| load_chunk(b, kernel, k, env, first, vector))
+                    .collect()
             })
             .collect();
         Cache {

@@ -11,10 +11,16 @@
 //! same way and the root is evaluated for each.
 //!
 //! With `cache = 0` every reduction, and the outputs, read the row from
-//! global memory again (softmax reads it three times, the later times
-//! mostly from L2). With `cache = 1` ([`cache`]) each thread first loads
-//! the elements it owns of every tensor that more than one pass reads, into
-//! registers, and the passes read them there: one read of the row.
+//! global memory again (softmax reads it three times, the later times from
+//! L2 while the rows in flight fit it). With `cache = 1` ([`cache`]) each
+//! thread first loads the elements it owns of every tensor that more than
+//! one pass reads, into registers, and the passes read them there: one
+//! read of the row. With `cache = 2` ([`cache`]'s `shared`) the block first
+//! copies those tensors' rows into shared memory, after the combine tree's
+//! slots, and waits at one barrier; the passes loop over the row as with
+//! `cache = 0` but read those loads from shared memory: one read of the
+//! row, however long, as long as the block's rows fit the target's shared
+//! memory.
 //!
 //! Every thread executes every shuffle and barrier: a row past the last one
 //! computes on a clamped (valid) row index and only skips the final stores.
@@ -26,14 +32,14 @@ pub use cache::CachePlan;
 pub use combine::shared_bytes;
 
 use super::classify::{RowPlan, RowStep};
-use super::elementwise::{bind_vars, check_vector, emit_consecutive, store_vec};
+use super::elementwise::{bind_vars, check_vector, emit_consecutive_with, store_vec};
 use super::expr::{self, Env};
 use super::{Constraint, Launch, Lowered, Violation, check_block, entry_name};
 use crate::ir::{Expr, ExprId, Kernel, VarId};
 use crate::ptx::Builder;
 use crate::ptx::inst::{Addr, ArithOp, Cmp, Op, Operand, Reg, RegClass, Special, Ty};
 use crate::target::SmVersion;
-use cache::Cache;
+use cache::{Cache, SharedRow};
 use combine::{Combiner, Tree};
 
 /// The knobs of a rows schedule, checked.
@@ -43,8 +49,18 @@ pub(super) struct Shape {
     vector: u32,
     warp: u32,
     tree: Tree,
-    /// What the row keeps in registers, with `cache = 1`.
-    cache: Option<CachePlan>,
+    /// What the row keeps, and where (the `cache` knob).
+    keep: Keep,
+}
+
+/// What a row keeps of the tensors more than one pass reads, and where.
+enum Keep {
+    /// `cache = 0`: nothing; every pass reads global memory.
+    Nothing,
+    /// `cache = 1`: each thread's elements, in registers.
+    Registers(CachePlan),
+    /// `cache = 2`: the whole row, in shared memory.
+    Shared(CachePlan),
 }
 
 impl Shape {
@@ -57,13 +73,25 @@ impl Shape {
         (self.threads_per_row / self.warp).max(1)
     }
 
-    fn shared_bytes(&self) -> u32 {
+    /// Bytes of the combine tree's slots, at the start of shared memory.
+    fn tree_bytes(&self) -> u64 {
         shared_bytes(
             self.threads_per_row,
             self.rows_per_block,
             self.warp,
             self.tree as u32,
-        ) as u32
+        )
+    }
+
+    /// Bytes of shared memory a block uses: the tree's slots, then with
+    /// `cache = 2` each of its rows' kept patterns.
+    fn shared_bytes(&self) -> u64 {
+        match &self.keep {
+            Keep::Shared(kept) => {
+                self.tree_bytes() + u64::from(self.rows_per_block) * kept.shared_bytes_per_row()
+            }
+            Keep::Nothing | Keep::Registers(_) => self.tree_bytes(),
+        }
     }
 }
 
@@ -119,11 +147,11 @@ pub(super) fn check(
             ),
         ));
     }
-    if cache > 1 {
+    if cache > 2 {
         return Err(Violation::new(
             Constraint::Range,
             format!(
-                "cache {cache}; expected 0 (a pass over the row per step) or 1 (one pass, in registers)"
+                "cache {cache}; expected 0 (a pass over the row per step), 1 (one pass, in registers) or 2 (one pass, the row in shared memory)"
             ),
         ));
     }
@@ -139,43 +167,53 @@ pub(super) fn check(
             )?;
         }
     }
-    let shared = shared_bytes(
-        threads_per_row,
-        rows_per_block,
-        limits.warp_size,
-        tree as u32,
-    );
-    if shared > u64::from(limits.max_shared_per_block) {
-        return Err(Violation::new(
-            Constraint::SharedMemory,
-            format!(
-                "{shared} bytes of shared memory; {target} allows {}",
-                limits.max_shared_per_block
-            ),
-        ));
-    }
-    let cache = match cache {
-        0 => None,
+    let keep = match cache {
+        0 => Keep::Nothing,
         _ => {
             let kept = CachePlan::of(kernel, plan);
             if kept.is_empty() {
                 return Err(Violation::new(
                     Constraint::Range,
-                    "cache 1 keeps nothing: no tensor is read by more than one pass over the row",
+                    format!(
+                        "cache {cache} keeps nothing: no tensor is read by more than one pass over the row"
+                    ),
                 ));
             }
-            kept.check(kernel, threads_per_row, vector, block, target)?;
-            Some(kept)
+            if cache == 1 {
+                kept.check(kernel, threads_per_row, vector, block, target)?;
+                Keep::Registers(kept)
+            } else {
+                Keep::Shared(kept)
+            }
         }
     };
-    Ok(Shape {
+    let shape = Shape {
         threads_per_row,
         rows_per_block,
         vector,
         warp: limits.warp_size,
         tree,
-        cache,
-    })
+        keep,
+    };
+    let shared = shape.shared_bytes();
+    if shared > u64::from(limits.max_shared_per_block) {
+        let rows = match &shape.keep {
+            Keep::Shared(kept) => format!(
+                " ({} for the combine tree, {} for {rows_per_block} kept rows)",
+                shape.tree_bytes(),
+                u64::from(rows_per_block) * kept.shared_bytes_per_row()
+            ),
+            Keep::Nothing | Keep::Registers(_) => String::new(),
+        };
+        return Err(Violation::new(
+            Constraint::SharedMemory,
+            format!(
+                "{shared} bytes of shared memory{rows}; {target} allows {}",
+                limits.max_shared_per_block
+            ),
+        ));
+    }
+    Ok(shape)
 }
 
 pub(super) fn lower(
@@ -194,7 +232,8 @@ pub(super) fn lower(
     let extent_of = |vars: &[VarId]| vars.iter().map(|v| kernel.extent(*v)).product::<u32>();
     let rows = extent_of(&plan.row_vars);
     let inner = extent_of(&plan.inner_vars);
-    let shared = shape.shared_bytes();
+    let shared =
+        u32::try_from(shape.shared_bytes()).expect("checked: at most the target's shared memory");
 
     let mut b = Builder::new();
     let done = b.label();
@@ -222,10 +261,25 @@ pub(super) fn lower(
         ..Env::default()
     };
     bind_vars(&mut b, kernel, &plan.row_vars, safe_row, &mut env.index);
-    let cache = shape
-        .cache
-        .as_ref()
-        .map(|kept| Cache::load(&mut b, kernel, kept, &env, lane, &shape));
+    let cache = match &shape.keep {
+        Keep::Registers(kept) => Some(Cache::load(&mut b, kernel, kept, &env, lane, &shape)),
+        Keep::Nothing | Keep::Shared(_) => None,
+    };
+    let row = match &shape.keep {
+        Keep::Shared(kept) => {
+            let offset = u32::try_from(shape.tree_bytes()).expect("checked with the rows");
+            Some(SharedRow::fill(
+                &mut b,
+                kernel,
+                kept,
+                &env,
+                (lane, row_in_block),
+                &shape,
+                offset,
+            ))
+        }
+        Keep::Nothing | Keep::Registers(_) => None,
+    };
     for step in &plan.steps {
         match *step {
             RowStep::Reduce(id) => {
@@ -238,7 +292,7 @@ pub(super) fn lower(
                         &mut b,
                         kernel,
                         &mut env,
-                        &shape,
+                        (&shape, row.as_ref()),
                         lane,
                         &mut combiner,
                         id,
@@ -281,7 +335,11 @@ pub(super) fn lower(
                     ),
                 };
                 bind_vars(b, kernel, &plan.inner_vars, first, &mut element.index);
-                let values = emit_consecutive(b, kernel, &mut element, kernel.root, last, group);
+                let known = row.as_ref().map_or_else(Vec::new, |row| {
+                    row.known(b, kernel, kernel.root, &element, group)
+                });
+                let values =
+                    emit_consecutive_with(b, kernel, &mut element, kernel.root, last, group, known);
                 let flat = expr::flat_index(b, &element, &out_vars, &out_strides);
                 let addr = b.global_addr(out, flat, kernel.output.dtype.size());
                 store_vec(
@@ -349,12 +407,13 @@ fn strided_loop(
 }
 
 /// Computes reduction `id` for the thread's row, reading the row from
-/// global memory; every thread of the row gets the same value.
+/// global memory, or its kept loads from the row in shared memory when
+/// there is one; every thread of the row gets the same value.
 fn cooperative_reduce(
     b: &mut Builder,
     kernel: &Kernel,
     env: &mut Env,
-    shape: &Shape,
+    (shape, row): (&Shape, Option<&SharedRow<'_>>),
     lane: Reg,
     combiner: &mut Combiner,
     id: ExprId,
@@ -381,7 +440,9 @@ fn cooperative_reduce(
                 ),
             };
             element.index.insert(var, first);
-            for x in emit_consecutive(b, kernel, &mut element, body, Some(var), vector) {
+            let known = row.map_or_else(Vec::new, |row| row.known(b, kernel, id, &element, vector));
+            for x in emit_consecutive_with(b, kernel, &mut element, body, Some(var), vector, known)
+            {
                 expr::fold_into(b, op, acc, x);
             }
         },
@@ -494,7 +555,12 @@ mod tests {
         };
         assert!(invalid(&k, with(point(64, 1, 1), 0, 2), sm80).contains("tree 2"));
         assert!(invalid(&k, with(point(32, 2, 1), 0, 1), sm80).contains("within one warp"));
-        assert!(invalid(&k, with(point(64, 1, 1), 2, 0), sm80).contains("cache 2"));
+        let reason = invalid(&k, with(point(64, 1, 1), 3, 0), sm80);
+        assert!(reason.contains("cache 3"), "{reason}");
+        assert!(
+            reason.contains("or 2 (one pass, the row in shared memory)"),
+            "{reason}"
+        );
         // 1024 values per thread on one thread per row; 256 on 4.
         let reason = invalid(&k, with(point(1, 32, 4), 1, 0), sm80);
         assert!(reason.contains("1024 values per thread"), "{reason}");
@@ -522,6 +588,8 @@ mod tests {
         .expect("valid kernel");
         let reason = invalid(&row_sum, with(point(32, 1, 1), 1, 0), sm80);
         assert!(reason.contains("keeps nothing"), "{reason}");
+        let reason = invalid(&row_sum, with(point(32, 1, 1), 2, 0), sm80);
+        assert!(reason.contains("cache 2 keeps nothing"), "{reason}");
     }
 
     fn global_loads(l: &Lowered) -> Vec<usize> {
@@ -597,6 +665,137 @@ mod tests {
             })
             .count();
         assert_eq!(guarded_stores, 1);
+    }
+
+    fn loads(l: &Lowered, space: Space) -> Vec<usize> {
+        l.ptx
+            .body
+            .iter()
+            .filter_map(|i| match &i.op {
+                Op::Ld { space: s, dsts, .. } if *s == space => Some(dsts.len()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The shared stores of `l`: how many values each, and whether guarded.
+    fn shared_stores(l: &Lowered) -> Vec<(usize, bool)> {
+        l.ptx
+            .body
+            .iter()
+            .filter_map(|i| match &i.op {
+                Op::St {
+                    space: Space::Shared,
+                    srcs,
+                    ..
+                } => Some((srcs.len(), i.guard.is_some())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_row_in_shared_memory_is_read_from_global_memory_once() {
+        let k = layernorm(10, 1024);
+        let l = lower(&k, &with(point(128, 3, 4), 2, 0), SmVersion::Sm80).expect("lowers");
+        // The fill: 1024 / 4 / 128 = 2 chunks per thread, both loaded
+        // before either is stored, in a loop that always has both in the
+        // row.
+        assert_eq!(global_loads(&l), [4, 4]);
+        // Each pass, the variance's too (two loads of `x`), reads the row
+        // once from shared memory; the tree reads one slot per reduction.
+        assert_eq!(loads(&l, Space::Shared), [4, 1, 4, 1, 4]);
+        // The fill's stores, unguarded, and the warp leaders' slots.
+        assert_eq!(
+            shared_stores(&l),
+            [(4, false), (4, false), (1, true), (1, true)]
+        );
+        // A barrier after the fill, one per reduction.
+        assert_eq!(count(&l, |op| matches!(op, Op::BarSync)), 1 + 2);
+        let fill_barrier = l
+            .ptx
+            .body
+            .iter()
+            .position(|i| matches!(i.op, Op::BarSync))
+            .expect("a barrier");
+        let last_global_load = l
+            .ptx
+            .body
+            .iter()
+            .rposition(|i| {
+                matches!(
+                    i.op,
+                    Op::Ld {
+                        space: Space::Global,
+                        ..
+                    }
+                )
+            })
+            .expect("a load");
+        assert!(last_global_load < fill_barrier);
+        // The tree's two slot sets of 4 warps for 3 rows, then 3 rows of
+        // 1024 values.
+        assert_eq!(l.launch.dynamic_shared_bytes, 2 * 3 * 4 * 4 + 3 * 4096);
+        assert_eq!(l.ptx.dynamic_shared_bytes, l.launch.dynamic_shared_bytes);
+        assert_eq!(count(&l, |op| matches!(op, Op::Ret)), 1);
+
+        // An odd row, one value at a time: 1025 values over 128 threads
+        // are 9 chunks per thread, the 8 past the first guarded (the last
+        // of them lies past the row for all lanes but one).
+        let k = layernorm(10, 1025);
+        let l = lower(&k, &with(point(128, 2, 1), 2, 0), SmVersion::Sm80).expect("lowers");
+        assert_eq!(global_loads(&l), [1; 9]);
+        let fill: Vec<bool> = shared_stores(&l)[..9].iter().map(|s| s.1).collect();
+        assert_eq!(
+            fill,
+            [false, true, true, true, true, true, true, true, true]
+        );
+        assert_eq!(loads(&l, Space::Shared), [1; 5]);
+        // Each row's 4100 bytes take 4112, so that the next row starts
+        // 16-byte aligned.
+        assert_eq!(l.launch.dynamic_shared_bytes, 2 * 2 * 4 * 4 + 2 * 4112);
+
+        // 1000 = 250 vectors over 128 threads: the second chunk of the
+        // fill is guarded; the passes loop over the 250 as without a
+        // cache.
+        let k = layernorm(10, 1000);
+        let l = lower(&k, &with(point(128, 1, 4), 2, 1), SmVersion::Sm90).expect("lowers");
+        assert_eq!(global_loads(&l), [4, 4]);
+        assert_eq!(&shared_stores(&l)[..2], [(4, false), (4, true)]);
+        assert_eq!(
+            loads(&l, Space::Shared).iter().filter(|n| **n == 4).count(),
+            3
+        );
+        // A shared-memory tree: a barrier after the fill, then 1 + 7 per
+        // reduction.
+        assert_eq!(count(&l, |op| matches!(op, Op::BarSync)), 1 + 2 * (1 + 7));
+        assert_eq!(l.launch.dynamic_shared_bytes, 2 * 128 * 4 + 4000);
+    }
+
+    #[test]
+    fn a_row_in_shared_memory_must_fit_the_target() {
+        // A row of 50257 f32 values: 201028 bytes, 201040 aligned.
+        let k = layernorm(4, 50257);
+        let one = with(point(512, 1, 1), 2, 0);
+        let l = lower(&k, &one, SmVersion::Sm90).expect("fits 227 KiB");
+        assert_eq!(l.launch.dynamic_shared_bytes, 2 * 16 * 4 + 201_040);
+        assert_eq!(global_loads(&l), [1; 16]);
+        for (s, target) in [
+            (one, SmVersion::Sm86),
+            (with(point(512, 2, 1), 2, 0), SmVersion::Sm90),
+        ] {
+            match lower(&k, &s, target) {
+                Err(LowerError::Invalid {
+                    constraint, reason, ..
+                }) => {
+                    assert_eq!(constraint, Constraint::SharedMemory);
+                    assert!(reason.contains("bytes of shared memory"), "{reason}");
+                    let limit = target.limits().max_shared_per_block.to_string();
+                    assert!(reason.contains(&limit), "{reason}");
+                }
+                other => panic!("{s:?} should not fit {target}: {other:?}"),
+            }
+        }
     }
 
     #[test]
