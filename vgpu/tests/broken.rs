@@ -162,6 +162,63 @@ fn a_missing_barrier_between_shared_tree_levels_is_a_race() {
     assert!(fault.instruction.contains(".shared"), "{fault}");
 }
 
+/// A row kept in shared memory (`cache = 2`) is filled by each thread in
+/// chunks of `vector`, then read by the outputs one element per thread
+/// when the output's innermost variable is not the row's (a transposed
+/// output): without the barrier after the fill, a thread reads an element
+/// another thread writes in the same barrier interval.
+#[test]
+fn a_shared_row_read_without_the_fill_barrier_is_a_race() {
+    let kernel = parse_kernel(
+        quote!(shape(R = 3, C = 64)),
+        quote! {
+            fn rms_transposed(x: Tensor<f32, (R, C)>) -> Tensor<f32, (C, R)> {
+                compute(|c, r| {
+                    let ms = mean(C, |j| x[r][j] * x[r][j]);
+                    x[r][c] * rsqrt(ms + 0.000001)
+                })
+            }
+        },
+    )
+    .expect("valid kernel");
+    // Two rows of 16 threads a block: shuffles only, so the fill's is the
+    // one barrier.
+    let schedule = Schedule::Rows {
+        threads_per_row: 16,
+        rows_per_block: 2,
+        vector: 4,
+        cache: 2,
+        tree: 0,
+    };
+    let mut broken = lowered(&kernel, &schedule);
+    Reference::new(&kernel, 1)
+        .check_lowered(&schedule, TARGET, &broken)
+        .expect("with its barrier, the kernel verifies");
+    let barriers = broken
+        .ptx
+        .body
+        .iter()
+        .filter(|i| i.op == Op::BarSync)
+        .count();
+    assert_eq!(barriers, 1, "the fill's barrier only");
+    broken.ptx.body.retain(|i| i.op != Op::BarSync);
+    let fault = fault_of(&kernel, &schedule, &broken);
+    assert_names_everything(&fault, &kernel);
+    match fault.kind {
+        FaultKind::SharedRace {
+            first_was_write,
+            second_is_write,
+            first_thread,
+            ..
+        } => {
+            assert!(first_was_write && !second_is_write, "{fault}");
+            assert_ne!(first_thread, fault.thread, "{fault}");
+        }
+        _ => panic!("expected a shared-memory race: {fault}"),
+    }
+    assert!(fault.instruction.starts_with("ld.shared"), "{fault}");
+}
+
 #[test]
 fn an_off_by_one_bound_stores_out_of_bounds() {
     let kernel = parse_kernel(
