@@ -767,21 +767,6 @@ mod tests {
 
     #[test]
     fn one_pass_rows_save_the_re_reads_and_shared_trees_cost_barriers() {
-        let with = |s: Schedule, cache: u32, tree: u32| match s {
-            Schedule::Rows {
-                threads_per_row,
-                rows_per_block,
-                vector,
-                ..
-            } => Schedule::Rows {
-                threads_per_row,
-                rows_per_block,
-                vector,
-                cache,
-                tree,
-            },
-            other => other,
-        };
         for k in [softmax(8192, 1000), softmax(64, 1000), softmax(8192, 4096)] {
             // The heuristic keeps the row, and the model agrees.
             let default = crate::heuristic::heuristic(&k, SmVersion::Sm90);
@@ -803,14 +788,13 @@ mod tests {
         assert_eq!(tree.shared_bytes, 2 * 128 * 4);
     }
 
-    #[test]
-    fn long_rows_are_read_once_from_shared_memory() {
-        let with_cache = |s: Schedule, cache: u32| match s {
+    /// A rows point with its `cache` and `tree` replaced.
+    fn with(s: Schedule, cache: u32, tree: u32) -> Schedule {
+        match s {
             Schedule::Rows {
                 threads_per_row,
                 rows_per_block,
                 vector,
-                tree,
                 ..
             } => Schedule::Rows {
                 threads_per_row,
@@ -820,7 +804,11 @@ mod tests {
                 tree,
             },
             other => other,
-        };
+        }
+    }
+
+    #[test]
+    fn long_rows_are_read_once_from_shared_memory() {
         // Rows of 50257 f32 values: 201 KB each, too many values for
         // registers; kept in shared memory, one block fills an SM.
         let k = softmax(4096, 50257);
@@ -830,7 +818,7 @@ mod tests {
             "{default:?}"
         );
         let shared = estimate(&k, &default, SmVersion::Sm90).expect("valid");
-        let passes = estimate(&k, &with_cache(default, 0), SmVersion::Sm90).expect("valid");
+        let passes = estimate(&k, &with(default, 0, 0), SmVersion::Sm90).expect("valid");
         assert!(shared.seconds < passes.seconds);
         assert_eq!(shared.shared_bytes, 2 * 16 * 4 + 201_040);
         assert_eq!(shared.occupancy.blocks_per_sm, 1);

@@ -44,14 +44,14 @@ use std::collections::{HashMap, HashSet};
 
 pub(super) use shared::SharedRow;
 
-use super::Shape;
+use super::{Shape, chunk_start, clamped_chunk};
 use crate::ir::{Expr, ExprId, Kernel, LetId, TensorId, VarId};
 use crate::lower::classify::{RowPlan, RowStep};
 use crate::lower::elementwise::{emit_consecutive_with, load_vec, store_vec};
 use crate::lower::expr::{self, Env};
 use crate::lower::{Constraint, Violation};
 use crate::ptx::Builder;
-use crate::ptx::inst::{Addr, ArithOp, Cmp, Operand, Reg, Space, Ty};
+use crate::ptx::inst::{Addr, ArithOp, Operand, Reg, Space};
 use crate::target::SmVersion;
 
 /// Registers a one-pass row needs besides its kept values: addresses,
@@ -340,23 +340,9 @@ impl<'p> Cache<'p> {
                         0 => lane,
                         _ => b.u32_op(ArithOp::Add, lane, Operand::Int(i64::from(s * threads))),
                     };
-                    let (chunk, inside) = if (s + 1) * threads <= chunks {
-                        (chunk, None)
-                    } else {
-                        let inside =
-                            b.setp(Cmp::Lt, Ty::U32, chunk, Operand::Int(i64::from(chunks)));
-                        let clamped =
-                            b.u32_op(ArithOp::Min, chunk, Operand::Int(i64::from(chunks - 1)));
-                        (clamped, Some(inside))
-                    };
-                    let first = match vector {
-                        1 => chunk,
-                        _ => b.u32_op(
-                            ArithOp::Shl,
-                            chunk,
-                            Operand::Int(i64::from(vector.trailing_zeros())),
-                        ),
-                    };
+                    let (chunk, inside) =
+                        clamped_chunk(b, chunk, chunks, (s + 1) * threads > chunks);
+                    let first = chunk_start(b, chunk, vector);
                     owned.first.push(first);
                     owned.inside.push(inside);
                 }

@@ -326,14 +326,7 @@ pub(super) fn lower(
             let out_strides = kernel.strides_of(&kernel.output);
             strided_loop(&mut b, lane, inner / group, threads_per_row, |b, g| {
                 let mut element = env.clone();
-                let first = match group {
-                    1 => g,
-                    _ => b.u32_op(
-                        ArithOp::Shl,
-                        g,
-                        Operand::Int(i64::from(group.trailing_zeros())),
-                    ),
-                };
+                let first = chunk_start(b, g, group);
                 bind_vars(b, kernel, &plan.inner_vars, first, &mut element.index);
                 let known = row.as_ref().map_or_else(Vec::new, |row| {
                     row.known(b, kernel, kernel.root, &element, group)
@@ -406,6 +399,31 @@ fn strided_loop(
     b.place(skip);
 }
 
+/// The first position of chunk `chunk`, `width` (a power of two)
+/// consecutive positions a chunk.
+fn chunk_start(b: &mut Builder, chunk: Reg, width: u32) -> Reg {
+    match width {
+        1 => chunk,
+        _ => b.u32_op(
+            ArithOp::Shl,
+            chunk,
+            Operand::Int(i64::from(width.trailing_zeros())),
+        ),
+    }
+}
+
+/// `chunk` of a slot that may reach past the row's `chunks` (`partial`):
+/// clamped to the last chunk, with the predicate of whether it is inside;
+/// unchanged, with `None`, when every lane's is inside.
+fn clamped_chunk(b: &mut Builder, chunk: Reg, chunks: u32, partial: bool) -> (Reg, Option<Reg>) {
+    if !partial {
+        return (chunk, None);
+    }
+    let inside = b.setp(Cmp::Lt, Ty::U32, chunk, Operand::Int(i64::from(chunks)));
+    let clamped = b.u32_op(ArithOp::Min, chunk, Operand::Int(i64::from(chunks - 1)));
+    (clamped, Some(inside))
+}
+
 /// Computes reduction `id` for the thread's row, reading the row from
 /// global memory, or its kept loads from the row in shared memory when
 /// there is one; every thread of the row gets the same value.
@@ -431,14 +449,7 @@ fn cooperative_reduce(
         shape.threads_per_row,
         |b, chunk| {
             let mut element = env.clone();
-            let first = match vector {
-                1 => chunk,
-                _ => b.u32_op(
-                    ArithOp::Shl,
-                    chunk,
-                    Operand::Int(i64::from(vector.trailing_zeros())),
-                ),
-            };
+            let first = chunk_start(b, chunk, vector);
             element.index.insert(var, first);
             let known = row.map_or_else(Vec::new, |row| row.known(b, kernel, id, &element, vector));
             for x in emit_consecutive_with(b, kernel, &mut element, body, Some(var), vector, known)

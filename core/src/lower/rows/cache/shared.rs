@@ -26,9 +26,9 @@ use crate::dtype::DType;
 use crate::ir::{Expr, ExprId, Kernel};
 use crate::lower::elementwise::load_vec;
 use crate::lower::expr::Env;
-use crate::lower::rows::{Shape, strided_loop};
+use crate::lower::rows::{Shape, chunk_start, clamped_chunk, strided_loop};
 use crate::ptx::Builder;
-use crate::ptx::inst::{Addr, ArithOp, Cmp, Op, Operand, Reg, Space, Ty};
+use crate::ptx::inst::{Addr, ArithOp, Op, Operand, Reg, Space, Ty};
 
 /// The most values a thread loads in one iteration of the fill before it
 /// stores them.
@@ -130,23 +130,8 @@ impl<'p> SharedRow<'p> {
                                 b.u32_op(ArithOp::Add, chunk, Operand::Int(i64::from(u * threads)))
                             }
                         };
-                        let (chunk, inside) = if u == 0 || whole {
-                            (chunk, None)
-                        } else {
-                            let inside =
-                                b.setp(Cmp::Lt, Ty::U32, chunk, Operand::Int(i64::from(chunks)));
-                            let clamped =
-                                b.u32_op(ArithOp::Min, chunk, Operand::Int(i64::from(chunks - 1)));
-                            (clamped, Some(inside))
-                        };
-                        let first = match vector {
-                            1 => chunk,
-                            _ => b.u32_op(
-                                ArithOp::Shl,
-                                chunk,
-                                Operand::Int(i64::from(vector.trailing_zeros())),
-                            ),
-                        };
+                        let (chunk, inside) = clamped_chunk(b, chunk, chunks, u > 0 && !whole);
+                        let first = chunk_start(b, chunk, vector);
                         let values = load_chunk(b, kernel, k, env, first, vector);
                         (first, inside, values)
                     })
