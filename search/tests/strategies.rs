@@ -224,25 +224,47 @@ fn the_evolutionary_search_records_its_models_predictions() {
 }
 
 #[test]
-fn bounded_measures_the_best_scored_points_first() {
+fn bounded_spreads_its_points_over_the_best_scored() {
     let strategy = Bounded::new(
         Arc::new(|s: &Space, p: &Point| (num(s, p, 0) - 8.0).abs() + (num(s, p, 1) - 4.0).abs()),
         5,
     );
     let (history, _) = run(&strategy, 0, 100);
-    assert_eq!(history.len(), 5);
-    // The five best-scored points all have a=8, b=4; ties keep the space's order.
+    // The twelve best-scored points all have a=8, b=4 and tie; the heuristic
+    // cannot tell c and d apart, so the five measured differ there as much
+    // as they can: the first in the space's order, then two that differ
+    // from it and from each other in both c and d (c has three values),
+    // then the earliest that differ from each chosen one in at least one.
     let points: Vec<&Point> = history.iter().map(|e| &e.point).collect();
     assert_eq!(
         points,
         vec![
             &Point(vec![3, 2, 0, 0]),
+            &Point(vec![3, 2, 1, 1]),
+            &Point(vec![3, 2, 2, 2]),
             &Point(vec![3, 2, 0, 1]),
             &Point(vec![3, 2, 0, 2]),
-            &Point(vec![3, 2, 0, 3]),
-            &Point(vec![3, 2, 1, 0]),
         ]
     );
+}
+
+#[test]
+fn bounded_takes_the_next_scores_in_order_past_its_band() {
+    // Only a=8, b=4 is within 10% of the best score; past those twelve
+    // points the rest come in order of score (a=8 with b=2 scores 3), ties
+    // in the space's order.
+    let strategy = Bounded::new(
+        Arc::new(|s: &Space, p: &Point| {
+            1.0 + (num(s, p, 0) - 8.0).abs() + (num(s, p, 1) - 4.0).abs()
+        }),
+        14,
+    );
+    let (history, _) = run(&strategy, 0, 100);
+    let space = space();
+    let a_b = |e: &Evaluation| (num(&space, &e.point, 0), num(&space, &e.point, 1));
+    assert!(history[..12].iter().all(|e| a_b(e) == (8.0, 4.0)));
+    assert_eq!(history[12].point, Point(vec![3, 1, 0, 0]));
+    assert_eq!(history[13].point, Point(vec![3, 1, 0, 1]));
 }
 
 #[test]

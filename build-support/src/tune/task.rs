@@ -41,7 +41,8 @@ const MODEL_STARTS: usize = 4;
 /// Which strategy chooses the candidates after the heuristic default.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Method {
-    /// The heuristic model's best-ranked points, in order.
+    /// A few of the heuristic model's best-ranked points, spread over the
+    /// knobs (see [`Bounded`]).
     Bounded,
     /// Evolutionary with a learned cost model (XGBoost with the
     /// `max-autotune` feature, else nearest neighbours) and a
@@ -213,6 +214,26 @@ impl<'k> Task<'k> {
         self.kernel
     }
 
+    /// What a bounded search of `candidates` points measures after the
+    /// default, in order (the default among them is not measured again).
+    pub fn bounded_candidates(&self, candidates: usize) -> Vec<Schedule> {
+        self.bounded(candidates)
+            .choose(&self.space, SEED)
+            .iter()
+            .map(|p| self.mapping.schedule(p))
+            .collect()
+    }
+
+    /// The bounded search of `candidates` points, scored by the heuristic
+    /// model.
+    fn bounded(&self, candidates: usize) -> Bounded {
+        let estimates = self.estimates.clone();
+        let score = Arc::new(move |_: &ktune_search::space::Space, p: &Point| {
+            estimates.get(p).copied().unwrap_or(f64::INFINITY)
+        });
+        Bounded::new(score, candidates)
+    }
+
     /// Searches on `bench` within `plan`, the heuristic default first, with
     /// `journal` answering what was measured before. When no candidate
     /// could be measured, the evaluations made, all rejected.
@@ -235,13 +256,9 @@ impl<'k> Task<'k> {
         let mut session = Session::new(&self.space, &mut measurer, budget);
         session.measure(&self.default);
         match plan.method {
-            Method::Bounded => {
-                let estimates = self.estimates.clone();
-                let score = Arc::new(move |_: &ktune_search::space::Space, p: &Point| {
-                    estimates.get(p).copied().unwrap_or(f64::INFINITY)
-                });
-                Bounded::new(score, plan.evaluations.saturating_sub(1)).run(&mut session, SEED);
-            }
+            Method::Bounded => self
+                .bounded(plan.evaluations.saturating_sub(1))
+                .run(&mut session, SEED),
             Method::Evolutionary => {
                 let mut strategy = full_strategy();
                 strategy.starts.clone_from(&self.starts);
