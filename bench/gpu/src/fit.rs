@@ -1,6 +1,7 @@
 //! How well the heuristic model ([`ktune_core::model`]) ranks the schedules
 //! a benchmark run measured: `ktune-bench --fit bench.json`. For each case,
-//! every schedule the run timed (the default and the screened sample) gets
+//! every schedule the run timed (the default, the bounded search's
+//! candidates and the screened sample) gets
 //! the model's estimate, and the two orders are compared. This is how the
 //! model is checked against a real GPU without one: each run on a GPU
 //! leaves a results file, and the fit can be read again after every change
@@ -96,11 +97,12 @@ fn fit_case(case: &Case, results: &Value, target: SmVersion) -> Result<Option<Ca
     if let Some(ms) = default_ms {
         measured.push((default.clone(), ms));
     }
-    for screened in results["sampled"]["screened"]
-        .as_array()
-        .into_iter()
-        .flatten()
-    {
+    // Files written before the bounded search's candidates were measured
+    // have no `bounded`.
+    let screened = ["bounded", "sampled"]
+        .iter()
+        .flat_map(|list| results[list]["screened"].as_array().into_iter().flatten());
+    for screened in screened {
         if let Some(ms) = screened["median_ms"].as_f64() {
             measured.push((schedule(&screened["schedule"])?, ms));
         }

@@ -30,8 +30,9 @@ use crate::run::{Policy, Runner};
 /// Exit status when there is no GPU to benchmark on.
 const EXIT_NO_GPU: u8 = 3;
 
-/// ktune's GPU benchmark: the default schedule and the best of a seeded
-/// sample of the schedule space, checked against a CPU reference and timed
+/// ktune's GPU benchmark: the default schedule, what a build's bounded
+/// search would pick, and the best of a seeded sample of the schedule
+/// space, checked against a CPU reference and timed
 /// against cuBLAS (matmuls) or the device's copy bandwidth (row kernels).
 #[derive(Debug, Parser)]
 #[command(name = "ktune-bench", version)]
@@ -49,15 +50,17 @@ struct Cli {
     #[arg(long)]
     quick: bool,
     /// Wall-clock seconds for the whole run; each case gets an equal share
-    /// of what is left, and stops screening sampled schedules when its
-    /// share is spent (the baseline, default and best are always measured).
+    /// of what is left, and stops screening schedules when its share is
+    /// spent (the baseline and default are always measured, and the
+    /// fastest screened re-measured).
     #[arg(long, default_value_t = 210.0)]
     budget_s: f64,
     /// The results file [default: $OUT/bench.json when OUT is set, else bench.json].
     #[arg(long)]
     out: Option<PathBuf>,
-    /// Without a GPU: list the cases, their default schedule and sample,
-    /// lower each and assemble it with ptxas where one is found.
+    /// Without a GPU: list the cases, their default schedule, the bounded
+    /// search's candidates and the sample, lower each and assemble it with
+    /// ptxas where one is found.
     #[arg(long)]
     dry_run: bool,
     /// The target the dry run lowers for (a GPU run uses the GPU's own).
@@ -246,9 +249,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
         let began = Instant::now();
         let result = runner.run(case, began + share);
         eprintln!(
-            "ktune-bench: {} in {:.1} s: {} sampled screened, {} errors",
+            "ktune-bench: {} in {:.1} s: {} bounded and {} sampled screened, {} errors",
             case.name,
             began.elapsed().as_secs_f64(),
+            result.bounded.screened.len(),
             result.sampled.screened.len(),
             result.errors.len()
         );

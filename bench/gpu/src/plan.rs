@@ -1,5 +1,6 @@
-//! What runs for a case: the default (heuristic) schedule and a seeded
-//! sample of the rest of the space, each lowered to PTX text; and the
+//! What runs for a case: the default (heuristic) schedule, the candidates
+//! a build's bounded search would measure after it, and a seeded sample of
+//! the rest of the space, each lowered to PTX text; and the
 //! dry run, which shows all of it and assembles it with ptxas where one is
 //! installed, without a GPU.
 
@@ -7,6 +8,7 @@ use std::io::{self, Write};
 use std::path::Path;
 
 use ktune_build::ptxas;
+use ktune_build::tune::{BOUNDED_CANDIDATES, Task};
 use ktune_core::ir::Kernel;
 use ktune_core::lower::{self, Launch, LowerError, Lowered};
 use ktune_core::schedule::Schedule;
@@ -58,6 +60,10 @@ pub struct Plan {
     pub default: Schedule,
     /// How many points the kernel's space has on the target.
     pub space_size: usize,
+    /// What a build's bounded search measures besides the default, in its
+    /// order: [`BOUNDED_CANDIDATES`] of the model's best points, spread
+    /// over the knobs, less the default.
+    pub bounded: Vec<Schedule>,
     /// `sample` points of the space other than the default, drawn with the
     /// seed and put in a seeded random order, the order they are screened
     /// in: when the time budget cuts screening short, what was screened is
@@ -76,6 +82,11 @@ impl Plan {
         let default = lower::heuristic(&kernel, target);
         let mut points = space::candidates(&kernel, target);
         let space_size = points.len();
+        let bounded = Task::new(&kernel, case.source, target, &[])
+            .bounded_candidates(BOUNDED_CANDIDATES)
+            .into_iter()
+            .filter(|s| *s != default)
+            .collect();
         points.retain(|p| *p != default);
         let mut sample = space::sample(&points, sample, seed);
         sample.shuffle(&mut SmallRng::seed_from_u64(seed));
@@ -85,6 +96,7 @@ impl Plan {
             target,
             default,
             space_size,
+            bounded,
             sample,
         })
     }
@@ -103,7 +115,8 @@ pub fn target_for(major: u32, minor: u32) -> Option<SmVersion> {
 /// What a dry run found.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct DryRun {
-    /// Schedules lowered (the default and the sample of every case).
+    /// Schedules lowered (the default, the bounded search's candidates and
+    /// the sample of every case).
     pub lowered: usize,
     /// Of those, how many ptxas assembled (0 without ptxas).
     pub assembled: usize,
@@ -111,7 +124,8 @@ pub struct DryRun {
     pub failures: Vec<String>,
 }
 
-/// Lists every case with its shape, default schedule and sample, lowering
+/// Lists every case with its shape, default schedule, bounded search's
+/// candidates and sample, lowering
 /// each schedule and, with `ptxas`, assembling it; writes the listing to
 /// `out`.
 pub fn dry_run(
@@ -157,11 +171,13 @@ pub fn dry_run(
         )?;
         writeln!(
             out,
-            "  space: {} points; sample: {} (seed {seed})",
+            "  space: {} points; bounded search: {}; sample: {} (seed {seed})",
             plan.space_size,
+            plan.bounded.len(),
             plan.sample.len()
         )?;
         let chosen = std::iter::once(("default", &plan.default))
+            .chain(plan.bounded.iter().map(|s| ("bounded", s)))
             .chain(plan.sample.iter().map(|s| ("sample", s)));
         for (role, schedule) in chosen {
             let line = check_schedule(kernel, schedule, target, ptxas, &mut summary);

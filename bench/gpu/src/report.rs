@@ -10,7 +10,7 @@ use std::fmt::Write as _;
 use ktune_core::schedule::Schedule;
 use serde::Serialize;
 
-use crate::cases::{Baseline, Kind};
+use crate::cases::{Baseline, Case, Kind};
 use crate::check::Check;
 
 /// Everything one run measured.
@@ -78,15 +78,46 @@ pub struct CaseResult {
     /// inputs of consecutive runs together exceed twice the L2 cache.
     pub input_copies: usize,
     pub default: Option<Measured>,
+    /// What a build's bounded search on this GPU keeps: the faster of the
+    /// default and the fastest correct of its candidates (`bounded`),
+    /// both measured in full.
+    pub tuned: Option<Measured>,
     /// The fastest correct schedule of the sample, re-measured in full.
     pub best: Option<Measured>,
     pub baseline_kind: Baseline,
     pub baseline: Option<Measured>,
+    /// What became of the bounded search's candidates.
+    pub bounded: Sampled,
     pub sampled: Sampled,
     pub ratios: Ratios,
     /// What went wrong (driver errors, a missing baseline); the case's other
     /// numbers stand.
     pub errors: Vec<String>,
+}
+
+impl CaseResult {
+    /// `case`'s result before anything is measured.
+    pub fn new(case: &'static Case) -> CaseResult {
+        CaseResult {
+            name: case.name,
+            group: case.group,
+            kind: case.kind,
+            dtype: String::new(),
+            shape: case.shape.to_vec(),
+            flops: 0,
+            bytes: 0,
+            input_copies: 0,
+            default: None,
+            tuned: None,
+            best: None,
+            baseline_kind: case.kind.baseline(),
+            baseline: None,
+            bounded: Sampled::default(),
+            sampled: Sampled::default(),
+            ratios: Ratios::default(),
+            errors: Vec::new(),
+        }
+    }
 }
 
 /// One measured thing: a ktune schedule or a baseline.
@@ -137,10 +168,11 @@ impl Times {
     }
 }
 
-/// What became of the sampled schedules.
+/// What became of a list of schedules screened (the sample, the bounded
+/// search's candidates).
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Sampled {
-    /// Schedules in the sample.
+    /// Schedules in the list.
     pub planned: usize,
     /// Screened: run, checked and timed briefly.
     pub screened: Vec<Screened>,
@@ -161,22 +193,21 @@ pub struct Screened {
 #[derive(Debug, Clone, Copy, Default, Serialize)]
 pub struct Ratios {
     pub default_vs_baseline: Option<f64>,
+    pub tuned_vs_baseline: Option<f64>,
     pub best_vs_baseline: Option<f64>,
 }
 
 impl Ratios {
-    pub fn new(
-        default: Option<&Measured>,
-        best: Option<&Measured>,
-        baseline: Option<&Measured>,
-    ) -> Ratios {
-        let ratio = |m: Option<&Measured>| {
-            let base = baseline?.times.median_ms;
-            Some(base / m?.times.median_ms)
+    /// The ratios of a case's results.
+    pub fn of(case: &CaseResult) -> Ratios {
+        let ratio = |m: &Option<Measured>| {
+            let base = case.baseline.as_ref()?.times.median_ms;
+            Some(base / m.as_ref()?.times.median_ms)
         };
         Ratios {
-            default_vs_baseline: ratio(default),
-            best_vs_baseline: ratio(best),
+            default_vs_baseline: ratio(&case.default),
+            tuned_vs_baseline: ratio(&case.tuned),
+            best_vs_baseline: ratio(&case.best),
         }
     }
 }
@@ -189,8 +220,8 @@ pub fn markdown(results: &Results) -> String {
         "ktune-bench on {} (sm {}), {}; ratios are baseline time / ktune time (> 1: ktune faster)\n",
         results.gpu.name, results.gpu.compute_capability, results.date
     );
-    out.push_str("| case | dtype | shape | baseline | baseline ms | default ms | best ms | default/base | best/base | rate (best) | notes |\n");
-    out.push_str("|---|---|---|---|---|---|---|---|---|---|---|\n");
+    out.push_str("| case | dtype | shape | baseline | baseline ms | default ms | bounded ms | best ms | default/base | bounded/base | best/base | rate (best) | notes |\n");
+    out.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for case in &results.cases {
         let ms = |m: &Option<Measured>| {
             m.as_ref()
@@ -205,21 +236,22 @@ pub fn markdown(results: &Results) -> String {
                 Kind::Softmax | Kind::LayerNorm => format!("{:.0} GB/s", m.gbps),
                 Kind::Matmul | Kind::MatmulBiasGelu => format!("{:.1} TFLOP/s", m.tflops),
             });
-        let wrong = case
-            .sampled
-            .screened
-            .iter()
-            .filter(|s| s.excluded.is_some())
-            .count();
         let mut notes = Vec::new();
-        if wrong > 0 {
-            notes.push(format!("{wrong} sampled excluded"));
-        }
-        if case.sampled.skipped_for_budget > 0 {
-            notes.push(format!(
-                "{} skipped (budget)",
-                case.sampled.skipped_for_budget
-            ));
+        for (list, name) in [(&case.bounded, "bounded"), (&case.sampled, "sampled")] {
+            let wrong = list
+                .screened
+                .iter()
+                .filter(|s| s.excluded.is_some())
+                .count();
+            if wrong > 0 {
+                notes.push(format!("{wrong} {name} excluded"));
+            }
+            if list.skipped_for_budget > 0 {
+                notes.push(format!(
+                    "{} {name} skipped (budget)",
+                    list.skipped_for_budget
+                ));
+            }
         }
         if !case.errors.is_empty() {
             notes.push(format!("{} errors", case.errors.len()));
@@ -227,15 +259,17 @@ pub fn markdown(results: &Results) -> String {
         let shape: Vec<String> = case.shape.iter().map(|(_, n)| n.to_string()).collect();
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             case.name,
             case.dtype,
             shape.join("×"),
             baseline_name(case.baseline_kind),
             ms(&case.baseline),
             ms(&case.default),
+            ms(&case.tuned),
             ms(&case.best),
             ratio(case.ratios.default_vs_baseline),
+            ratio(case.ratios.tuned_vs_baseline),
             ratio(case.ratios.best_vs_baseline),
             rate,
             notes.join("; "),
@@ -307,12 +341,15 @@ mod tests {
             gbps: 0.0,
             check: None,
         };
-        let r = Ratios::new(Some(&measured(4.0)), None, Some(&measured(2.0)));
+        let mut case = CaseResult::new(&crate::cases::CASES[0]);
+        case.default = Some(measured(4.0));
+        case.tuned = Some(measured(1.0));
+        case.baseline = Some(measured(2.0));
+        let r = Ratios::of(&case);
         assert_eq!(r.default_vs_baseline, Some(0.5));
+        assert_eq!(r.tuned_vs_baseline, Some(2.0));
         assert_eq!(r.best_vs_baseline, None);
-        assert_eq!(
-            Ratios::new(Some(&measured(1.0)), None, None).default_vs_baseline,
-            None
-        );
+        case.baseline = None;
+        assert_eq!(Ratios::of(&case).default_vs_baseline, None);
     }
 }

@@ -1,6 +1,7 @@
 //! One case on the GPU: inputs (rotated through enough copies to defeat
-//! the L2), the baseline, the default schedule, the sample screened within
-//! the case's share of the time budget, and the best of it re-measured.
+//! the L2), the baseline, the default schedule, then the bounded search's
+//! candidates and the sample, each screened within the case's share of the
+//! time budget and its fastest re-measured.
 
 use std::time::Instant;
 
@@ -132,31 +133,11 @@ impl Runner<'_> {
     /// Measures `case`, screening sampled schedules only until `deadline`.
     /// Failures are recorded in the result, never returned.
     pub fn run(&mut self, case: &'static Case, deadline: Instant) -> CaseResult {
-        let mut result = CaseResult {
-            name: case.name,
-            group: case.group,
-            kind: case.kind,
-            dtype: String::new(),
-            shape: case.shape.to_vec(),
-            flops: 0,
-            bytes: 0,
-            input_copies: 0,
-            default: None,
-            best: None,
-            baseline_kind: case.kind.baseline(),
-            baseline: None,
-            sampled: Sampled::default(),
-            ratios: Ratios::default(),
-            errors: Vec::new(),
-        };
+        let mut result = CaseResult::new(case);
         if let Err(e) = self.fill(case, deadline, &mut result) {
             result.errors.push(format!("{e:#}"));
         }
-        result.ratios = Ratios::new(
-            result.default.as_ref(),
-            result.best.as_ref(),
-            result.baseline.as_ref(),
-        );
+        result.ratios = Ratios::of(&result);
         result
     }
 
@@ -215,34 +196,69 @@ impl Runner<'_> {
             Err(e) => result.errors.push(format!("default schedule: {e:#}")),
         }
 
-        result.sampled.planned = plan.sample.len();
-        let mut best: Option<(f64, Loaded, Check, &Schedule)> = None;
-        for (i, schedule) in plan.sample.iter().enumerate() {
+        let (bounded, fastest) =
+            self.screen_all(kernel, &plan.bounded, deadline, &mut bufs, &reference);
+        result.bounded = bounded;
+        result.tuned = match fastest {
+            Some((_, loaded, check, schedule)) => {
+                let times = self.measure(Subject::Ktune(&loaded), &mut bufs)?;
+                let candidate = measured(kernel, Some(schedule.clone()), times, Some(check));
+                let default_ms = result.default.as_ref().map(|d| d.times.median_ms);
+                if default_ms.is_some_and(|ms| ms <= candidate.times.median_ms) {
+                    result.default.clone()
+                } else {
+                    Some(candidate)
+                }
+            }
+            None => result.default.clone(),
+        };
+
+        let (sampled, fastest) =
+            self.screen_all(kernel, &plan.sample, deadline, &mut bufs, &reference);
+        result.sampled = sampled;
+        if let Some((_, loaded, check, schedule)) = fastest {
+            let times = self.measure(Subject::Ktune(&loaded), &mut bufs)?;
+            result.best = Some(measured(kernel, Some(schedule.clone()), times, Some(check)));
+        }
+        Ok(())
+    }
+
+    /// Screens `schedules` in order until `deadline`; what became of them,
+    /// and the fastest correct one with its screening median.
+    fn screen_all<'s>(
+        &mut self,
+        kernel: &Kernel,
+        schedules: &'s [Schedule],
+        deadline: Instant,
+        bufs: &mut Buffers,
+        reference: &Reference,
+    ) -> (Sampled, Option<(f64, Loaded, Check, &'s Schedule)>) {
+        let mut sampled = Sampled {
+            planned: schedules.len(),
+            ..Sampled::default()
+        };
+        let mut fastest: Option<(f64, Loaded, Check, &Schedule)> = None;
+        for (i, schedule) in schedules.iter().enumerate() {
             if Instant::now() >= deadline {
-                result.sampled.skipped_for_budget = plan.sample.len() - i;
+                sampled.skipped_for_budget = schedules.len() - i;
                 break;
             }
-            let screened = self.screen(kernel, schedule, &mut bufs, &reference);
-            let (median_ms, excluded) = match screened {
+            let (median_ms, excluded) = match self.screen(kernel, schedule, bufs, reference) {
                 Ok((median, loaded, check)) => {
-                    if best.as_ref().is_none_or(|b| median < b.0) {
-                        best = Some((median, loaded, check, schedule));
+                    if fastest.as_ref().is_none_or(|b| median < b.0) {
+                        fastest = Some((median, loaded, check, schedule));
                     }
                     (Some(median), None)
                 }
                 Err(e) => (None, Some(format!("{e:#}"))),
             };
-            result.sampled.screened.push(Screened {
+            sampled.screened.push(Screened {
                 schedule: schedule.clone(),
                 median_ms,
                 excluded,
             });
         }
-        if let Some((_, loaded, check, schedule)) = best {
-            let times = self.measure(Subject::Ktune(&loaded), &mut bufs)?;
-            result.best = Some(measured(kernel, Some(schedule.clone()), times, Some(check)));
-        }
-        Ok(())
+        (sampled, fastest)
     }
 
     /// The baseline's measurement, its output checked where it computes the

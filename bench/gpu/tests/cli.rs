@@ -1,6 +1,8 @@
 //! The binary's command line: the dry run, the case list, and the
 //! distinct exit status without a GPU.
 
+use ktune_bench::plan::Plan;
+use ktune_core::SmVersion;
 use std::process::Command;
 
 fn bench() -> Command {
@@ -43,15 +45,10 @@ fn the_agreement_check_needs_a_gpu_too_and_takes_no_cases() {
 }
 
 #[test]
-fn dry_run_lists_the_default_and_the_sample() {
+fn dry_run_lists_the_default_the_bounded_candidates_and_the_sample() {
+    let names = ["decode_m1", "softmax_8192x4096"];
     let output = bench()
-        .args([
-            "--dry-run",
-            "--cases",
-            "decode_m1,softmax_8192x4096",
-            "--sample",
-            "2",
-        ])
+        .args(["--dry-run", "--cases", &names.join(","), "--sample", "2"])
         .output()
         .expect("runs");
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -60,13 +57,26 @@ fn dry_run_lists_the_default_and_the_sample() {
         "{stdout}\n{}",
         String::from_utf8_lossy(&output.stderr)
     );
-    assert!(
-        stdout.contains("decode_m1") && stdout.contains("softmax_8192x4096"),
-        "{stdout}"
-    );
+    assert!(names.iter().all(|n| stdout.contains(n)), "{stdout}");
+    let bounded: usize = names
+        .iter()
+        .map(|name| {
+            let case = ktune_bench::cases::CASES
+                .iter()
+                .find(|c| c.name == *name)
+                .expect("a case");
+            Plan::new(case, SmVersion::Sm90, 2, 1)
+                .expect("parses")
+                .bounded
+                .len()
+        })
+        .sum();
+    assert!(bounded > 0);
     assert_eq!(stdout.matches("  default ").count(), 2, "{stdout}");
+    assert_eq!(stdout.matches("  bounded ").count(), bounded, "{stdout}");
     assert_eq!(stdout.matches("  sample ").count(), 4, "{stdout}");
-    assert!(stdout.contains("dry run: 6 schedules lowered"), "{stdout}");
+    let lowered = format!("dry run: {} schedules lowered", 6 + bounded);
+    assert!(stdout.contains(&lowered), "{stdout}");
 }
 
 #[test]
