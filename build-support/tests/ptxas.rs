@@ -14,7 +14,7 @@ use ktune_core::SmVersion;
 use ktune_core::ir::Kernel;
 use ktune_core::lower::{self, LowerError};
 use ktune_core::ptx;
-use ktune_core::schedule::Schedule;
+use ktune_core::schedule::{MmaTiles, Schedule, Tiles};
 use ktune_core::syntax::parse_kernel;
 use proc_macro2::{Ident, Span, TokenStream};
 use quote::quote;
@@ -207,15 +207,17 @@ fn suite() -> Vec<(Kernel, Vec<Schedule>)> {
     ));
     // tf32 tensor cores: the heuristic's point, and tiles from one warp of
     // 16×16 to 128×128 blocks, both operand layouts.
-    let mma = |block: (u32, u32, u32), warp: (u32, u32), stages: u32| Schedule::Mma {
-        block_m: block.0,
-        block_n: block.1,
-        block_k: block.2,
-        warp_m: warp.0,
-        warp_n: warp.1,
-        stages,
-        group_m: 1,
-        split_k: 1,
+    let mma = |block: (u32, u32, u32), warp: (u32, u32), stages: u32| {
+        Schedule::Mma(MmaTiles {
+            block_m: block.0,
+            block_n: block.1,
+            block_k: block.2,
+            warp_m: warp.0,
+            warp_n: warp.1,
+            stages,
+            group_m: 1,
+            split_k: 1,
+        })
     };
     let tf32_points = vec![
         mma((16, 16, 16), (16, 16), 1),
@@ -249,17 +251,19 @@ fn suite() -> Vec<(Kernel, Vec<Schedule>)> {
     ));
     // Split-K: slices of `K` added up through a workspace by the last block
     // to arrive (fence, u32 atomic, L2-only loads), with a fused epilogue.
-    let split = |block_k, stages, split_k| Schedule::Matmul {
-        block_m: 8,
-        block_n: 64,
-        block_k,
-        thread_m: 1,
-        thread_n: 4,
-        vector_a: 4,
-        vector_b: 4,
-        group_m: 1,
-        stages,
-        split_k,
+    let split = |block_k, stages, split_k| {
+        Schedule::Matmul(Tiles {
+            block_m: 8,
+            block_n: 64,
+            block_k,
+            thread_m: 1,
+            thread_n: 4,
+            vector_a: 4,
+            vector_b: 4,
+            group_m: 1,
+            stages,
+            split_k,
+        })
     };
     out.push((
         kernel(
@@ -284,7 +288,7 @@ fn suite() -> Vec<(Kernel, Vec<Schedule>)> {
             },
         ),
         vec![
-            Schedule::Matmul {
+            Schedule::Matmul(Tiles {
                 block_m: 1,
                 block_n: 128,
                 block_k: 64,
@@ -295,8 +299,8 @@ fn suite() -> Vec<(Kernel, Vec<Schedule>)> {
                 group_m: 1,
                 stages: 1,
                 split_k: 8,
-            },
-            Schedule::Mma {
+            }),
+            Schedule::Mma(MmaTiles {
                 block_m: 16,
                 block_n: 64,
                 block_k: 32,
@@ -305,7 +309,7 @@ fn suite() -> Vec<(Kernel, Vec<Schedule>)> {
                 stages: 3,
                 group_m: 1,
                 split_k: 8,
-            },
+            }),
         ],
     ));
     out.push((

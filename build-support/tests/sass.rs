@@ -23,7 +23,7 @@ use ktune_build::sass::{self, Inspection, Request, Tools};
 use ktune_core::SmVersion;
 use ktune_core::ir::Kernel;
 use ktune_core::lower::{self, matmul};
-use ktune_core::schedule::{Class, Schedule};
+use ktune_core::schedule::{Class, MmaTiles, Schedule, Tiles};
 use ktune_core::syntax::parse_kernel;
 use quote::quote;
 
@@ -110,14 +110,14 @@ fn wants(kernel: &Kernel, schedule: &Schedule) -> Wants {
             global_128: kernel.inputs.iter().any(|t| vector * t.dtype.size() == 16),
             shared_128: false,
         },
-        Schedule::Matmul {
+        Schedule::Matmul(Tiles {
             thread_m,
             thread_n,
             vector_a,
             vector_b,
             stages,
             ..
-        } => {
+        }) => {
             let plan = matmul::detect(kernel).expect("a matmul schedule is for a contraction");
             let bytes = |operand: &matmul::MatmulOperand| kernel.input(operand.tensor).dtype.size();
             Wants {
@@ -131,7 +131,7 @@ fn wants(kernel: &Kernel, schedule: &Schedule) -> Wants {
         }
         // Tensor-core tiles travel by `cp.async` (LDGSTS) and `ldmatrix`
         // (LDSM), neither of them a plain load.
-        Schedule::Generic { .. } | Schedule::Mma { .. } => Wants {
+        Schedule::Generic { .. } | Schedule::Mma(_) => Wants {
             global_128: false,
             shared_128: false,
         },
@@ -245,9 +245,9 @@ fn sgemm_4096_main_loop_is_mostly_ffma() {
         }
         // With 16-byte vectors on both operands and 4-wide fragments, the
         // loop's global and shared loads are all 128-bit.
-        let Schedule::Matmul {
+        let Schedule::Matmul(Tiles {
             vector_a, vector_b, ..
-        } = schedule
+        }) = schedule
         else {
             panic!("the SGEMM's default schedule is a matmul");
         };
@@ -319,12 +319,12 @@ fn tf32_sgemm_default_runs_on_tensor_cores() {
             schedule.to_json()
         );
         failures.extend(check(&kernel, &schedule, &i));
-        let Schedule::Mma {
+        let Schedule::Mma(MmaTiles {
             warp_m,
             warp_n,
             block_k,
             ..
-        } = schedule
+        }) = schedule
         else {
             unreachable!("checked above")
         };

@@ -138,12 +138,12 @@ pub fn estimate(
     let intensity = flops / kernel.compulsory_bytes().max(1) as f64;
     let class = classify(kernel);
     let (usage, blocks, cost) = match (schedule, &class) {
-        (Schedule::Matmul { .. }, _) => {
+        (Schedule::Matmul(_), _) => {
             let plan = matmul::detect(kernel).expect("validated as a contraction");
             let tiles = Tiles::from_schedule(schedule).expect("a matmul point");
             return Ok(contraction(kernel, &plan, tiles, target, intensity));
         }
-        (Schedule::Mma { .. }, _) => {
+        (Schedule::Mma(_), _) => {
             let plan = matmul::detect(kernel).expect("validated as a contraction");
             let tiles = MmaTiles::from_schedule(schedule).expect("an mma point");
             return Ok(tensor_core(kernel, &plan, tiles, target, intensity));
@@ -694,7 +694,7 @@ mod tests {
     }
 
     fn mm(block: u32, thread: u32, block_k: u32) -> Schedule {
-        Schedule::Matmul {
+        Schedule::Matmul(Tiles {
             block_m: block,
             block_n: block,
             block_k,
@@ -705,7 +705,7 @@ mod tests {
             group_m: 1,
             stages: 1,
             split_k: 1,
-        }
+        })
     }
 
     fn rows(threads_per_row: u32, rows_per_block: u32, vector: u32) -> Schedule {
@@ -917,7 +917,7 @@ mod tests {
     }
 
     fn tc(block: u32, warp: u32, stages: u32) -> Schedule {
-        Schedule::Mma {
+        Schedule::Mma(MmaTiles {
             block_m: block,
             block_n: block,
             block_k: 32,
@@ -926,7 +926,7 @@ mod tests {
             stages,
             group_m: 1,
             split_k: 1,
-        }
+        })
     }
 
     #[test]
@@ -948,7 +948,7 @@ mod tests {
         let small = bf16_matmul(65, 40, 40);
         for target in SmVersion::ALL {
             let points = candidates(&small, target);
-            assert!(points.iter().any(|p| matches!(p, Schedule::Mma { .. })));
+            assert!(points.iter().any(|p| matches!(p, Schedule::Mma(_))));
             assert_eq!(rank(&small, target, &points).len(), points.len());
         }
     }

@@ -67,25 +67,7 @@ pub enum Schedule {
     /// last of a tile's blocks to arrive adds the slices up in slice order
     /// and runs the epilogue, so the result does not depend on which
     /// arrives last. See [`crate::lower::matmul`].
-    Matmul {
-        block_m: u32,
-        block_n: u32,
-        block_k: u32,
-        thread_m: u32,
-        thread_n: u32,
-        vector_a: u32,
-        vector_b: u32,
-        /// Absent from the JSON form when 1, as in schedules written before
-        /// the knob existed.
-        #[serde(default = "one", skip_serializing_if = "is_one")]
-        group_m: u32,
-        /// Absent from the JSON form when 1, likewise.
-        #[serde(default = "one", skip_serializing_if = "is_one")]
-        stages: u32,
-        /// Absent from the JSON form when 1, likewise.
-        #[serde(default = "one", skip_serializing_if = "is_one")]
-        split_k: u32,
-    },
+    Matmul(Tiles),
     /// Contractions of f16 or bf16 operands on tensor cores: a `block_m ×
     /// block_n` output tile per block, `warp_m × warp_n` per warp computed
     /// with `mma.sync` m16n8k16 (f32 accumulators) on fragments read by
@@ -94,18 +76,54 @@ pub enum Schedule {
     /// walk the tiles in groups of `group_m` block rows, and `split_k`
     /// slices of `K` are added up through a workspace, as for
     /// [`Schedule::Matmul`]. See [`crate::lower::matmul::mma`].
-    Mma {
-        block_m: u32,
-        block_n: u32,
-        block_k: u32,
-        warp_m: u32,
-        warp_n: u32,
-        stages: u32,
-        #[serde(default = "one", skip_serializing_if = "is_one")]
-        group_m: u32,
-        #[serde(default = "one", skip_serializing_if = "is_one")]
-        split_k: u32,
-    },
+    Mma(MmaTiles),
+}
+
+/// The knobs of [`Schedule::Matmul`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Tiles {
+    pub block_m: u32,
+    pub block_n: u32,
+    pub block_k: u32,
+    pub thread_m: u32,
+    pub thread_n: u32,
+    /// Elements per global load of A (1, 2, 4, or 8 for 16-bit types).
+    pub vector_a: u32,
+    /// Elements per global load of B.
+    pub vector_b: u32,
+    /// Block rows per group of the grid's walk. Absent from the JSON form
+    /// when 1, as in schedules written before the knob existed.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub group_m: u32,
+    /// Shared-memory buffers the tiles travel through (1: through
+    /// registers; more: by `cp.async`). Absent from the JSON form when 1,
+    /// likewise.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub stages: u32,
+    /// Slices of `K`, each its own block, added up by the last to arrive.
+    /// Absent from the JSON form when 1, likewise.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub split_k: u32,
+}
+
+/// The knobs of [`Schedule::Mma`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct MmaTiles {
+    pub block_m: u32,
+    pub block_n: u32,
+    pub block_k: u32,
+    pub warp_m: u32,
+    pub warp_n: u32,
+    /// Shared-memory buffers in the ring (1: no overlap).
+    pub stages: u32,
+    /// Block rows per group of the grid's walk (absent from the JSON form
+    /// when 1).
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub group_m: u32,
+    /// Slices of `K`, added up by the last block to arrive (absent from the
+    /// JSON form when 1).
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub split_k: u32,
 }
 
 fn one() -> u32 {
@@ -197,7 +215,7 @@ impl Class {
                     stages,
                     split_k,
                 ],
-            ) => Schedule::Matmul {
+            ) => Schedule::Matmul(Tiles {
                 block_m,
                 block_n,
                 block_k,
@@ -208,7 +226,7 @@ impl Class {
                 group_m,
                 stages,
                 split_k,
-            },
+            }),
             (
                 Class::Mma,
                 &[
@@ -221,7 +239,7 @@ impl Class {
                     group_m,
                     split_k,
                 ],
-            ) => Schedule::Mma {
+            ) => Schedule::Mma(MmaTiles {
                 block_m,
                 block_n,
                 block_k,
@@ -230,7 +248,7 @@ impl Class {
                 stages,
                 group_m,
                 split_k,
-            },
+            }),
             _ => return None,
         })
     }
@@ -243,8 +261,8 @@ impl Schedule {
             Schedule::Generic { .. } => Class::Generic,
             Schedule::Elementwise { .. } => Class::Elementwise,
             Schedule::Rows { .. } => Class::Rows,
-            Schedule::Matmul { .. } => Class::Matmul,
-            Schedule::Mma { .. } => Class::Mma,
+            Schedule::Matmul(_) => Class::Matmul,
+            Schedule::Mma(_) => Class::Mma,
         }
     }
 
@@ -264,7 +282,7 @@ impl Schedule {
                 cache,
                 tree,
             } => vec![threads_per_row, rows_per_block, vector, cache, tree],
-            Schedule::Matmul {
+            Schedule::Matmul(Tiles {
                 block_m,
                 block_n,
                 block_k,
@@ -275,11 +293,11 @@ impl Schedule {
                 group_m,
                 stages,
                 split_k,
-            } => vec![
+            }) => vec![
                 block_m, block_n, block_k, thread_m, thread_n, vector_a, vector_b, group_m, stages,
                 split_k,
             ],
-            Schedule::Mma {
+            Schedule::Mma(MmaTiles {
                 block_m,
                 block_n,
                 block_k,
@@ -288,7 +306,7 @@ impl Schedule {
                 stages,
                 group_m,
                 split_k,
-            } => vec![
+            }) => vec![
                 block_m, block_n, block_k, warp_m, warp_n, stages, group_m, split_k,
             ],
         }

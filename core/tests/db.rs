@@ -7,7 +7,7 @@ use ktune_core::db::{
     ComputeCapability, Database, FORMAT_VERSION, Gpu, MeasuredOn, ProblemKind, Provenance, Record,
     Stats,
 };
-use ktune_core::schedule::Schedule;
+use ktune_core::schedule::{MmaTiles, Schedule, Tiles};
 use ktune_core::{DType, SmVersion};
 use proptest::prelude::*;
 
@@ -253,6 +253,53 @@ fn invalid_records_are_kept_and_reported() {
     assert!(kinds.contains(&ProblemKind::UnknownGpu), "{kinds:?}");
     assert!(kinds.contains(&ProblemKind::Stats), "{kinds:?}");
     assert!(kinds.contains(&ProblemKind::Schedule), "{kinds:?}");
+}
+
+#[test]
+fn contraction_knobs_out_of_range_are_reported_not_trusted() {
+    let simt = Tiles {
+        block_m: u32::MAX,
+        block_n: u32::MAX,
+        block_k: 8,
+        thread_m: 1,
+        thread_n: 1,
+        vector_a: 1,
+        vector_b: 1,
+        group_m: 1,
+        stages: 1,
+        split_k: 1,
+    };
+    let tensor = MmaTiles {
+        block_m: u32::MAX,
+        block_n: u32::MAX,
+        block_k: 32,
+        warp_m: 16,
+        warp_n: 16,
+        stages: 3,
+        group_m: 1,
+        split_k: 1,
+    };
+    let schedules = [
+        Schedule::Matmul(simt),
+        Schedule::Matmul(Tiles { split_k: 0, ..simt }),
+        Schedule::Mma(tensor),
+        Schedule::Mma(MmaTiles {
+            block_m: 64,
+            block_n: 64,
+            warp_m: 0,
+            ..tensor
+        }),
+    ];
+    for schedule in schedules {
+        let mut r = record("mm", 128, 10.0, 0.2, "2026-11-01T00:00:00Z");
+        r.schedule = schedule.clone();
+        let db = Database::parse(&db_of(vec![r]).to_text()).unwrap();
+        let problems = db.check();
+        assert!(
+            problems.iter().any(|p| p.kind == ProblemKind::Schedule),
+            "{schedule:?}: {problems:?}"
+        );
+    }
 }
 
 #[test]

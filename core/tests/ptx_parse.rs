@@ -5,7 +5,7 @@
 use ktune_core::SmVersion;
 use ktune_core::lower::{heuristic, lower};
 use ktune_core::ptx::{Kernel, parse, print};
-use ktune_core::schedule::Schedule;
+use ktune_core::schedule::{Schedule, Tiles};
 use ktune_core::syntax::parse_kernel;
 use proc_macro2::TokenStream;
 use quote::quote;
@@ -173,7 +173,7 @@ fn other_schedules_round_trip() {
         ),
         (
             "matmul_bias_gelu",
-            Schedule::Matmul {
+            Schedule::Matmul(Tiles {
                 block_m: 32,
                 block_n: 32,
                 block_k: 16,
@@ -184,12 +184,12 @@ fn other_schedules_round_trip() {
                 group_m: 1,
                 stages: 1,
                 split_k: 1,
-            },
+            }),
         ),
         ("matmul_t", Schedule::Generic { block: 128 }),
         (
             "matmul_t",
-            Schedule::Matmul {
+            Schedule::Matmul(Tiles {
                 block_m: 32,
                 block_n: 32,
                 block_k: 8,
@@ -200,7 +200,7 @@ fn other_schedules_round_trip() {
                 group_m: 1,
                 stages: 3,
                 split_k: 1,
-            },
+            }),
         ),
     ];
     for (name, schedule) in points {

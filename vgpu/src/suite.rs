@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use ktune_core::ir::Kernel;
 use ktune_core::lower::heuristic;
-use ktune_core::schedule::{Class, Schedule};
+use ktune_core::schedule::{Class, MmaTiles, Schedule, Tiles};
 use ktune_core::space::{candidates, sample};
 use ktune_core::syntax::parse_kernel;
 use ktune_core::target::SmVersion;
@@ -653,20 +653,20 @@ fn generic() -> Vec<Entry> {
 fn grouped(schedule: &Schedule) -> bool {
     matches!(
         *schedule,
-        Schedule::Matmul { group_m, .. } | Schedule::Mma { group_m, .. } if group_m > 1
+        Schedule::Matmul(Tiles { group_m, .. }) | Schedule::Mma(MmaTiles { group_m, .. }) if group_m > 1
     )
 }
 
 /// Whether a SIMT contraction point copies its tiles by `cp.async`.
 pub fn staged(schedule: &Schedule) -> bool {
-    matches!(*schedule, Schedule::Matmul { stages, .. } if stages > 1)
+    matches!(*schedule, Schedule::Matmul(Tiles { stages, .. }) if stages > 1)
 }
 
 /// Whether a contraction point splits `K` across blocks.
 pub fn split(schedule: &Schedule) -> bool {
     matches!(
         *schedule,
-        Schedule::Matmul { split_k, .. } | Schedule::Mma { split_k, .. } if split_k > 1
+        Schedule::Matmul(Tiles { split_k, .. }) | Schedule::Mma(MmaTiles { split_k, .. }) if split_k > 1
     )
 }
 

@@ -8,7 +8,7 @@ use ktune_core::DType;
 use ktune_core::ir::Kernel;
 use ktune_core::lower::{Lowered, lower};
 use ktune_core::ptx::inst::{ArithOp, Cmp, Guard, Instr, Label, Op, Operand, ShflMode, Space, Ty};
-use ktune_core::schedule::Schedule;
+use ktune_core::schedule::{MmaTiles, Schedule, Tiles};
 use ktune_core::syntax::parse_kernel;
 use ktune_core::target::SmVersion;
 use ktune_vgpu::verify::{Failure, Reference, VerifyError};
@@ -397,7 +397,7 @@ fn a_matmul_tile_load_without_its_k_guard_reads_out_of_bounds() {
         },
     )
     .expect("valid kernel");
-    let schedule = Schedule::Matmul {
+    let schedule = Schedule::Matmul(Tiles {
         block_m: 32,
         block_n: 32,
         block_k: 8,
@@ -408,7 +408,7 @@ fn a_matmul_tile_load_without_its_k_guard_reads_out_of_bounds() {
         group_m: 1,
         stages: 1,
         split_k: 1,
-    };
+    });
     let mut broken = lowered(&kernel, &schedule);
     let mut removed = 0;
     for i in &mut broken.ptx.body {
@@ -451,7 +451,7 @@ fn a_grouped_walk_that_forgets_its_partial_last_group_leaves_tiles_unwritten() {
         },
     )
     .expect("valid kernel");
-    let schedule = Schedule::Matmul {
+    let schedule = Schedule::Matmul(Tiles {
         block_m: 16,
         block_n: 16,
         block_k: 8,
@@ -462,7 +462,7 @@ fn a_grouped_walk_that_forgets_its_partial_last_group_leaves_tiles_unwritten() {
         group_m: 8,
         stages: 1,
         split_k: 1,
-    };
+    });
     let reference = Reference::new(&kernel, 3);
     let good = lowered(&kernel, &schedule);
     reference
@@ -508,7 +508,7 @@ fn a_pipelined_matmul_without_its_wait_group_reads_an_in_flight_copy() {
         },
     )
     .expect("valid kernel");
-    let schedule = Schedule::Matmul {
+    let schedule = Schedule::Matmul(Tiles {
         block_m: 32,
         block_n: 32,
         block_k: 8,
@@ -519,7 +519,7 @@ fn a_pipelined_matmul_without_its_wait_group_reads_an_in_flight_copy() {
         group_m: 1,
         stages: 3,
         split_k: 1,
-    };
+    });
     let good = lowered(&kernel, &schedule);
     Reference::new(&kernel, 1)
         .check_lowered(&schedule, TARGET, &good)
@@ -565,7 +565,7 @@ fn tf32_gemm(m: u32, n: u32, k: u32, allow_tf32: bool) -> Kernel {
 }
 
 fn tf32_tiles() -> Schedule {
-    Schedule::Mma {
+    Schedule::Mma(MmaTiles {
         block_m: 32,
         block_n: 32,
         block_k: 16,
@@ -574,7 +574,7 @@ fn tf32_tiles() -> Schedule {
         stages: 2,
         group_m: 1,
         split_k: 1,
-    }
+    })
 }
 
 #[test]
@@ -645,7 +645,7 @@ fn split_k_case() -> (Kernel, Schedule) {
         },
     )
     .expect("valid kernel");
-    let schedule = Schedule::Matmul {
+    let schedule = Schedule::Matmul(Tiles {
         block_m: 8,
         block_n: 32,
         block_k: 8,
@@ -656,7 +656,7 @@ fn split_k_case() -> (Kernel, Schedule) {
         group_m: 1,
         stages: 1,
         split_k: 4,
-    };
+    });
     (kernel, schedule)
 }
 

@@ -214,42 +214,13 @@ fn knobs(schedule: &Schedule, target: SmVersion) -> Result<(), String> {
             nonzero(&[vector])?;
             check(threads_per_row.saturating_mul(rows_per_block))
         }
-        Schedule::Matmul {
-            block_m,
-            block_n,
-            block_k,
-            thread_m,
-            thread_n,
-            vector_a,
-            vector_b,
-            group_m,
-            stages,
-            split_k,
-        } => {
-            nonzero(&[
-                block_m, block_n, block_k, thread_m, thread_n, vector_a, vector_b, group_m, stages,
-                split_k,
-            ])?;
-            check((block_m / thread_m).saturating_mul(block_n / thread_n))
+        Schedule::Matmul(tiles) => {
+            nonzero(&schedule.knob_values())?;
+            check(tiles.threads())
         }
-        Schedule::Mma {
-            block_m,
-            block_n,
-            block_k,
-            warp_m,
-            warp_n,
-            stages,
-            group_m,
-            split_k,
-        } => {
-            nonzero(&[
-                block_m, block_n, block_k, warp_m, warp_n, stages, group_m, split_k,
-            ])?;
-            check(
-                (block_m / warp_m)
-                    .saturating_mul(block_n / warp_n)
-                    .saturating_mul(32),
-            )
+        Schedule::Mma(tiles) => {
+            nonzero(&schedule.knob_values())?;
+            check(tiles.warps().saturating_mul(32))
         }
     }
 }

@@ -235,7 +235,7 @@ fn dispatch(
             }
             other => Err(wrong_class(other)),
         },
-        Schedule::Matmul { .. } => match matmul::detect(kernel) {
+        Schedule::Matmul(_) => match matmul::detect(kernel) {
             Some(plan) => {
                 let tiles = matmul::Tiles::from_schedule(schedule).expect("a matmul point");
                 if emit {
@@ -247,7 +247,7 @@ fn dispatch(
             }
             None => Err(wrong_class(classify::classify(kernel))),
         },
-        Schedule::Mma { .. } => match matmul::detect(kernel) {
+        Schedule::Mma(_) => match matmul::detect(kernel) {
             Some(plan) => {
                 let tiles = matmul::mma::MmaTiles::from_schedule(schedule).expect("an mma point");
                 if emit {

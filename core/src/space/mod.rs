@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 
 use crate::ir::Kernel;
 use crate::lower::{Constraint, LowerError, validate};
-use crate::schedule::{Class, Schedule};
+use crate::schedule::{Class, MmaTiles, Schedule, Tiles};
 use crate::target::SmVersion;
 
 /// One knob: its name (a field of the [`Schedule`] variant) and the values
@@ -199,12 +199,12 @@ impl Space {
                 Some(format!("{rows_per_block} rows per block for {rows} rows"))
             }
             (
-                &(Schedule::Matmul {
+                &(Schedule::Matmul(Tiles {
                     block_n, group_m, ..
-                }
-                | Schedule::Mma {
+                })
+                | Schedule::Mma(MmaTiles {
                     block_n, group_m, ..
-                }),
+                })),
                 Coverage::Tiles { n },
             ) if group_m > 1 && n <= block_n => Some(format!(
                 "groups of {group_m} block rows in a grid of one block column walk it row by row"

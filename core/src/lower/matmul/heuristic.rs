@@ -119,7 +119,7 @@ const GROUP_M: u32 = 8;
 pub fn heuristic(kernel: &Kernel, plan: &MatmulPlan, target: SmVersion) -> Schedule {
     let rows = heuristic_tiles(kernel, plan, target);
     let walked = match rows {
-        Schedule::Matmul { block_m, .. } | Schedule::Mma { block_m, .. }
+        Schedule::Matmul(Tiles { block_m, .. }) | Schedule::Mma(MmaTiles { block_m, .. })
             if plan.m_extent(kernel).div_ceil(block_m) > GROUP_M =>
         {
             let grouped = with_knob(&rows, "group_m", GROUP_M);
@@ -128,7 +128,7 @@ pub fn heuristic(kernel: &Kernel, plan: &MatmulPlan, target: SmVersion) -> Sched
         _ => rows,
     };
     match walked {
-        Schedule::Matmul { .. } | Schedule::Mma { .. } => {
+        Schedule::Matmul(_) | Schedule::Mma(_) => {
             let splits = split_k_values(kernel, plan, target)
                 .into_iter()
                 .filter(|split| *split > 1)

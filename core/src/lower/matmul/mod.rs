@@ -121,6 +121,7 @@ mod tests;
 use super::{Lowered, Violation};
 use crate::ir::{ExprId, Kernel, TensorId, VarId};
 use crate::schedule::Schedule;
+pub use crate::schedule::Tiles;
 use crate::target::SmVersion;
 
 pub use heuristic::heuristic;
@@ -212,75 +213,20 @@ impl MatmulPlan {
     }
 }
 
-/// The knobs of [`Schedule::Matmul`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Tiles {
-    pub block_m: u32,
-    pub block_n: u32,
-    pub block_k: u32,
-    pub thread_m: u32,
-    pub thread_n: u32,
-    /// Elements per global load of A (1, 2, 4, or 8 for 16-bit types).
-    pub vector_a: u32,
-    /// Elements per global load of B.
-    pub vector_b: u32,
-    /// Block rows per group of the grid's walk (see [`output::Tile`]).
-    pub group_m: u32,
-    /// Shared-memory buffers the tiles travel through (1: through
-    /// registers; more: by `cp.async`, see [`pipeline`]).
-    pub stages: u32,
-    /// Slices of `K`, each its own block, added up by the last to arrive
-    /// (see [`split`]).
-    pub split_k: u32,
-}
-
 impl Tiles {
     pub fn from_schedule(schedule: &Schedule) -> Option<Tiles> {
-        match *schedule {
-            Schedule::Matmul {
-                block_m,
-                block_n,
-                block_k,
-                thread_m,
-                thread_n,
-                vector_a,
-                vector_b,
-                group_m,
-                stages,
-                split_k,
-            } => Some(Tiles {
-                block_m,
-                block_n,
-                block_k,
-                thread_m,
-                thread_n,
-                vector_a,
-                vector_b,
-                group_m,
-                stages,
-                split_k,
-            }),
+        match schedule {
+            Schedule::Matmul(tiles) => Some(*tiles),
             _ => None,
         }
     }
 
     pub fn to_schedule(self) -> Schedule {
-        Schedule::Matmul {
-            block_m: self.block_m,
-            block_n: self.block_n,
-            block_k: self.block_k,
-            thread_m: self.thread_m,
-            thread_n: self.thread_n,
-            vector_a: self.vector_a,
-            vector_b: self.vector_b,
-            group_m: self.group_m,
-            stages: self.stages,
-            split_k: self.split_k,
-        }
+        Schedule::Matmul(self)
     }
 
     pub fn threads(self) -> u32 {
-        (self.block_m / self.thread_m.max(1)) * (self.block_n / self.thread_n.max(1))
+        (self.block_m / self.thread_m.max(1)).saturating_mul(self.block_n / self.thread_n.max(1))
     }
 }
 

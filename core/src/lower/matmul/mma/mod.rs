@@ -85,69 +85,27 @@ mod tests;
 use super::MatmulPlan;
 use crate::ir::Kernel;
 use crate::lower::{Lowered, Violation};
+pub use crate::schedule::MmaTiles;
 use crate::schedule::Schedule;
 use crate::target::SmVersion;
 
 pub(crate) use layout::MmaLayout;
 
-/// The knobs of [`Schedule::Mma`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct MmaTiles {
-    pub block_m: u32,
-    pub block_n: u32,
-    pub block_k: u32,
-    pub warp_m: u32,
-    pub warp_n: u32,
-    /// Shared-memory buffers in the ring (1: no overlap).
-    pub stages: u32,
-    /// Block rows per group of the grid's walk.
-    pub group_m: u32,
-    /// Slices of `K`, added up by the last block to arrive.
-    pub split_k: u32,
-}
-
 impl MmaTiles {
     pub fn from_schedule(schedule: &Schedule) -> Option<MmaTiles> {
-        match *schedule {
-            Schedule::Mma {
-                block_m,
-                block_n,
-                block_k,
-                warp_m,
-                warp_n,
-                stages,
-                group_m,
-                split_k,
-            } => Some(MmaTiles {
-                block_m,
-                block_n,
-                block_k,
-                warp_m,
-                warp_n,
-                stages,
-                group_m,
-                split_k,
-            }),
+        match schedule {
+            Schedule::Mma(tiles) => Some(*tiles),
             _ => None,
         }
     }
 
     pub fn to_schedule(self) -> Schedule {
-        Schedule::Mma {
-            block_m: self.block_m,
-            block_n: self.block_n,
-            block_k: self.block_k,
-            warp_m: self.warp_m,
-            warp_n: self.warp_n,
-            stages: self.stages,
-            group_m: self.group_m,
-            split_k: self.split_k,
-        }
+        Schedule::Mma(self)
     }
 
     /// Warps per block.
     pub fn warps(self) -> u32 {
-        (self.block_m / self.warp_m.max(1)) * (self.block_n / self.warp_n.max(1))
+        (self.block_m / self.warp_m.max(1)).saturating_mul(self.block_n / self.warp_n.max(1))
     }
 }
 
