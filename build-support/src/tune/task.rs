@@ -35,7 +35,8 @@ use super::{Bench, Timing};
 const SEED: u64 = 0x006b_7475_6e65;
 
 /// How many of the heuristic model's best points the evolutionary search
-/// starts from, besides the default and the known winners.
+/// starts from, besides the default and the known winners (chosen as the
+/// bounded search chooses its candidates: spread over the knobs).
 const MODEL_STARTS: usize = 4;
 
 /// Which strategy chooses the candidates after the heuristic default.
@@ -150,7 +151,7 @@ pub struct Task<'k> {
     /// The heuristic model's estimate of every valid point, in seconds.
     estimates: HashMap<Point, f64>,
     /// Where the evolutionary search starts: the default, the known
-    /// winners that are valid here, the model's best.
+    /// winners that are valid here, a few of the model's best.
     starts: Vec<Point>,
 }
 
@@ -185,29 +186,26 @@ impl<'k> Task<'k> {
             .iter()
             .map(|(s, e)| (mapping.point(s), e.seconds))
             .collect();
-        let starts = std::iter::once(default.clone())
-            .chain(
-                known
-                    .iter()
-                    .filter(|s| valid.contains(s))
-                    .map(|s| mapping.point(s)),
-            )
-            .chain(
-                ranked
-                    .iter()
-                    .take(MODEL_STARTS)
-                    .map(|(s, _)| mapping.point(s)),
-            )
-            .collect();
-        Task {
+        let mut task = Task {
             kernel,
             source,
             mapping,
             space,
             default,
             estimates,
-            starts,
-        }
+            starts: Vec::new(),
+        };
+        let favourites = task.bounded(MODEL_STARTS).choose(&task.space, SEED);
+        task.starts = std::iter::once(task.default.clone())
+            .chain(
+                known
+                    .iter()
+                    .filter(|s| valid.contains(s))
+                    .map(|s| task.mapping.point(s)),
+            )
+            .chain(favourites)
+            .collect();
+        task
     }
 
     pub fn kernel(&self) -> &'k Kernel {
