@@ -1,6 +1,8 @@
-//! `cargo ktune space`: one kernel's schedule space, surveyed and ranked.
+//! `cargo ktune space`: one kernel's schedule space, surveyed and ranked,
+//! and what a build's bounded search would measure in it.
 
 use anyhow::Result;
+use ktune_build::tune::{BOUNDED_CANDIDATES, Task};
 use ktune_core::SmVersion;
 use ktune_core::model::{self, Estimate};
 use ktune_core::schedule::Schedule;
@@ -17,13 +19,25 @@ pub fn space(
     json: bool,
 ) -> Result<()> {
     let krate = load_crate(args)?;
-    let kernel = &krate.kernel(name)?.kernel;
+    let found = krate.kernel(name)?;
+    let kernel = &found.kernel;
     let space = Space::of(kernel, target);
     let survey = space.survey(kernel, target);
     let ranked = model::rank(kernel, target, &survey.valid);
     let default = ktune_core::lower::heuristic(kernel, target);
     let default_rank = ranked.iter().position(|(s, _)| *s == default);
     let default_estimate = model::estimate(kernel, &default, target)?;
+    // What a build's bounded search measures after the default.
+    let bounded: Vec<(Schedule, Estimate)> =
+        Task::surveyed(kernel, &found.source, target, &[], &survey.valid, &ranked)
+            .bounded_candidates(BOUNDED_CANDIDATES)
+            .into_iter()
+            .filter(|s| *s != default)
+            .map(|s| {
+                let estimate = model::estimate(kernel, &s, target)?;
+                Ok((s, estimate))
+            })
+            .collect::<Result<_>>()?;
 
     if json {
         let point = |(s, e): &(Schedule, Estimate)| json!({ "schedule": s, "estimate": e });
@@ -47,6 +61,7 @@ pub fn space(
                 "model_rank": default_rank.map(|r| r + 1),
             },
             "best": ranked.iter().take(top).map(point).collect::<Vec<_>>(),
+            "bounded": bounded.iter().map(point).collect::<Vec<_>>(),
         });
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(());
@@ -84,7 +99,16 @@ pub fn space(
         ranked.len()
     );
     println!("  model's best:");
-    for (i, (schedule, estimate)) in ranked.iter().take(top).enumerate() {
+    print_points(ranked.iter().take(top));
+    println!(
+        "  bounded search (what a build on a miss measures after the default: the model's best, spread over the knobs):"
+    );
+    print_points(bounded.iter());
+    Ok(())
+}
+
+fn print_points<'a>(points: impl Iterator<Item = &'a (Schedule, Estimate)>) {
+    for (i, (schedule, estimate)) in points.enumerate() {
         println!(
             "    {:>3}  {}  {}",
             i + 1,
@@ -92,7 +116,6 @@ pub fn space(
             schedule.to_json()
         );
     }
-    Ok(())
 }
 
 fn describe(e: &Estimate) -> String {

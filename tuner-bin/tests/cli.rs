@@ -273,6 +273,7 @@ fn space_reports_knobs_validity_and_the_models_ranking() {
         "threads",
         "default (heuristic):",
         "model's best:",
+        "bounded search (",
     ] {
         assert!(
             text.contains(expected),
@@ -328,6 +329,19 @@ fn space_reports_knobs_validity_and_the_models_ranking() {
         .map(|p| p["estimate"]["seconds"].as_f64().expect("seconds"))
         .collect();
     assert!(seconds.windows(2).all(|w| w[0] <= w[1]), "{seconds:?}");
+    // What a build on a miss measures after the default: 8 distinct points
+    // (7 when the default is one of them).
+    let bounded: Vec<&serde_json::Value> = report["bounded"]
+        .as_array()
+        .expect("bounded")
+        .iter()
+        .map(|p| &p["schedule"])
+        .collect();
+    assert!((7..=8).contains(&bounded.len()), "{bounded:?}");
+    assert!(!bounded.contains(&&report["default"]["schedule"]));
+    for (i, p) in bounded.iter().enumerate() {
+        assert!(!bounded[..i].contains(p), "{p} twice");
+    }
 
     // 197 × 384 in 256 × 256 tiles leaves SMs idle, over a `K` of 1536:
     // the SIMT family splits `K`.

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use ktune_core::db::{Provenance, Record, Stats};
 use ktune_core::ir::Kernel;
 use ktune_core::lower::heuristic;
-use ktune_core::model;
+use ktune_core::model::{self, Estimate};
 use ktune_core::schedule::Schedule;
 use ktune_core::space::Space;
 use ktune_core::{GENERATOR_VERSION, SmVersion, canon};
@@ -173,15 +173,28 @@ impl<'k> Task<'k> {
         target: SmVersion,
         known: &[Schedule],
     ) -> Task<'k> {
-        let core_space = Space::of(kernel, target);
-        let valid = core_space.survey(kernel, target).valid;
-        let mapping = Mapping::new(core_space);
+        let valid = Space::of(kernel, target).survey(kernel, target).valid;
+        let ranked = model::rank(kernel, target, &valid);
+        Task::surveyed(kernel, source, target, known, &valid, &ranked)
+    }
+
+    /// [`Task::new`] for a caller that has surveyed the space already:
+    /// `valid` its valid points, `ranked` their estimates
+    /// ([`model::rank`]).
+    pub fn surveyed(
+        kernel: &'k Kernel,
+        source: &'k str,
+        target: SmVersion,
+        known: &[Schedule],
+        valid: &[Schedule],
+        ranked: &[(Schedule, Estimate)],
+    ) -> Task<'k> {
+        let mapping = Mapping::new(Space::of(kernel, target));
         let space = ktune_search::space::Space::listed(
             mapping.knobs(),
             valid.iter().map(|s| mapping.point(s)),
         );
         let default = mapping.point(&heuristic(kernel, target));
-        let ranked = model::rank(kernel, target, &valid);
         let estimates = ranked
             .iter()
             .map(|(s, e)| (mapping.point(s), e.seconds))
