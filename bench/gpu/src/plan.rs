@@ -12,7 +12,7 @@ use ktune_build::tune::{BOUNDED_CANDIDATES, Task};
 use ktune_core::ir::Kernel;
 use ktune_core::lower::{self, Launch, LowerError, Lowered};
 use ktune_core::schedule::Schedule;
-use ktune_core::{SmVersion, ptx, space};
+use ktune_core::{SmVersion, model, ptx, space};
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
 use rand::seq::SliceRandom;
@@ -82,7 +82,8 @@ impl Plan {
         let default = lower::heuristic(&kernel, target);
         let mut points = space::candidates(&kernel, target);
         let space_size = points.len();
-        let bounded = Task::new(&kernel, case.source, target, &[])
+        let ranked = model::rank(&kernel, target, &points);
+        let bounded = Task::surveyed(&kernel, case.source, target, &[], &points, &ranked)
             .bounded_candidates(BOUNDED_CANDIDATES)
             .into_iter()
             .filter(|s| *s != default)
