@@ -35,7 +35,7 @@ fn strategy(name: &str) -> Result<Box<dyn Strategy>> {
     Ok(match name {
         "random" => Box::new(Random),
         "coordinate_descent" => Box::new(CoordinateDescent::default()),
-        "evolutionary" => Box::new(default_evolutionary()),
+        "evolutionary" => Box::new(Evolutionary::max_autotune()),
         "evolutionary-knn" => Box::new(Evolutionary::knn()),
         #[cfg(feature = "xgboost")]
         "evolutionary-xgb-rank" => Box::new(Evolutionary::xgboost(
@@ -50,20 +50,6 @@ fn strategy(name: &str) -> Result<Box<dyn Strategy>> {
             NAMES.join(", ")
         ),
     })
-}
-
-/// The evolutionary strategy with the best cost model this build has.
-fn default_evolutionary() -> Evolutionary {
-    // Regression on the log of the time ranked better than `rank:pairwise`
-    // over the recorded spaces (bench/results/strategies/ktune.jsonl).
-    #[cfg(feature = "xgboost")]
-    {
-        Evolutionary::xgboost(ktune_search::model::XgbObjective::Regression)
-    }
-    #[cfg(not(feature = "xgboost"))]
-    {
-        Evolutionary::knn()
-    }
 }
 
 pub(crate) fn replay(options: &Options<'_>) -> Result<()> {

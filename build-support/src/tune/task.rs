@@ -271,7 +271,7 @@ impl<'k> Task<'k> {
                 .bounded(plan.evaluations.saturating_sub(1))
                 .run(&mut session, SEED),
             Method::Evolutionary => {
-                let mut strategy = full_strategy();
+                let mut strategy = Evolutionary::max_autotune();
                 strategy.starts.clone_from(&self.starts);
                 strategy.run(&mut session, SEED);
             }
@@ -459,16 +459,6 @@ impl Mapping {
             .schedule(&values)
             .expect("a point of the family")
     }
-}
-
-#[cfg(feature = "max-autotune")]
-fn full_strategy() -> Evolutionary {
-    Evolutionary::xgboost(ktune_search::model::XgbObjective::RankPairwise)
-}
-
-#[cfg(not(feature = "max-autotune"))]
-fn full_strategy() -> Evolutionary {
-    Evolutionary::knn()
 }
 
 fn record(

@@ -116,6 +116,22 @@ impl Evolutionary {
         Evolutionary::new("knn", Arc::new(|_| Box::new(crate::model::Knn::default())))
     }
 
+    /// The strategy `max-autotune` runs, and the one the strategy benchmark
+    /// scores as ktune's `evolutionary`: gradient-boosted trees regressing
+    /// the log of the time (which ranked better than `rank:pairwise` over
+    /// the recorded spaces, `bench/results/strategies/ktune.jsonl`) where
+    /// the `xgboost` feature is built, else the nearest-neighbour model.
+    pub fn max_autotune() -> Self {
+        #[cfg(feature = "xgboost")]
+        {
+            Evolutionary::xgboost(crate::model::XgbObjective::Regression)
+        }
+        #[cfg(not(feature = "xgboost"))]
+        {
+            Evolutionary::knn()
+        }
+    }
+
     /// With gradient-boosted trees.
     #[cfg(feature = "xgboost")]
     pub fn xgboost(objective: crate::model::XgbObjective) -> Self {
