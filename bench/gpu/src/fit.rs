@@ -22,8 +22,9 @@ use crate::cases::{self, Case};
 #[derive(Debug, Clone, Serialize)]
 pub struct CaseFit {
     pub case: String,
-    /// Schedules with both a measured time and an estimate.
-    pub points: usize,
+    /// Schedules with both a measured time and an estimate, fastest
+    /// measured first.
+    pub points: Vec<FittedPoint>,
     /// Spearman's rank correlation of estimated and measured times (1: the
     /// model orders them as the GPU did; 0: no relation); `None` below
     /// three points.
@@ -36,6 +37,14 @@ pub struct CaseFit {
     /// The fastest measured schedule, and the model's favourite.
     pub best: Schedule,
     pub pick: Schedule,
+}
+
+/// One measured schedule beside the model's estimate of it.
+#[derive(Debug, Clone, Serialize)]
+pub struct FittedPoint {
+    pub schedule: Schedule,
+    pub measured_ms: f64,
+    pub estimate: model::Estimate,
 }
 
 /// Why a results file could not be read.
@@ -107,33 +116,38 @@ fn fit_case(case: &Case, results: &Value, target: SmVersion) -> Result<Option<Ca
             measured.push((schedule(&screened["schedule"])?, ms));
         }
     }
-    let points: Vec<(Schedule, f64, f64)> = measured
+    let mut points: Vec<FittedPoint> = measured
         .into_iter()
-        .filter_map(|(s, ms)| {
-            let estimate = model::estimate(&kernel, &s, target).ok()?;
-            Some((s, ms, estimate.seconds))
+        .filter_map(|(schedule, measured_ms)| {
+            let estimate = model::estimate(&kernel, &schedule, target).ok()?;
+            Some(FittedPoint {
+                schedule,
+                measured_ms,
+                estimate,
+            })
         })
         .collect();
     if points.len() < 2 {
         return Ok(None);
     }
-    let by = |key: fn(&(Schedule, f64, f64)) -> f64| {
-        points
-            .iter()
-            .min_by(|a, b| key(a).total_cmp(&key(b)))
-            .expect("two points or more")
-    };
-    let best = by(|p| p.1);
-    let pick = by(|p| p.2);
-    let pairs: Vec<(f64, f64)> = points.iter().map(|p| (p.1, p.2)).collect();
+    points.sort_by(|a, b| a.measured_ms.total_cmp(&b.measured_ms));
+    let best = &points[0];
+    let pick = points
+        .iter()
+        .min_by(|a, b| a.estimate.seconds.total_cmp(&b.estimate.seconds))
+        .expect("two points or more");
+    let pairs: Vec<(f64, f64)> = points
+        .iter()
+        .map(|p| (p.measured_ms, p.estimate.seconds))
+        .collect();
     Ok(Some(CaseFit {
         case: case.name.to_owned(),
-        points: points.len(),
         spearman: spearman(&pairs),
-        pick_over_best: pick.1 / best.1,
-        default_over_best: default_ms.map(|ms| ms / best.1),
-        best: best.0.clone(),
-        pick: pick.0.clone(),
+        pick_over_best: pick.measured_ms / best.measured_ms,
+        default_over_best: default_ms.map(|ms| ms / best.measured_ms),
+        best: best.schedule.clone(),
+        pick: pick.schedule.clone(),
+        points,
     }))
 }
 
@@ -147,21 +161,32 @@ pub fn table(fits: &[CaseFit]) -> String {
             out,
             "| {} | {} | {} | {:.2} | {} |",
             f.case,
-            f.points,
+            f.points.len(),
             f.spearman.map_or("—".to_owned(), |r| format!("{r:.2}")),
             f.pick_over_best,
             f.default_over_best
                 .map_or("—".to_owned(), |r| format!("{r:.2}")),
         );
     }
-    let mut rhos: Vec<f64> = fits.iter().filter_map(|f| f.spearman).collect();
-    rhos.sort_by(f64::total_cmp);
-    if let Some(median) = rhos.get(rhos.len() / 2) {
-        let _ = writeln!(
-            out,
-            "\nmedian Spearman ρ over {} cases: {median:.2}",
-            rhos.len()
-        );
+    if let Some((median, cases)) = median_spearman(fits) {
+        let _ = writeln!(out, "\nmedian Spearman ρ over {cases} cases: {median:.2}");
     }
     out
+}
+
+/// The median of the cases' Spearman correlations, and over how many cases.
+pub fn median_spearman(fits: &[CaseFit]) -> Option<(f64, usize)> {
+    let mut rhos: Vec<f64> = fits.iter().filter_map(|f| f.spearman).collect();
+    rhos.sort_by(f64::total_cmp);
+    rhos.get(rhos.len() / 2).map(|&m| (m, rhos.len()))
+}
+
+/// The fits as JSON: every case with its points (the measured time beside
+/// the model's whole estimate: bound, occupancy, waves…), and the median
+/// correlation.
+pub fn json(fits: &[CaseFit]) -> Value {
+    serde_json::json!({
+        "cases": fits,
+        "median_spearman": median_spearman(fits).map(|(m, _)| m),
+    })
 }

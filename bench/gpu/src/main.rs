@@ -77,9 +77,13 @@ struct Cli {
     #[arg(long, conflicts_with_all = ["cases", "dry_run", "list", "quick"])]
     agree: bool,
     /// Without a GPU: how well the heuristic model ranks the schedules a
-    /// results file (`bench.json`) measured, case by case, as a table.
+    /// results file (`bench.json`) measured, case by case, as a table
+    /// (`--json`: with every schedule's estimate beside its time).
     #[arg(long, value_name = "BENCH_JSON", conflicts_with_all = ["agree", "dry_run", "list"])]
     fit: Option<PathBuf>,
+    /// With `--fit`: print JSON, every measured schedule with its estimate.
+    #[arg(long, requires = "fit")]
+    json: bool,
 }
 
 fn main() -> ExitCode {
@@ -99,7 +103,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
         let results: serde_json::Value = serde_json::from_str(&text)
             .with_context(|| format!("{} is not JSON", path.display()))?;
         let fits = fit::fit(&results).with_context(|| format!("reading {}", path.display()))?;
-        print!("{}", fit::table(&fits));
+        if cli.json {
+            println!("{}", serde_json::to_string_pretty(&fit::json(&fits))?);
+        } else {
+            print!("{}", fit::table(&fits));
+        }
         return Ok(ExitCode::SUCCESS);
     }
     let selected = cases::select(&cli.cases).map_err(anyhow::Error::msg)?;

@@ -128,6 +128,34 @@ fn the_fit_reads_a_results_file_without_a_gpu() {
     );
 
     let output = bench()
+        .env("CUDA_VISIBLE_DEVICES", "")
+        .args(["--fit", path, "--json"])
+        .output()
+        .expect("runs");
+    assert!(output.status.success());
+    let json: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    let cases = json["cases"].as_array().expect("cases");
+    assert_eq!(cases.len(), 16);
+    let sgemm = &cases[0];
+    assert_eq!(sgemm["case"], "sgemm_4096");
+    let points = sgemm["points"].as_array().expect("points");
+    assert_eq!(points.len(), 33);
+    let measured: Vec<f64> = points
+        .iter()
+        .map(|p| p["measured_ms"].as_f64().expect("a time"))
+        .collect();
+    assert!(measured.windows(2).all(|w| w[0] <= w[1]), "{measured:?}");
+    assert_eq!(points[0]["schedule"], sgemm["best"]);
+    assert!(
+        points[0]["estimate"]["seconds"]
+            .as_f64()
+            .expect("an estimate")
+            > 0.0
+    );
+    assert!(points[0]["estimate"]["bound"].is_string());
+    assert!(json["median_spearman"].as_f64().expect("a median") > 0.0);
+
+    let output = bench()
         .args(["--fit", "no-such.json"])
         .output()
         .expect("runs");

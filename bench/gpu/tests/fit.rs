@@ -20,7 +20,12 @@ fn every_case_of_the_h200_run_is_fitted() {
     let fits = h200();
     assert_eq!(fits.len(), 16);
     for f in &fits {
-        assert!(f.points >= 20, "{}: {} points", f.case, f.points);
+        assert!(
+            f.points.len() >= 20,
+            "{}: {} points",
+            f.case,
+            f.points.len()
+        );
         assert!(f.pick_over_best >= 1.0, "{}", f.case);
         assert!(f.spearman.is_some(), "{}", f.case);
     }
