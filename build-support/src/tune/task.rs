@@ -148,8 +148,9 @@ pub struct Task<'k> {
     mapping: Mapping,
     space: ktune_search::space::Space,
     default: Point,
-    /// The heuristic model's estimate of every valid point, in seconds.
-    estimates: HashMap<Point, f64>,
+    /// The heuristic model's estimate of every valid point, in seconds
+    /// (shared with the bounded search's score).
+    estimates: Arc<HashMap<Point, f64>>,
     /// Where the evolutionary search starts: the default, the known
     /// winners that are valid here, a few of the model's best.
     starts: Vec<Point>,
@@ -195,10 +196,12 @@ impl<'k> Task<'k> {
             valid.iter().map(|s| mapping.point(s)),
         );
         let default = mapping.point(&heuristic(kernel, target));
-        let estimates = ranked
-            .iter()
-            .map(|(s, e)| (mapping.point(s), e.seconds))
-            .collect();
+        let estimates = Arc::new(
+            ranked
+                .iter()
+                .map(|(s, e)| (mapping.point(s), e.seconds))
+                .collect(),
+        );
         let mut task = Task {
             kernel,
             source,
@@ -238,7 +241,7 @@ impl<'k> Task<'k> {
     /// The bounded search of `candidates` points, scored by the heuristic
     /// model.
     fn bounded(&self, candidates: usize) -> Bounded {
-        let estimates = self.estimates.clone();
+        let estimates = Arc::clone(&self.estimates);
         let score = Arc::new(move |_: &ktune_search::space::Space, p: &Point| {
             estimates.get(p).copied().unwrap_or(f64::INFINITY)
         });
