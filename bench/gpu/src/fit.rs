@@ -130,12 +130,15 @@ fn fit_case(case: &Case, results: &Value, target: SmVersion) -> Result<Option<Ca
     if points.len() < 2 {
         return Ok(None);
     }
-    points.sort_by(|a, b| a.measured_ms.total_cmp(&b.measured_ms));
-    let best = &points[0];
+    // The model's favourite in the file's order (the default first), so
+    // that a tie in its estimates does not go to the faster measurement.
     let pick = points
         .iter()
         .min_by(|a, b| a.estimate.seconds.total_cmp(&b.estimate.seconds))
+        .map(|p| (p.schedule.clone(), p.measured_ms))
         .expect("two points or more");
+    points.sort_by(|a, b| a.measured_ms.total_cmp(&b.measured_ms));
+    let best = &points[0];
     let pairs: Vec<(f64, f64)> = points
         .iter()
         .map(|p| (p.measured_ms, p.estimate.seconds))
@@ -143,10 +146,10 @@ fn fit_case(case: &Case, results: &Value, target: SmVersion) -> Result<Option<Ca
     Ok(Some(CaseFit {
         case: case.name.to_owned(),
         spearman: spearman(&pairs),
-        pick_over_best: pick.measured_ms / best.measured_ms,
+        pick_over_best: pick.1 / best.measured_ms,
         default_over_best: default_ms.map(|ms| ms / best.measured_ms),
         best: best.schedule.clone(),
-        pick: pick.schedule.clone(),
+        pick: pick.0,
         points,
     }))
 }
