@@ -5,10 +5,13 @@ real GPU answers every configuration, so no GPU is needed. For every space,
 strategy and seed the run's evaluations are turned into "evaluations until a
 configuration within 5% of the optimum" and an anytime score (auc). One JSON
 object per (space, strategy) is written to --out as soon as all its seeds are
-done.
+done. With --journal, each seed's scores are also appended to that file as it
+finishes, and seeds already there are not run again: a run of hours that is
+stopped resumes where it was.
 """
 
 import argparse
+import contextlib
 import functools
 import gzip
 import json
@@ -188,22 +191,44 @@ def quantile(values, q):
     return None if math.isinf(value) else value
 
 
-def summarize(space, strategy, budget, optimum, runs):
-    """The JSON line for one (space, strategy) from its per-seed time sequences, in seed order."""
-    evals = [evals_to_target(times, optimum) for times in runs]
+def score_seed(times, optimum, budget):
+    """One seed's scores: evaluations to the target (None: not reached) and anytime score."""
+    return {"evals": evals_to_target(times, optimum), "auc": anytime_score(times, optimum, budget)}
+
+
+def summarize(space, strategy, budget, scores):
+    """The JSON line for one (space, strategy) from its per-seed scores, in seed order."""
+    evals = [score["evals"] for score in scores]
     return {
         "tool": "kernel_tuner",
         "space": space,
         "strategy": strategy,
-        "seeds": len(runs),
+        "seeds": len(scores),
         "budget": budget,
         "evals": evals,
         "median": quantile(evals, 0.5),
         "q1": quantile(evals, 0.25),
         "q3": quantile(evals, 0.75),
         "success_fraction": sum(e is not None for e in evals) / len(evals),
-        "auc": sum(anytime_score(times, optimum, budget) for times in runs) / len(runs),
+        "auc": sum(score["auc"] for score in scores) / len(scores),
     }
+
+
+def read_journal(path, budget):
+    """Scores already journaled at this budget, by (space, strategy, seed); empty when there is no file."""
+    done = {}
+    if path is None or not path.exists():
+        return done
+    with open(path) as fh:
+        for number, line in enumerate(fh, start=1):
+            try:
+                entry = json.loads(line)
+                key = (entry["space"], entry["strategy"], entry["seed"])
+                if entry["budget"] == budget:
+                    done[key] = {"evals": entry["evals"], "auc": entry["auc"]}
+            except (json.JSONDecodeError, KeyError, TypeError) as error:
+                sys.exit(f"{path}:{number}: not a journal entry ({error})")
+    return done
 
 
 def parse_args(argv):
@@ -217,6 +242,8 @@ def parse_args(argv):
     parser.add_argument("--strategies", nargs="+", default=STRATEGIES, help="Kernel Tuner strategy names, run in this order")
     parser.add_argument("--jobs", type=int, default=1, help="worker processes")
     parser.add_argument("--out", type=Path, required=True, help="JSON-lines output file (overwritten)")
+    parser.add_argument("--journal", type=Path,
+                        help="per-seed scores, appended as each seed finishes; seeds found there are not run again")
     return parser.parse_args(argv)
 
 
@@ -236,27 +263,41 @@ def main(argv=None):
             write_simulation_cache(record, cache_paths[space])
             optima[space] = optimum_of(record)
 
-        pending = {}
-        with ProcessPoolExecutor(max_workers=args.jobs) as pool:
-            futures = {}
-            for strategy in args.strategies:
-                for space in spaces:
-                    pending[(space, strategy)] = [None] * args.seeds
-                    for seed in range(args.seeds):
-                        future = pool.submit(run_seed, cache_paths[space], strategy, seed, args.budget)
-                        futures[future] = (space, strategy, seed)
+        done = read_journal(args.journal, args.budget)
+        pending = {
+            (space, strategy): [done.get((space, strategy, seed)) for seed in range(args.seeds)]
+            for strategy in args.strategies
+            for space in spaces
+        }
+
+        def write_if_complete(key):
+            if any(score is None for score in pending[key]):
+                return
+            line = summarize(*key, args.budget, pending.pop(key))
+            out.write(json.dumps(line) + "\n")
+            out.flush()
+            print(f"{key[0]} {key[1]}: median {line['median']} success {line['success_fraction']:.2f}",
+                  file=sys.stderr, flush=True)
+
+        for key in list(pending):
+            write_if_complete(key)
+        with ProcessPoolExecutor(max_workers=args.jobs) as pool, \
+                (open(args.journal, "a") if args.journal else contextlib.nullcontext()) as journal:
+            futures = {
+                pool.submit(run_seed, cache_paths[space], strategy, seed, args.budget): (space, strategy, seed)
+                for (space, strategy), scores in pending.items()
+                for seed, score in enumerate(scores)
+                if score is None
+            }
             for future in as_completed(futures):
                 space, strategy, seed = futures[future]
-                runs = pending[(space, strategy)]
-                runs[seed] = future.result()
-                if all(run is not None for run in runs):
-                    line = summarize(space, strategy, args.budget, optima[space], runs)
-                    out.write(json.dumps(line) + "\n")
-                    out.flush()
-                    del pending[(space, strategy)]
-                    print(f"{space} {strategy}: median {line['median']} success {line['success_fraction']:.2f}",
-                          file=sys.stderr, flush=True)
-
+                score = score_seed(future.result(), optima[space], args.budget)
+                if journal:
+                    entry = {"space": space, "strategy": strategy, "seed": seed, "budget": args.budget, **score}
+                    journal.write(json.dumps(entry) + "\n")
+                    journal.flush()
+                pending[(space, strategy)][seed] = score
+                write_if_complete((space, strategy))
 
 if __name__ == "__main__":
     main()
