@@ -34,7 +34,7 @@ fn main() -> Result<()> {
             eprintln!("xtask: ptxas at {}", ptxas.display());
             let nvdisasm = ensure_nvdisasm(&root)?;
             eprintln!("xtask: nvdisasm at {}", nvdisasm.display());
-            Ok(())
+            ensure_xgboost_build_tools()
         }
         Some("test") => test(&root),
         Some("gpu-bundle") => gpu_bundle(&root),
