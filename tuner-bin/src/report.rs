@@ -52,7 +52,12 @@ struct BenchFigures {
     baseline: String,
     /// Baseline time over ktune's time (above 1: ktune is faster).
     default_vs_baseline: Option<f64>,
+    /// What a plain build's bounded search keeps.
+    bounded_vs_baseline: Option<f64>,
+    /// The best of the random sample of the space.
     best_vs_baseline: Option<f64>,
+    /// What `max-autotune`'s search found (`ktune-bench --search`).
+    searched_vs_baseline: Option<f64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -168,7 +173,9 @@ fn bench_figures(path: &Path) -> Result<Vec<BenchFigures>> {
                 case: case["name"].as_str().unwrap_or("?").to_owned(),
                 baseline: case["baseline_kind"].as_str().unwrap_or("?").to_owned(),
                 default_vs_baseline: vs("default"),
+                bounded_vs_baseline: vs("tuned"),
                 best_vs_baseline: vs("best"),
+                searched_vs_baseline: vs("searched"),
             }
         })
         .collect())
@@ -265,18 +272,20 @@ fn page(history: &History, figures: &Figures) -> Result<String> {
     if !figures.bench.is_empty() {
         html.push_str(
             "<h2>GPU benchmark</h2>\n<table><tr><th>case</th><th>baseline</th>\
-             <th>default vs baseline</th><th>best vs baseline</th></tr>\n",
+             <th>default vs baseline</th><th>bounded vs baseline</th>\
+             <th>best sampled vs baseline</th><th>searched vs baseline</th></tr>\n",
         );
+        let ratio = |r: Option<f64>| r.map_or("–".to_owned(), |r| format!("{r:.2}×"));
         for b in &figures.bench {
             let _ = writeln!(
                 html,
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
                 escape(&b.case),
                 escape(&b.baseline),
-                b.default_vs_baseline
-                    .map_or("–".to_owned(), |r| format!("{r:.2}×")),
-                b.best_vs_baseline
-                    .map_or("–".to_owned(), |r| format!("{r:.2}×")),
+                ratio(b.default_vs_baseline),
+                ratio(b.bounded_vs_baseline),
+                ratio(b.best_vs_baseline),
+                ratio(b.searched_vs_baseline),
             );
         }
         html.push_str("</table>\n<p>Baseline time over ktune's: above 1, ktune is faster.</p>\n");
@@ -476,4 +485,43 @@ fn speedup_svg(kernels: &[KernelFigures]) -> Result<String> {
             .map_err(plot_error)?;
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bench_figures_are_baseline_over_each_ktune_time() {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let path = dir.path().join("bench.json");
+        let timed = |ms: f64| serde_json::json!({ "times": { "median_ms": ms } });
+        let results = serde_json::json!({ "cases": [{
+            "name": "tail", "baseline_kind": "cublas",
+            "baseline": timed(2.0), "default": timed(4.0), "tuned": timed(2.0),
+            "best": timed(1.0), "searched": timed(0.5),
+        }, {
+            "name": "older", "baseline_kind": "copy",
+            "baseline": timed(1.0), "default": timed(2.0), "best": null,
+        }]});
+        std::fs::write(&path, results.to_string()).expect("written");
+        let figures = bench_figures(&path).expect("a results file");
+        let ratios = |b: &BenchFigures| {
+            [
+                b.default_vs_baseline,
+                b.bounded_vs_baseline,
+                b.best_vs_baseline,
+                b.searched_vs_baseline,
+            ]
+        };
+        assert_eq!(figures[0].case, "tail");
+        assert_eq!(
+            ratios(&figures[0]),
+            [Some(0.5), Some(1.0), Some(2.0), Some(4.0)]
+        );
+        assert_eq!(ratios(&figures[1]), [Some(0.5), None, None, None]);
+        std::fs::write(&path, "{}").expect("written");
+        let err = bench_figures(&path).expect_err("no cases");
+        assert!(err.to_string().contains("no `cases`"), "{err}");
+    }
 }

@@ -161,7 +161,9 @@ const GPU_RUN_SCRIPT: &str = r#"#!/usr/bin/env bash
 #   checks  the demo on the GPU and on the virtual GPU, the runtime's GPU
 #           tests, the verification suite on both devices (agree.json)
 #   bench   ktune-bench against cuBLAS, then torch where present, on the
-#           cases or groups BENCH_CASES names (comma-separated; all)
+#           cases or groups BENCH_CASES names (comma-separated; all);
+#           SAMPLE (32) schedules sampled and SEARCH (0) evaluations of
+#           max-autotune's search per case, screened in that order
 #   profile Nsight Compute on the default schedules of PROFILE_CASES
 #           (PROFILE_SECONDS each), into profile.txt
 #   tune    `cargo ktune tune` of the demo's kernels on the GPU (TUNE_TRIALS,
@@ -210,7 +212,8 @@ if has_part bench; then
     bench_s=${BENCH_SECONDS:-150}
     torch_s=${TORCH_SECONDS:-80}
     cases=${BENCH_CASES:-all}
-    timeout $(( bench_s + 60 )) "$here/ktune-bench" --cases "$cases" --budget-s "$bench_s" --out "$out/bench.json" 2>&1 \
+    timeout $(( bench_s + 60 )) "$here/ktune-bench" --cases "$cases" --budget-s "$bench_s" \
+        --sample "${SAMPLE:-32}" --search "${SEARCH:-0}" --out "$out/bench.json" 2>&1 \
         | tee "$out/bench.txt" || status=1
     "$here/ktune-bench" --cases "$cases" --list > "$libs/cases.json"
     timeout $(( torch_s + 30 )) python3 "$here/torch_baseline.py" --cases-json "$libs/cases.json" \
@@ -284,7 +287,14 @@ fn gpu_bundle(root: &Path) -> Result<()> {
     run(
         root,
         "cargo",
-        &["build", "--release", "-p", "ktune-bench"],
+        &[
+            "build",
+            "--release",
+            "-p",
+            "ktune-bench",
+            "--features",
+            "max-autotune",
+        ],
         None,
     )?;
     run(

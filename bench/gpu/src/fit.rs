@@ -1,7 +1,7 @@
 //! How well the heuristic model ([`ktune_core::model`]) ranks the schedules
 //! a benchmark run measured: `ktune-bench --fit bench.json`. For each case,
 //! every schedule the run timed (the default, the bounded search's
-//! candidates and the screened sample) gets
+//! candidates, the screened sample and the search's evaluations) gets
 //! the model's estimate, and the two orders are compared. This is how the
 //! model is checked against a real GPU without one: each run on a GPU
 //! leaves a results file, and the fit can be read again after every change
@@ -107,13 +107,18 @@ fn fit_case(case: &Case, results: &Value, target: SmVersion) -> Result<Option<Ca
         measured.push((default.clone(), ms));
     }
     // Files written before the bounded search's candidates were measured
-    // have no `bounded`.
-    let screened = ["bounded", "sampled"]
+    // have no `bounded`, before the search no `search`. A schedule timed
+    // twice (the search starts from the default) counts once, as first
+    // timed.
+    let screened = ["bounded", "sampled", "search"]
         .iter()
         .flat_map(|list| results[list]["screened"].as_array().into_iter().flatten());
     for screened in screened {
         if let Some(ms) = screened["median_ms"].as_f64() {
-            measured.push((schedule(&screened["schedule"])?, ms));
+            let schedule = schedule(&screened["schedule"])?;
+            if measured.iter().all(|(s, _)| *s != schedule) {
+                measured.push((schedule, ms));
+            }
         }
     }
     let mut points: Vec<FittedPoint> = measured

@@ -1,10 +1,11 @@
 //! ktune's GPU benchmark, the parts that need no GPU: the case catalogue
 //! ([`cases`]), the schedules each case measures and the dry run
 //! ([`plan`]), inputs and the sampled CPU reference ([`check`]), and the
-//! results file ([`report`]), and the heuristic model's fit to a run's
-//! measurements ([`fit`]). The `ktune-bench` binary adds the GPU side:
-//! loading and timing kernels, cuBLAS and the copy baseline. See the
-//! crate's README.md.
+//! results file ([`report`]), the heuristic model's fit to a run's
+//! measurements ([`fit`]), and `max-autotune`'s search over a case's
+//! space with the screening left to the caller ([`search`]). The
+//! `ktune-bench` binary adds the GPU side: loading and timing kernels,
+//! cuBLAS and the copy baseline. See the crate's README.md.
 
 pub mod agreement;
 pub mod cases;
@@ -12,3 +13,4 @@ pub mod check;
 pub mod fit;
 pub mod plan;
 pub mod report;
+pub mod search;

@@ -43,6 +43,13 @@ struct Cli {
     /// Schedules sampled from each case's space, besides the default.
     #[arg(long, default_value_t = 32)]
     sample: usize,
+    /// Evaluations of `max-autotune`'s search of each case's space (the
+    /// evolutionary search a `--features max-autotune` build runs, its
+    /// default schedule first), each screened like a sampled schedule,
+    /// after the sample and within the case's share of `--budget-s`; the
+    /// schedule it finds is re-measured in full. 0: no search.
+    #[arg(long, default_value_t = 0)]
+    search: usize,
     /// Seed of the sample and of the inputs.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -228,7 +235,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         generator_version: ktune_core::GENERATOR_VERSION,
         date: iso_date(now),
         gpu: gpu.info.clone(),
-        settings: policy.settings(cli.sample, cli.seed, cli.quick, cli.budget_s),
+        settings: policy.settings((cli.sample, cli.search), cli.seed, cli.quick, cli.budget_s),
         cases: Vec::new(),
     };
     eprintln!(
@@ -249,6 +256,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         blas: blas.as_ref().map_err(Clone::clone),
         policy,
         sample: cli.sample,
+        search: cli.search,
         seed: cli.seed,
     };
     for (i, case) in selected.iter().enumerate() {

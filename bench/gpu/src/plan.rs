@@ -11,6 +11,7 @@ use ktune_build::ptxas;
 use ktune_build::tune::{BOUNDED_CANDIDATES, Task};
 use ktune_core::ir::Kernel;
 use ktune_core::lower::{self, Launch, LowerError, Lowered};
+use ktune_core::model::Estimate;
 use ktune_core::schedule::Schedule;
 use ktune_core::{SmVersion, model, ptx, space};
 use rand::SeedableRng;
@@ -69,6 +70,11 @@ pub struct Plan {
     /// in: when the time budget cuts screening short, what was screened is
     /// still a random subset, not the start of the space's order.
     pub sample: Vec<Schedule>,
+    /// Every valid point of the space, and each with the heuristic model's
+    /// estimate, fastest first: what a search of the space starts from
+    /// ([`Plan::task`]).
+    valid: Vec<Schedule>,
+    ranked: Vec<(Schedule, Estimate)>,
 }
 
 impl Plan {
@@ -80,26 +86,40 @@ impl Plan {
     ) -> Result<Plan, ParseError> {
         let kernel = case.kernel()?;
         let default = lower::heuristic(&kernel, target);
-        let mut points = space::candidates(&kernel, target);
-        let space_size = points.len();
-        let ranked = model::rank(&kernel, target, &points);
-        let bounded = Task::surveyed(&kernel, case.source, target, &[], &points, &ranked)
+        let valid = space::candidates(&kernel, target);
+        let ranked = model::rank(&kernel, target, &valid);
+        let bounded = Task::surveyed(&kernel, case.source, target, &[], &valid, &ranked)
             .bounded_candidates(BOUNDED_CANDIDATES)
             .into_iter()
             .filter(|s| *s != default)
             .collect();
-        points.retain(|p| *p != default);
-        let mut sample = space::sample(&points, sample, seed);
+        let others: Vec<Schedule> = valid.iter().filter(|p| **p != default).cloned().collect();
+        let mut sample = space::sample(&others, sample, seed);
         sample.shuffle(&mut SmallRng::seed_from_u64(seed));
         Ok(Plan {
             case,
-            kernel,
             target,
             default,
-            space_size,
+            space_size: valid.len(),
             bounded,
             sample,
+            kernel,
+            valid,
+            ranked,
         })
+    }
+
+    /// The search of the case's space a build would run on this target
+    /// (`max-autotune`'s with [`Method::Evolutionary`](ktune_build::tune::Method)).
+    pub fn task(&self) -> Task<'_> {
+        Task::surveyed(
+            &self.kernel,
+            self.case.source,
+            self.target,
+            &[],
+            &self.valid,
+            &self.ranked,
+        )
     }
 }
 

@@ -49,6 +49,8 @@ pub struct GpuInfo {
 #[derive(Debug, Clone, Serialize)]
 pub struct Settings {
     pub sample: usize,
+    /// Evaluations of `max-autotune`'s search per case (0: none).
+    pub search: usize,
     pub seed: u64,
     pub quick: bool,
     /// Seconds of wall-clock time the run aimed to stay within.
@@ -84,11 +86,16 @@ pub struct CaseResult {
     pub tuned: Option<Measured>,
     /// The fastest correct schedule of the sample, re-measured in full.
     pub best: Option<Measured>,
+    /// What `max-autotune`'s search (the evolutionary search with its cost
+    /// model) found in `search`'s evaluations, re-measured in full.
+    pub searched: Option<Measured>,
     pub baseline_kind: Baseline,
     pub baseline: Option<Measured>,
     /// What became of the bounded search's candidates.
     pub bounded: Sampled,
     pub sampled: Sampled,
+    /// The search's evaluations, in the order it made them.
+    pub search: Sampled,
     pub ratios: Ratios,
     /// What went wrong (driver errors, a missing baseline); the case's other
     /// numbers stand.
@@ -110,10 +117,12 @@ impl CaseResult {
             default: None,
             tuned: None,
             best: None,
+            searched: None,
             baseline_kind: case.kind.baseline(),
             baseline: None,
             bounded: Sampled::default(),
             sampled: Sampled::default(),
+            search: Sampled::default(),
             ratios: Ratios::default(),
             errors: Vec::new(),
         }
@@ -169,7 +178,7 @@ impl Times {
 }
 
 /// What became of a list of schedules screened (the sample, the bounded
-/// search's candidates).
+/// search's candidates, the search's evaluations).
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Sampled {
     /// Schedules in the list.
@@ -195,6 +204,7 @@ pub struct Ratios {
     pub default_vs_baseline: Option<f64>,
     pub tuned_vs_baseline: Option<f64>,
     pub best_vs_baseline: Option<f64>,
+    pub searched_vs_baseline: Option<f64>,
 }
 
 impl Ratios {
@@ -208,6 +218,7 @@ impl Ratios {
             default_vs_baseline: ratio(&case.default),
             tuned_vs_baseline: ratio(&case.tuned),
             best_vs_baseline: ratio(&case.best),
+            searched_vs_baseline: ratio(&case.searched),
         }
     }
 }
@@ -220,24 +231,28 @@ pub fn markdown(results: &Results) -> String {
         "ktune-bench on {} (sm {}), {}; ratios are baseline time / ktune time (> 1: ktune faster)\n",
         results.gpu.name, results.gpu.compute_capability, results.date
     );
-    out.push_str("| case | dtype | shape | baseline | baseline ms | default ms | bounded ms | best ms | default/base | bounded/base | best/base | rate (best) | notes |\n");
-    out.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    out.push_str("| case | dtype | shape | baseline | baseline ms | default ms | bounded ms | best ms | searched ms | default/base | bounded/base | best/base | searched/base | rate (fastest) | notes |\n");
+    out.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for case in &results.cases {
         let ms = |m: &Option<Measured>| {
             m.as_ref()
                 .map_or("—".to_owned(), |m| format!("{:.3}", m.times.median_ms))
         };
         let ratio = |r: Option<f64>| r.map_or("—".to_owned(), |r| format!("{r:.2}"));
-        let rate = case
-            .best
-            .as_ref()
-            .or(case.default.as_ref())
+        let rate = [&case.default, &case.tuned, &case.best, &case.searched]
+            .into_iter()
+            .flatten()
+            .min_by(|a, b| a.times.median_ms.total_cmp(&b.times.median_ms))
             .map_or("—".to_owned(), |m| match case.kind {
                 Kind::Softmax | Kind::LayerNorm => format!("{:.0} GB/s", m.gbps),
                 Kind::Matmul | Kind::MatmulBiasGelu => format!("{:.1} TFLOP/s", m.tflops),
             });
         let mut notes = Vec::new();
-        for (list, name) in [(&case.bounded, "bounded"), (&case.sampled, "sampled")] {
+        for (list, name) in [
+            (&case.bounded, "bounded"),
+            (&case.sampled, "sampled"),
+            (&case.search, "search"),
+        ] {
             let wrong = list
                 .screened
                 .iter()
@@ -259,7 +274,7 @@ pub fn markdown(results: &Results) -> String {
         let shape: Vec<String> = case.shape.iter().map(|(_, n)| n.to_string()).collect();
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             case.name,
             case.dtype,
             shape.join("×"),
@@ -268,9 +283,11 @@ pub fn markdown(results: &Results) -> String {
             ms(&case.default),
             ms(&case.tuned),
             ms(&case.best),
+            ms(&case.searched),
             ratio(case.ratios.default_vs_baseline),
             ratio(case.ratios.tuned_vs_baseline),
             ratio(case.ratios.best_vs_baseline),
+            ratio(case.ratios.searched_vs_baseline),
             rate,
             notes.join("; "),
         );
@@ -349,6 +366,8 @@ mod tests {
         assert_eq!(r.default_vs_baseline, Some(0.5));
         assert_eq!(r.tuned_vs_baseline, Some(2.0));
         assert_eq!(r.best_vs_baseline, None);
+        case.searched = Some(measured(0.5));
+        assert_eq!(Ratios::of(&case).searched_vs_baseline, Some(4.0));
         case.baseline = None;
         assert_eq!(Ratios::of(&case).default_vs_baseline, None);
     }

@@ -1,7 +1,9 @@
 //! One case on the GPU: inputs (rotated through enough copies to defeat
 //! the L2), the baseline, the default schedule, then the bounded search's
-//! candidates and the sample, each screened within the case's share of the
-//! time budget and its fastest re-measured.
+//! candidates, the sample and `max-autotune`'s search
+//! ([`ktune_bench::search`]), each
+//! screened within the case's share of the time budget and its fastest
+//! re-measured.
 
 use std::time::Instant;
 
@@ -11,6 +13,7 @@ use ktune_bench::cases::{BIAS_GELU, Baseline, Case, Kind, parse};
 use ktune_bench::check::{Check, HostTensor, Reference, random_inputs};
 use ktune_bench::plan::{Plan, Variant};
 use ktune_bench::report::{CaseResult, Measured, Ratios, Sampled, Screened, Settings, Times};
+use ktune_bench::search::search;
 use ktune_core::ir::Kernel;
 use ktune_core::lower;
 use ktune_core::schedule::Schedule;
@@ -58,9 +61,16 @@ impl Policy {
         fill.clamp(self.min_reps, self.max_reps).min(ceiling)
     }
 
-    pub fn settings(&self, sample: usize, seed: u64, quick: bool, budget_s: f64) -> Settings {
+    pub fn settings(
+        &self,
+        (sample, search): (usize, usize),
+        seed: u64,
+        quick: bool,
+        budget_s: f64,
+    ) -> Settings {
         Settings {
             sample,
+            search,
             seed,
             quick,
             budget_s,
@@ -126,6 +136,8 @@ pub struct Runner<'g> {
     pub blas: Result<&'g Blas, String>,
     pub policy: Policy,
     pub sample: usize,
+    /// Evaluations of `max-autotune`'s search per case (0: none).
+    pub search: usize,
     pub seed: u64,
 }
 
@@ -219,6 +231,21 @@ impl Runner<'_> {
         if let Some((_, loaded, check, schedule)) = fastest {
             let times = self.measure(Subject::Ktune(&loaded), &mut bufs)?;
             result.best = Some(measured(kernel, Some(schedule.clone()), times, Some(check)));
+        }
+
+        if self.search > 0 {
+            let info = self.gpu.info.clone();
+            let allowance = (self.search, deadline);
+            let reps = self.policy.screen_reps;
+            let (found, evaluated) = search(&plan, &info, allowance, reps, |kernel, schedule| {
+                self.screen(kernel, schedule, &mut bufs, &reference)
+                    .map(|(ms, ..)| ms)
+                    .map_err(|e| format!("{e:#}"))
+            });
+            result.search = evaluated;
+            if let Some(schedule) = found {
+                result.searched = Some(self.ktune(kernel, &schedule, &mut bufs, &reference)?);
+            }
         }
         Ok(())
     }

@@ -15,7 +15,7 @@ fn without_a_gpu_it_says_so_and_exits_with_3() {
     // machines too: the driver, if present, reports no device.
     let output = bench()
         .env("CUDA_VISIBLE_DEVICES", "")
-        .args(["--cases", "decode_m1", "--quick"])
+        .args(["--cases", "decode_m1", "--quick", "--search", "8"])
         .output()
         .expect("runs");
     let stderr = String::from_utf8_lossy(&output.stderr);
