@@ -5,10 +5,17 @@ number of evaluations to reach within 5% of the optimum, its ratio to random
 search's median on that space, and the share of seeds that reached it when some
 did not. The reference random search is ktune's `random` where present, else
 Kernel Tuner's `random_sample`.
+
+A median of 50 seeds is noisy on spaces whose seeds split into fast and slow
+groups, so a second table sets ktune's `evolutionary` beside the best Kernel
+Tuner strategy of each space with both medians' 95% confidence intervals
+(distribution-free: order statistics of the seeds, as for a binomial), and says
+where one interval lies wholly below the other.
 """
 
 import argparse
 import json
+import math
 import sys
 from pathlib import PurePosixPath
 
@@ -51,6 +58,27 @@ def ratio(median, reference, budget):
     return (median / reference, False)
 
 
+def median_interval(evals, z=1.96):
+    """(low, high): a distribution-free ~95% confidence interval for the median of `evals` (None: not reached).
+
+    The order statistics j and k around the middle for which a binomial(n, 1/2)
+    count falls between them with ~95% probability (normal approximation); an
+    end that lands on an unreached seed is None (beyond the budget).
+    """
+    n = len(evals)
+    ordered = sorted(math.inf if e is None else e for e in evals)
+    half_width = z * math.sqrt(n) / 2
+    j = max(1, math.floor(n / 2 - half_width))
+    k = min(n, math.ceil(n / 2 + 1 + half_width))
+    low, high = ordered[j - 1], ordered[k - 1]
+    return (None if math.isinf(low) else low, None if math.isinf(high) else high)
+
+
+def below(a, b):
+    """Whether interval `a` lies wholly below interval `b` (None ends are beyond the budget)."""
+    return a[1] is not None and (b[0] is None or a[1] < b[0])
+
+
 def build(entries):
     """The table as plain data: settings, columns, one row per space, and the evolutionary count."""
     spaces = sorted({space for space, _ in entries})
@@ -63,6 +91,7 @@ def build(entries):
     rows = []
     beaten = []
     compared = []
+    versus = []
     for space in spaces:
         reference_column = next((c for c in RANDOM if (space, c) in entries), None)
         reference = entries[(space, reference_column)]["median"] if reference_column else None
@@ -81,6 +110,7 @@ def build(entries):
                 "budget": obj["budget"],
                 "ratio_to_random": None if r is None else r[0],
                 "ratio_is_upper_bound": None if r is None else r[1],
+                "median_interval": list(median_interval(obj["evals"])),
             }
         rows.append({
             "space": space,
@@ -94,6 +124,21 @@ def build(entries):
             ours = cells[CHALLENGER]["median"]
             if ours is not None and all(cells[c]["median"] is None or ours < cells[c]["median"] for c in rivals):
                 beaten.append(space)
+            interval = cells[CHALLENGER]["median_interval"]
+            best = min(rivals, key=lambda c: math.inf if cells[c]["median"] is None else cells[c]["median"])
+            if all(below(interval, cells[c]["median_interval"]) for c in rivals):
+                verdict = "ahead"
+            elif any(below(cells[c]["median_interval"], interval) for c in rivals):
+                verdict = "behind"
+            else:
+                verdict = "within noise"
+            versus.append({
+                "space": space,
+                "evolutionary": {"median": ours, "median_interval": interval},
+                "best_kernel_tuner": {"strategy": best[1], "median": cells[best]["median"],
+                                      "median_interval": cells[best]["median_interval"]},
+                "verdict": verdict,
+            })
 
     return {
         "settings": [{"seeds": seeds, "budget": budget}
@@ -102,6 +147,7 @@ def build(entries):
         "rows": rows,
         "evolutionary_beats_every_kernel_tuner_strategy": {"spaces": beaten, "count": len(beaten),
                                                            "of": len(compared)},
+        "evolutionary_versus_kernel_tuner": versus,
     }
 
 
@@ -119,6 +165,12 @@ def cell_text(cell):
     if cell["success_fraction"] < 1:
         text += f" [{cell['success_fraction']:.0%}]"
     return text
+
+
+def interval_text(median, interval, budget):
+    """`median [low, high]`, with `>budget` for what was not reached."""
+    show = lambda v: f">{budget}" if v is None else number(v)
+    return f"{show(median)} [{show(interval[0])}, {show(interval[1])}]"
 
 
 def markdown(table):
@@ -146,6 +198,28 @@ def markdown(table):
         f"ktune `evolutionary` has a lower median than every Kernel Tuner strategy on {beats['count']} of "
         f"{beats['of']} spaces" + (f" ({', '.join(beats['spaces'])})." if beats["spaces"] else "."),
     ]
+    versus = table["evolutionary_versus_kernel_tuner"]
+    if versus:
+        budget = table["settings"][0]["budget"] if table["settings"] else "B"
+        lines += [
+            "",
+            "| space | ktune evolutionary, median [95% interval] | best Kernel Tuner strategy | its median [95% interval] | |",
+            "|---|---|---|---|---|",
+        ]
+        for v in versus:
+            ours, theirs = v["evolutionary"], v["best_kernel_tuner"]
+            lines.append(
+                f"| {v['space']} | {interval_text(ours['median'], ours['median_interval'], budget)} | "
+                f"{theirs['strategy']} | {interval_text(theirs['median'], theirs['median_interval'], budget)} | "
+                f"{v['verdict']} |"
+            )
+        count = lambda verdict: sum(v["verdict"] == verdict for v in versus)
+        lines += [
+            "",
+            f"Intervals: distribution-free 95% confidence intervals of the medians. ktune `evolutionary`'s lies "
+            f"wholly below every Kernel Tuner strategy's on {count('ahead')} of {len(versus)} spaces, wholly above "
+            f"some strategy's on {count('behind')}, and overlaps elsewhere.",
+        ]
     return "\n".join(lines)
 
 
