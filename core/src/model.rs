@@ -371,31 +371,30 @@ fn contraction(
     intensity: f64,
 ) -> Estimate {
     let layout = Layout::new(kernel, plan, tiles, target).expect("validated");
-    let hw: Hardware = target.hardware();
-    let sm_count = target.limits().sm_count;
-    let clock = f64::from(hw.clock_mhz) * 1e6;
-    let usage = BlockUsage {
-        threads: layout.threads,
-        registers: layout.registers,
-        shared_bytes: layout.shared_bytes,
-    };
-    let occ = occupancy(usage, target);
-    let resident = occ.blocks_per_sm.max(1);
-    let (m, n, k) = (
-        u64::from(layout.m_extent),
-        u64::from(layout.n_extent),
-        u64::from(layout.k_extent),
+    let block = Block::new(
+        kernel,
+        plan,
+        target,
+        BlockUsage {
+            threads: layout.threads,
+            registers: layout.registers,
+            shared_bytes: layout.shared_bytes,
+        },
+        Walk {
+            block_m: tiles.block_m,
+            block_n: tiles.block_n,
+            group_m: tiles.group_m,
+            split_k: tiles.split_k,
+            split: layout.split,
+            k_tiles: layout.k_tiles(),
+        },
     );
-    let batch = plan.batch_count(kernel);
+    let (hw, resident) = (&block.hw, block.resident);
     let (tm, tn, bk) = (
         f64::from(tiles.thread_m),
         f64::from(tiles.thread_n),
         f64::from(tiles.block_k),
     );
-    let tiles_grid =
-        batch * m.div_ceil(u64::from(tiles.block_m)) * n.div_ceil(u64::from(tiles.block_n));
-    let blocks = tiles_grid * u64::from(tiles.split_k);
-    let steps = f64::from(layout.k_tiles());
 
     // One block_k step of one thread.
     let (fm, fn_) = (f64::from(layout.frag_m), f64::from(layout.frag_n));
@@ -421,7 +420,7 @@ fn contraction(
     let issue = sm_warps * instructions / ISSUE_PER_CLOCK;
     let fma = sm_warps * ffma / ffma_rate;
     let shared = sm_warps * (warp_shared_bytes / SHARED_BYTES_PER_CLOCK).max(shared_loads);
-    let memory = MEMORY_LATENCY_S * clock;
+    let memory = block.memory_cycles();
     // One stage: a block waits for its tiles, then computes. More: the
     // copies of `stages - 1` tiles ahead overlap its own steps.
     let latency = match tiles.stages {
@@ -430,7 +429,7 @@ fn contraction(
             (memory / f64::from(s - 1)).max(warps * instructions / ISSUE_PER_CLOCK) + BARRIER_CYCLES
         }
     };
-    let (step_cycles, bound) = [
+    let step = [
         (fma.max(issue), Bound::Compute),
         (shared, Bound::SharedMemory),
         (latency, Bound::Latency),
@@ -440,28 +439,117 @@ fn contraction(
         (0.0, Bound::Compute),
         |best, c| if c.0 > best.0 { c } else { best },
     );
+    block.estimate(kernel, plan, step, intensity)
+}
 
-    let waves = blocks as f64 / f64::from(resident * sm_count);
-    let compute_s = waves.ceil() * (steps * step_cycles + split_tail(layout.split, memory)) / clock;
-    let grid = Grid {
-        block_m: tiles.block_m,
-        block_n: tiles.block_n,
-        group_m: tiles.group_m,
-        wave: u64::from(resident * sm_count),
-        workspace_bytes: split_traffic(layout.split),
-    };
-    let (seconds, bound) = with_memory(kernel, plan, [m, n, k], grid, (compute_s, bound), &hw);
-    Estimate {
-        seconds: seconds + LAUNCH_S,
-        bound,
-        occupancy: occ,
-        threads_per_block: layout.threads,
-        registers: layout.registers,
-        shared_bytes: layout.shared_bytes,
-        blocks,
-        waves,
-        intensity,
-        cached_per_thread: 0,
+/// How a contraction's grid covers its output: the block tile, the walk's
+/// groups, and split-K's slices of `K` over `k_tiles` steps per block.
+struct Walk {
+    block_m: u32,
+    block_n: u32,
+    group_m: u32,
+    split_k: u32,
+    split: Option<Split>,
+    k_tiles: u32,
+}
+
+/// What both contraction estimates (SIMT and tensor-core) share: a block's
+/// resources and how many an SM holds, its grid, and ([`Block::estimate`])
+/// how the cycles of one `block_k` step of the blocks an SM holds become
+/// the kernel's time.
+struct Block {
+    hw: Hardware,
+    sm_count: u32,
+    clock: f64,
+    usage: BlockUsage,
+    occupancy: Occupancy,
+    /// Blocks an SM holds, at least one.
+    resident: u32,
+    extents: [u64; 3],
+    blocks: u64,
+    walk: Walk,
+}
+
+impl Block {
+    fn new(
+        kernel: &Kernel,
+        plan: &MatmulPlan,
+        target: SmVersion,
+        usage: BlockUsage,
+        walk: Walk,
+    ) -> Block {
+        let hw = target.hardware();
+        let occupancy = occupancy(usage, target);
+        let extents = [
+            u64::from(plan.m_extent(kernel)),
+            u64::from(plan.n_extent(kernel)),
+            u64::from(plan.k_extent(kernel)),
+        ];
+        let blocks = plan.batch_count(kernel)
+            * extents[0].div_ceil(u64::from(walk.block_m))
+            * extents[1].div_ceil(u64::from(walk.block_n))
+            * u64::from(walk.split_k);
+        Block {
+            clock: f64::from(hw.clock_mhz) * 1e6,
+            hw,
+            sm_count: target.limits().sm_count,
+            usage,
+            resident: occupancy.blocks_per_sm.max(1),
+            occupancy,
+            extents,
+            blocks,
+            walk,
+        }
+    }
+
+    /// A global memory latency, in cycles.
+    fn memory_cycles(&self) -> f64 {
+        MEMORY_LATENCY_S * self.clock
+    }
+
+    /// The estimate from the cycles of one `block_k` step of the blocks an
+    /// SM holds and what bounds it: the steps over `K` (and split-K's tail)
+    /// in whole waves over the SMs, or the L2 or DRAM traffic when slower.
+    fn estimate(
+        self,
+        kernel: &Kernel,
+        plan: &MatmulPlan,
+        (step_cycles, bound): (f64, Bound),
+        intensity: f64,
+    ) -> Estimate {
+        let wave = self.resident * self.sm_count;
+        let waves = self.blocks as f64 / f64::from(wave);
+        let steps = f64::from(self.walk.k_tiles);
+        let compute_s = waves.ceil()
+            * (steps * step_cycles + split_tail(self.walk.split, self.memory_cycles()))
+            / self.clock;
+        let grid = Grid {
+            block_m: self.walk.block_m,
+            block_n: self.walk.block_n,
+            group_m: self.walk.group_m,
+            wave: u64::from(wave),
+            workspace_bytes: split_traffic(self.walk.split),
+        };
+        let (seconds, bound) = with_memory(
+            kernel,
+            plan,
+            self.extents,
+            grid,
+            (compute_s, bound),
+            &self.hw,
+        );
+        Estimate {
+            seconds: seconds + LAUNCH_S,
+            bound,
+            occupancy: self.occupancy,
+            threads_per_block: self.usage.threads,
+            registers: self.usage.registers,
+            shared_bytes: self.usage.shared_bytes,
+            blocks: self.blocks,
+            waves,
+            intensity,
+            cached_per_thread: 0,
+        }
     }
 }
 
@@ -576,27 +664,25 @@ fn tensor_core(
     intensity: f64,
 ) -> Estimate {
     let layout = MmaLayout::new(kernel, plan, tiles, target).expect("validated");
-    let hw: Hardware = target.hardware();
-    let sm_count = target.limits().sm_count;
-    let clock = f64::from(hw.clock_mhz) * 1e6;
-    let usage = BlockUsage {
-        threads: layout.threads,
-        registers: layout.registers,
-        shared_bytes: layout.shared_bytes,
-    };
-    let occ = occupancy(usage, target);
-    let resident = occ.blocks_per_sm.max(1);
-    let (m, n, k) = (
-        u64::from(layout.m_extent),
-        u64::from(layout.n_extent),
-        u64::from(layout.k_extent),
+    let block = Block::new(
+        kernel,
+        plan,
+        target,
+        BlockUsage {
+            threads: layout.threads,
+            registers: layout.registers,
+            shared_bytes: layout.shared_bytes,
+        },
+        Walk {
+            block_m: tiles.block_m,
+            block_n: tiles.block_n,
+            group_m: tiles.group_m,
+            split_k: tiles.split_k,
+            split: layout.split,
+            k_tiles: layout.k_tiles(),
+        },
     );
-    let batch = plan.batch_count(kernel);
-    let blocks = batch
-        * m.div_ceil(u64::from(tiles.block_m))
-        * n.div_ceil(u64::from(tiles.block_n))
-        * u64::from(tiles.split_k);
-    let steps = f64::from(layout.k_tiles());
+    let hw = &block.hw;
     let (bm, bn, bk) = (
         f64::from(tiles.block_m),
         f64::from(tiles.block_n),
@@ -632,12 +718,12 @@ fn tensor_core(
     let copies = f64::from(layout.a.passes + layout.b.passes);
     let issue_cycles = warps * (mmas + fragment_reads + 3.0 * copies + 16.0) / ISSUE_PER_CLOCK;
 
-    let sm_blocks = f64::from(resident);
+    let sm_blocks = f64::from(block.resident);
     let compute = sm_blocks * mma_cycles.max(issue_cycles);
     let shared = sm_blocks * shared_cycles;
     // `stages - 1` tiles are in flight while one is computed; with one
     // stage nothing overlaps the copies.
-    let memory = MEMORY_LATENCY_S * clock;
+    let memory = block.memory_cycles();
     let latency = match tiles.stages {
         1 => 0.0,
         s => memory / f64::from(s - 1),
@@ -658,29 +744,7 @@ fn tensor_core(
     } else {
         busy
     };
-
-    let waves = blocks as f64 / f64::from(resident * sm_count);
-    let compute_s = waves.ceil() * (steps * step_cycles + split_tail(layout.split, memory)) / clock;
-    let grid = Grid {
-        block_m: tiles.block_m,
-        block_n: tiles.block_n,
-        group_m: tiles.group_m,
-        wave: u64::from(resident * sm_count),
-        workspace_bytes: split_traffic(layout.split),
-    };
-    let (seconds, bound) = with_memory(kernel, plan, [m, n, k], grid, (compute_s, bound), &hw);
-    Estimate {
-        seconds: seconds + LAUNCH_S,
-        bound,
-        occupancy: occ,
-        threads_per_block: layout.threads,
-        registers: layout.registers,
-        shared_bytes: layout.shared_bytes,
-        blocks,
-        waves,
-        intensity,
-        cached_per_thread: 0,
-    }
+    block.estimate(kernel, plan, (step_cycles, bound), intensity)
 }
 
 #[cfg(test)]
