@@ -26,13 +26,13 @@
 //! zeros), so every thread reaches every barrier; only the epilogue, after
 //! the last one, branches per output.
 
-use super::output::{Outputs, Tile, epilogue};
+use super::output::{BlockShape, Outputs, Tile, finish};
 use super::pipeline::{self, Ring};
 use super::stage::{Origin, Stager};
 use super::{Layout, MatmulPlan, Side};
 use crate::dtype::DType;
 use crate::ir::Kernel;
-use crate::lower::{Launch, Lowered, entry_name};
+use crate::lower::Lowered;
 use crate::ptx::Builder;
 use crate::ptx::inst::{Addr, ArithOp, Cmp, Op, Operand, Reg, Space, Ty};
 
@@ -79,27 +79,18 @@ pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &Layout) -> Lower
         n_bound: overhang(Axis::n(layout)),
         run: layout.frag_n,
     };
-    epilogue(&mut b, kernel, plan, &tile, &outputs);
-    if let Some(exit) = reduced {
-        b.place(exit);
-    }
-
-    Lowered {
-        ptx: b.finish(
-            entry_name(kernel),
-            params + usize::from(layout.split.is_some()),
-            layout.threads,
-            layout.shared_bytes,
-        ),
-        launch: Launch {
-            // At most one block per output element, and lowering checked
-            // that the output has fewer than 2^31 elements.
-            grid: [tile.grid as u32, layout.split.map_or(1, |s| s.slices), 1],
-            block: [layout.threads, 1, 1],
-            dynamic_shared_bytes: layout.shared_bytes,
-            workspace_bytes: layout.split.map_or(0, |s| s.workspace_bytes),
+    finish(
+        b,
+        kernel,
+        plan,
+        (&tile, &outputs),
+        reduced,
+        BlockShape {
+            threads: layout.threads,
+            shared_bytes: layout.shared_bytes,
+            split: layout.split,
         },
-    }
+    )
 }
 
 /// The `k` loop with one stage; returns the accumulators, `[i][j]` for the

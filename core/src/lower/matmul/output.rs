@@ -1,16 +1,17 @@
 //! A block's output tile, shared by the SIMT and tensor-core lowerings:
 //! which tile and batch element a block computes ([`Tile::decode`]), and
 //! the epilogue that evaluates the root per output with the accumulator
-//! standing for the reduction and stores it ([`epilogue`]).
+//! standing for the reduction and stores it ([`epilogue`]), and the end of
+//! the kernel with its launch configuration ([`finish`]).
 
-use super::MatmulPlan;
 use super::stage::and;
+use super::{MatmulPlan, Split};
 use crate::dtype::DType;
 use crate::ir::Kernel;
 use crate::lower::expr::{self, Env};
-use crate::lower::{Constraint, Violation};
+use crate::lower::{Constraint, Launch, Lowered, Violation, entry_name};
 use crate::ptx::Builder;
-use crate::ptx::inst::{Addr, ArithOp, Cmp, Op, Operand, Reg, Space, Special, Ty};
+use crate::ptx::inst::{Addr, ArithOp, Cmp, Label, Op, Operand, Reg, Space, Special, Ty};
 
 /// Where a block's tile lies, and what every thread needs to address the
 /// inputs and the output.
@@ -140,6 +141,51 @@ pub(super) struct Outputs<'r> {
     /// How many consecutive entries of `ns` (from every multiple of it) are
     /// consecutive outputs, stored at once where the output allows it.
     pub run: u32,
+}
+
+/// A contraction block's size and what its kernel takes beyond the
+/// inputs and the output.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct BlockShape {
+    pub threads: u32,
+    pub shared_bytes: u32,
+    /// Split-K's slices: a workspace parameter after the output, and
+    /// `ctaid.y` over the slices.
+    pub split: Option<Split>,
+}
+
+/// Ends a contraction kernel: the epilogue, then the label where the
+/// blocks that are not the last of their tile to arrive (`reduced`, with
+/// split-K) skip to, then the kernel and its launch configuration.
+pub(super) fn finish(
+    mut b: Builder,
+    kernel: &Kernel,
+    plan: &MatmulPlan,
+    (tile, outputs): (&Tile, &Outputs<'_>),
+    reduced: Option<Label>,
+    block: BlockShape,
+) -> Lowered {
+    epilogue(&mut b, kernel, plan, tile, outputs);
+    if let Some(exit) = reduced {
+        b.place(exit);
+    }
+    let params = kernel.inputs.len() + 1 + usize::from(block.split.is_some());
+    Lowered {
+        ptx: b.finish(
+            entry_name(kernel),
+            params,
+            block.threads,
+            block.shared_bytes,
+        ),
+        launch: Launch {
+            // At most one block per output element, and lowering checked
+            // that the output has fewer than 2^31 elements.
+            grid: [tile.grid as u32, block.split.map_or(1, |s| s.slices), 1],
+            block: [block.threads, 1, 1],
+            dynamic_shared_bytes: block.shared_bytes,
+            workspace_bytes: block.split.map_or(0, |s| s.workspace_bytes),
+        },
+    }
 }
 
 /// Evaluates the root for each of the thread's in-range outputs, with the

@@ -23,10 +23,10 @@ use super::copy::Copier;
 use super::layout::MmaStaging;
 use crate::dtype::DType;
 use crate::ir::Kernel;
-use crate::lower::matmul::output::{Outputs, Tile, epilogue};
+use crate::lower::Lowered;
+use crate::lower::matmul::output::{BlockShape, Outputs, Tile, finish};
 use crate::lower::matmul::pipeline::{self, Ring};
 use crate::lower::matmul::{MatmulPlan, Side};
-use crate::lower::{Launch, Lowered, entry_name};
 use crate::ptx::Builder;
 use crate::ptx::inst::{Addr, ArithOp, MmaKind, Operand, Reg, Space};
 
@@ -92,27 +92,18 @@ pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &MmaLayout) -> Lo
         n_bound: bound(layout.n_extent, t.block_n),
         run: 2,
     };
-    epilogue(&mut b, kernel, plan, &tile, &outputs);
-    if let Some(exit) = reduced {
-        b.place(exit);
-    }
-
-    Lowered {
-        ptx: b.finish(
-            entry_name(kernel),
-            params + usize::from(layout.split.is_some()),
-            layout.threads,
-            layout.shared_bytes,
-        ),
-        launch: Launch {
-            // At most one block per output element, and lowering checked
-            // that the output has fewer than 2^31 elements.
-            grid: [tile.grid as u32, layout.split.map_or(1, |s| s.slices), 1],
-            block: [layout.threads, 1, 1],
-            dynamic_shared_bytes: layout.shared_bytes,
-            workspace_bytes: layout.split.map_or(0, |s| s.workspace_bytes),
+    finish(
+        b,
+        kernel,
+        plan,
+        (&tile, &outputs),
+        reduced,
+        BlockShape {
+            threads: layout.threads,
+            shared_bytes: layout.shared_bytes,
+            split: layout.split,
         },
-    }
+    )
 }
 
 /// The shared address (slot 0) this lane hands `ldmatrix.x4` for the
