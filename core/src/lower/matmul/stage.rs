@@ -152,27 +152,7 @@ impl<'a> Stager<'a> {
                 let (dx, dk) = steps(staging, pass, threads);
                 let bytes = (u64::from(dx) * operand.stride_x + u64::from(dk) * operand.stride_k)
                     * u64::from(elem);
-                // PTX address offsets are 32-bit.
-                access.push(if bytes <= i32::MAX as u64 {
-                    Addr {
-                        base: first,
-                        offset: bytes as i64,
-                    }
-                } else {
-                    let ptr = b.reg(RegClass::B64);
-                    b.push(Op::Arith {
-                        op: ArithOp::Add,
-                        ty: Ty::U64,
-                        dst: ptr,
-                        a: first.into(),
-                        b: Operand::Int(bytes as i64),
-                    });
-                    pointers.push(ptr);
-                    Addr {
-                        base: ptr,
-                        offset: 0,
-                    }
-                });
+                access.push(offset_address(b, first, bytes, &mut pointers));
             }
         }
 
@@ -373,6 +353,36 @@ impl<'a> Stager<'a> {
     }
 }
 
+/// `base + bytes` as an address: an offset of the instruction while it
+/// fits PTX's 32-bit offsets, else a pointer of its own, computed once here
+/// and added to `pointers` (which the stager advances along `K`).
+pub(super) fn offset_address(
+    b: &mut Builder,
+    base: Reg,
+    bytes: u64,
+    pointers: &mut Vec<Reg>,
+) -> Addr {
+    if bytes <= i32::MAX as u64 {
+        return Addr {
+            base,
+            offset: bytes as i64,
+        };
+    }
+    let ptr = b.reg(RegClass::B64);
+    b.push(Op::Arith {
+        op: ArithOp::Add,
+        ty: Ty::U64,
+        dst: ptr,
+        a: base.into(),
+        b: Operand::Int(bytes as i64),
+    });
+    pointers.push(ptr);
+    Addr {
+        base: ptr,
+        offset: 0,
+    }
+}
+
 /// `p && q` for optional predicates (an absent one is true).
 pub(super) fn and(b: &mut Builder, p: Option<Reg>, q: Option<Reg>) -> Option<Reg> {
     match (p, q) {
@@ -474,5 +484,24 @@ fn unpack(b: &mut Builder, dtype: DType, word: Reg) -> [Reg; 2] {
                 b.widen(dtype, half)
             })
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offsets_past_32_bits_get_a_pointer_of_their_own() {
+        let mut b = Builder::new();
+        let base = b.reg(RegClass::B64);
+        let mut pointers = Vec::new();
+        let near = offset_address(&mut b, base, i32::MAX as u64, &mut pointers);
+        assert_eq!((near.base, near.offset), (base, i64::from(i32::MAX)));
+        assert!(pointers.is_empty());
+        let far = offset_address(&mut b, base, 3 << 30, &mut pointers);
+        assert_eq!(far.offset, 0);
+        assert_ne!(far.base, base);
+        assert_eq!(pointers, [far.base]);
     }
 }

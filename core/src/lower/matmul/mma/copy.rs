@@ -18,6 +18,7 @@
 use super::layout::{MmaLayout, MmaStaging};
 use crate::ir::Kernel;
 use crate::lower::matmul::output::Tile;
+use crate::lower::matmul::stage::offset_address;
 use crate::lower::matmul::{MatmulOperand, MatmulPlan, Side};
 use crate::ptx::Builder;
 use crate::ptx::inst::{Addr, ArithOp, Cmp, CpAsyncCache, Op, Operand, Reg, RegClass, Ty};
@@ -136,27 +137,7 @@ impl<'a> Copier<'a> {
             };
             for pass in 0..staging.passes {
                 let bytes = u64::from(pass * rows_per_pass) * stride * u64::from(size);
-                // PTX address offsets are 32-bit.
-                access.push(if bytes <= i32::MAX as u64 {
-                    Addr {
-                        base: first,
-                        offset: bytes as i64,
-                    }
-                } else {
-                    let ptr = b.reg(RegClass::B64);
-                    b.push(Op::Arith {
-                        op: ArithOp::Add,
-                        ty: Ty::U64,
-                        dst: ptr,
-                        a: first.into(),
-                        b: Operand::Int(bytes as i64),
-                    });
-                    pointers.push(ptr);
-                    Addr {
-                        base: ptr,
-                        offset: 0,
-                    }
-                });
+                access.push(offset_address(b, first, bytes, &mut pointers));
             }
         }
 
