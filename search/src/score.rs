@@ -12,7 +12,10 @@
 //! then): the remaining terms of the `auc` are 1, exactly as if it had gone
 //! on. The summary's quantiles treat an unreached seed as +∞; they
 //! interpolate linearly between order statistics (numpy's default) and are
-//! `None` when an unreached seed takes part.
+//! `None` when an unreached seed takes part. The median also comes with a
+//! distribution-free 95% confidence interval ([`median_interval`]): on
+//! spaces where the seeds split into fast and slow groups, the median of 50
+//! seeds moves a lot from one set of seeds to another.
 
 use crate::replay::Replay;
 use crate::session::{Budget, Session};
@@ -35,6 +38,8 @@ pub struct Summary {
     pub budget: usize,
     pub evals: Vec<Option<usize>>,
     pub median: Option<f64>,
+    /// A 95% confidence interval of the median ([`median_interval`]).
+    pub median_interval: (Option<f64>, Option<f64>),
     pub q1: Option<f64>,
     pub q3: Option<f64>,
     pub success_fraction: f64,
@@ -114,6 +119,7 @@ fn summarise(per_seed: &[SeedScore], seeds: u64, budget: usize) -> Summary {
         seeds,
         budget,
         median: quantile(&sorted, 0.5),
+        median_interval: median_interval(&sorted),
         q1: quantile(&sorted, 0.25),
         q3: quantile(&sorted, 0.75),
         success_fraction: if n == 0 {
@@ -128,6 +134,25 @@ fn summarise(per_seed: &[SeedScore], seeds: u64, budget: usize) -> Summary {
         },
         evals,
     }
+}
+
+/// A distribution-free ~95% confidence interval of the median of sorted
+/// values: the order statistics `j` and `k` (1-based) around the middle
+/// between which a binomial(n, ½) count falls with about 95% probability
+/// (normal approximation), `j = ⌊n/2 − 1.96·√n/2⌋` and `k = ⌈n/2 + 1 +
+/// 1.96·√n/2⌉`, clamped to the values; an end on an infinite value (an
+/// unreached seed) is `None`. The strategy benchmark's `table.py` uses the
+/// same rule.
+pub fn median_interval(sorted: &[f64]) -> (Option<f64>, Option<f64>) {
+    if sorted.is_empty() {
+        return (None, None);
+    }
+    let n = sorted.len() as f64;
+    let half_width = 1.96 * n.sqrt() / 2.0;
+    let j = ((n / 2.0 - half_width).floor() as usize).clamp(1, sorted.len());
+    let k = ((n / 2.0 + 1.0 + half_width).ceil() as usize).clamp(1, sorted.len());
+    let finite = |v: f64| v.is_finite().then_some(v);
+    (finite(sorted[j - 1]), finite(sorted[k - 1]))
 }
 
 /// The `q`-quantile of sorted values by linear interpolation; `None` when it
@@ -158,6 +183,18 @@ mod tests {
         assert_eq!(quantile(&v, 0.25), Some(1.75));
         assert_eq!(quantile(&[1.0, 2.0, f64::INFINITY], 0.5), Some(2.0));
         assert_eq!(quantile(&[1.0, 2.0, f64::INFINITY], 0.75), None);
+    }
+
+    #[test]
+    fn the_median_interval_is_order_statistics_around_the_middle() {
+        // 50 values 1..=50: j = ⌊25 − 6.93⌋ = 18, k = ⌈26 + 6.93⌉ = 33.
+        let fifty: Vec<f64> = (1..=50).map(f64::from).collect();
+        assert_eq!(median_interval(&fifty), (Some(18.0), Some(33.0)));
+        let mut unreached = fifty.clone();
+        unreached[32..].fill(f64::INFINITY);
+        assert_eq!(median_interval(&unreached), (Some(18.0), None));
+        assert_eq!(median_interval(&[7.0]), (Some(7.0), Some(7.0)));
+        assert_eq!(median_interval(&[]), (None, None));
         assert_eq!(quantile(&[], 0.5), None);
     }
 

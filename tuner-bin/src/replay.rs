@@ -74,7 +74,7 @@ fn json_line(options: &Options<'_>, s: &Summary) -> String {
         .collect();
     // Written field by field to keep this order, shared with the Kernel
     // Tuner helper's lines.
-    let fields: [(&str, Value); 11] = [
+    let fields: [(&str, Value); 12] = [
         ("tool", Value::from("ktune")),
         (
             "space",
@@ -85,6 +85,13 @@ fn json_line(options: &Options<'_>, s: &Summary) -> String {
         ("budget", Value::from(s.budget)),
         ("evals", Value::from(evals)),
         ("median", number(s.median)),
+        (
+            "median_interval",
+            Value::from(vec![
+                number(s.median_interval.0),
+                number(s.median_interval.1),
+            ]),
+        ),
         ("q1", number(s.q1)),
         ("q3", number(s.q3)),
         ("success_fraction", Value::from(s.success_fraction)),
@@ -100,10 +107,12 @@ fn json_line(options: &Options<'_>, s: &Summary) -> String {
 fn human_line(options: &Options<'_>, s: &Summary) -> String {
     let show = |v: Option<f64>| v.map_or("unreached".to_string(), |x| format!("{x}"));
     format!(
-        "{} on {}: evaluations to within 5% of the optimum: median {} [{}, {}], reached by {:.0}% of {} seeds within {}, auc {:.3}",
+        "{} on {}: evaluations to within 5% of the optimum: median {} (95% interval {} to {}), quartiles {} and {}, reached by {:.0}% of {} seeds within {}, auc {:.3}",
         options.strategy,
         options.space.display(),
         show(s.median),
+        show(s.median_interval.0),
+        show(s.median_interval.1),
         show(s.q1),
         show(s.q3),
         s.success_fraction * 100.0,

@@ -47,6 +47,7 @@ fn json_has_the_shared_shape() {
         "budget",
         "evals",
         "median",
+        "median_interval",
         "q1",
         "q3",
         "success_fraction",
@@ -77,6 +78,13 @@ fn json_has_the_shared_shape() {
     assert_eq!(v["success_fraction"], 1.0);
     let median = v["median"].as_f64().expect("median");
     assert!(v["q1"].as_f64().is_some_and(|q1| q1 <= median));
+    let interval = v["median_interval"].as_array().expect("an interval");
+    let low = interval[0].as_f64().expect("reached");
+    let high = interval[1].as_f64().expect("reached");
+    assert!(
+        low <= median && median <= high,
+        "{interval:?} around {median}"
+    );
     assert!(v["q3"].as_f64().is_some_and(|q3| q3 >= median));
     assert!(v["auc"].as_f64().is_some_and(|a| a > 0.0 && a <= 1.0));
 }
