@@ -10,6 +10,8 @@
 #   KTUNE_STRATEGIES="random coordinate_descent evolutionary"
 #   PARTS="kernel_tuner ktune table"    which steps to run (the Kernel Tuner side takes hours)
 #   RESULTS_DIR=<repo>/bench/results/strategies
+# Kernel Tuner's seeds are journaled in RESULTS_DIR/kernel_tuner-seeds.jsonl
+# as they finish: a stopped run, started again, goes on where it was.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -39,7 +41,8 @@ if has_part kernel_tuner; then
     fi
     echo "Kernel Tuner: $seeds seeds, budget $budget, $jobs jobs" >&2
     "$venv/bin/python" "$here/kernel_tuner_baseline.py" --spaces-dir "$spaces_dir" --seeds "$seeds" \
-        --budget "$budget" --jobs "$jobs" "${kt_args[@]}" --out "$out/kernel_tuner.jsonl"
+        --budget "$budget" --jobs "$jobs" "${kt_args[@]}" --journal "$out/kernel_tuner-seeds.jsonl" \
+        --out "$out/kernel_tuner.jsonl"
 fi
 
 if has_part ktune; then
