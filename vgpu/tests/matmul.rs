@@ -501,3 +501,49 @@ fn random_schedule_points_are_rejected_or_correct() {
         assert!(rejected > 0, "the sample should include invalid points");
     }
 }
+
+#[test]
+fn copies_read_only_what_lies_inside_the_operands() {
+    // M = 1, as in a decode step: the tile's other rows of A, and its
+    // columns of B past N, are zero-filled rather than read from the
+    // clamped last row or column, so every block reads exactly the part of
+    // each operand its tile covers, once. K overhangs the last tile too.
+    let cases = [
+        (
+            DType::Bf16,
+            r#"{"class":"mma","block_m":16,"block_n":16,"block_k":32,"warp_m":16,"warp_n":16,"stages":3}"#,
+            (16, 16),
+        ),
+        (
+            DType::F32,
+            r#"{"class":"matmul","block_m":4,"block_n":32,"block_k":16,"thread_m":1,"thread_n":4,"vector_a":4,"vector_b":4,"stages":2}"#,
+            (4, 32),
+        ),
+    ];
+    for (input, json, (block_m, block_n)) in cases {
+        let case = Case {
+            input,
+            ..Case::new(1, 1, 72, 72)
+        };
+        let schedule = Schedule::from_json(json).expect("a schedule");
+        let kernel = case.kernel();
+        let lowered =
+            lower(&kernel, &schedule, SmVersion::Sm80).unwrap_or_else(|e| panic!("{json}: {e}"));
+        let inputs = case.inputs(5);
+        check(
+            &case,
+            &schedule,
+            &lowered,
+            &inputs,
+            &case.reference(&inputs),
+        );
+        let buffers: Vec<&[u8]> = inputs.iter().map(|(b, _)| b.as_slice()).collect();
+        let output = ktune_vgpu::poisoned(case.output, 72);
+        let (_, stats) = ktune_vgpu::run_bytes(&lowered.ptx, &lowered.launch, &buffers, output)
+            .unwrap_or_else(|fault| panic!("{json}: {fault}"));
+        let (m, n, k) = (u64::from(case.m), u64::from(case.n), u64::from(case.k));
+        let element = u64::from(input.size());
+        let expected = (n.div_ceil(block_n) * m * k + m.div_ceil(block_m) * k * n) * element;
+        assert_eq!(stats.global_load_bytes, expected, "{json}");
+    }
+}

@@ -205,6 +205,19 @@ impl Builder {
         dst
     }
 
+    /// `cond ? a : b` on u32.
+    pub fn u32_select(&mut self, cond: Reg, a: impl Into<Operand>, b: impl Into<Operand>) -> Reg {
+        let dst = self.reg(RegClass::B32);
+        self.push(Op::Selp {
+            ty: Ty::U32,
+            dst,
+            a: a.into(),
+            b: b.into(),
+            cond,
+        });
+        dst
+    }
+
     /// Combines two predicates with `and`, `or` or `xor`.
     pub fn pred_op(&mut self, op: ArithOp, a: Reg, b: Reg) -> Reg {
         let dst = self.reg(RegClass::Pred);

@@ -54,8 +54,9 @@
 //! loop). A copy moves `vector` elements at once (`cp.async.cg` for 16
 //! bytes, `.ca` for 4 or 8), or one element at a time when the tile is
 //! transposed into shared memory (`k`-contiguous operands); elements past
-//! `K` are zero-filled by the copy's source size, rows past `M` or `N`
-//! clamped as above. Copies move bytes unchanged: they cannot widen a
+//! `K`, and rows past `M` or `N` (their addresses the last row's, as above), are
+//! zero-filled by the copy's source size, so nothing outside the operands
+//! is read. Copies move bytes unchanged: they cannot widen a
 //! 16-bit operand to the f32 tile or apply a prologue, so such operands
 //! keep one stage ([`Constraint::Operands`](crate::lower::Constraint)).
 //! The ring costs `s` times the tiles' shared memory.

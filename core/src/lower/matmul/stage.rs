@@ -17,7 +17,10 @@
 //! - along `m` (or `n`), the row is clamped to the last one: the values it
 //!   stages only reach accumulators of outputs past `M` (`N`), which are
 //!   never stored. This keeps the loop free of per-pass predicates, which
-//!   would outnumber the hardware's predicate registers.
+//!   would outnumber the hardware's predicate registers. Copies by
+//!   `cp.async` read nothing there either (source size 0, a register per
+//!   pass fixed over the loop), sparing the memory system the clamped
+//!   row's repeated reads.
 
 use std::collections::HashMap;
 
@@ -62,6 +65,10 @@ pub(super) struct Stager<'a> {
     shared: Reg,
     /// Per pass: the element's `k` within the tile, when `k` can overhang.
     k_local: Vec<Option<Reg>>,
+    /// Per pass: the bytes a copy reads by its row (all of them inside the
+    /// tensor, 0 past `M` or `N`), when rows can overhang and tiles are
+    /// copied by `cp.async`.
+    x_bytes: Vec<Option<Reg>>,
     /// `K - k0` (compared as s32), when `k` can overhang.
     k_end: Option<Reg>,
     /// Whether the thread takes part, when the tile has fewer vectors than
@@ -132,10 +139,17 @@ impl<'a> Stager<'a> {
         let x_last = x_extent - if staging.k_major { 1 } else { staging.vector };
         let mut access = Vec::new();
         let mut pointers = Vec::new();
+        let mut x_bytes = vec![None; staging.passes as usize];
+        let copied = layout.tiles.stages > 1;
         if x_overhangs {
             for pass in 0..staging.passes {
                 let (dx, dk) = steps(staging, pass, threads);
                 let at = b.u32_op(ArithOp::Add, x, imm(dx));
+                if copied {
+                    let inside = b.setp(Cmp::Le, Ty::U32, at, imm(x_last));
+                    let bytes = copy_bytes(staging).0;
+                    x_bytes[pass as usize] = Some(b.u32_select(inside, imm(bytes), imm(0u32)));
+                }
                 let at = b.u32_op(ArithOp::Min, at, imm(x_last));
                 let k = b.u32_op(ArithOp::Add, k_local, imm(dk));
                 let ptr = pointer(b, at, k);
@@ -189,6 +203,7 @@ impl<'a> Stager<'a> {
             pointers,
             shared,
             k_local: k_locals,
+            x_bytes,
             k_end,
             active,
         }
@@ -277,11 +292,7 @@ impl<'a> Stager<'a> {
     pub fn issue(&self, b: &mut Builder, slot: Reg) {
         let s = self.staging;
         let dst = b.u32_op(ArithOp::Add, self.shared, slot);
-        let (bytes, copies) = if s.k_major {
-            (4, s.vector)
-        } else {
-            (4 * s.vector, 1)
-        };
+        let (bytes, copies) = copy_bytes(s);
         let cache = if bytes == 16 {
             CpAsyncCache::Cg
         } else {
@@ -289,20 +300,16 @@ impl<'a> Stager<'a> {
         };
         let mut size_of: HashMap<Reg, Reg> = HashMap::new();
         for pass in 0..s.passes {
-            let src_bytes = match (self.k_local[pass as usize], self.k_end) {
+            let k_bytes = match (self.k_local[pass as usize], self.k_end) {
                 (Some(k), Some(end)) => Some(*size_of.entry(k).or_insert_with(|| {
                     let inside = b.setp(Cmp::Lt, Ty::S32, k, end);
-                    let size = b.reg(RegClass::B32);
-                    b.push(Op::Selp {
-                        ty: Ty::U32,
-                        dst: size,
-                        a: imm(bytes),
-                        b: imm(0u32),
-                        cond: inside,
-                    });
-                    size
+                    b.u32_select(inside, imm(bytes), imm(0u32))
                 })),
                 _ => None,
+            };
+            let src_bytes = match (k_bytes, self.x_bytes[pass as usize]) {
+                (Some(k), Some(x)) => Some(b.u32_op(ArithOp::Min, k, x)),
+                (k, x) => k.or(x),
             };
             let (dx, dk) = steps(s, pass, self.threads);
             let src = self.access[pass as usize];
@@ -350,6 +357,17 @@ impl<'a> Stager<'a> {
                 b: imm(self.block_k),
             });
         }
+    }
+}
+
+/// The bytes of one `cp.async` copy and the copies per access: one per
+/// element where the store transposes (`k`-major tiles), else one per
+/// vector.
+fn copy_bytes(s: &Staging) -> (u32, u32) {
+    if s.k_major {
+        (4, s.vector)
+    } else {
+        (4 * s.vector, 1)
     }
 }
 

@@ -12,8 +12,13 @@
 //! and are `threads / row_chunks` rows apart. Global addresses advance by `block_k`
 //! along `k` per tile; shared addresses move to the tile's ring slot.
 //!
-//! Rows past `M` (`N`) are clamped to the last one; chunks past `K` read
-//! nothing and are zero-filled (source size 0).
+//! Chunks outside the tensor read nothing and are zero-filled (source size
+//! 0): past `K`, and in rows past `M` (`N`), whose addresses are clamped to
+//! the last row so that they stay valid. Rows past `M` only reach outputs
+//! that are never stored; not reading them spares the memory system, most
+//! of all where one row is the whole operand (a decode's `M = 1`, whose
+//! clamped rows would make every block read that row `block_m` times,
+//! past L1).
 
 use super::layout::{MmaLayout, MmaStaging};
 use crate::ir::Kernel;
@@ -21,7 +26,7 @@ use crate::lower::matmul::output::Tile;
 use crate::lower::matmul::stage::offset_address;
 use crate::lower::matmul::{MatmulOperand, MatmulPlan, Side};
 use crate::ptx::Builder;
-use crate::ptx::inst::{Addr, ArithOp, Cmp, CpAsyncCache, Op, Operand, Reg, RegClass, Ty};
+use crate::ptx::inst::{Addr, ArithOp, Cmp, CpAsyncCache, Op, Operand, Reg, Ty};
 
 /// Copies one operand's tiles into the ring.
 #[derive(Debug)]
@@ -39,6 +44,9 @@ pub(super) struct Copier<'a> {
     shared: Reg,
     /// Per pass: the chunk's `k` within the tile, when `k` can overhang.
     k_local: Vec<Option<Reg>>,
+    /// Per pass: the bytes the chunk reads by its row (16 inside the
+    /// tensor, 0 past `M` or `N`), when rows can overhang.
+    x_bytes: Vec<Option<Reg>>,
     /// `K - k0` (compared as s32), when `k` can overhang.
     k_end: Option<Reg>,
     /// Whether the thread copies, when the tile has fewer chunks than the
@@ -108,10 +116,12 @@ impl<'a> Copier<'a> {
         let x_overhangs = !x_extent.is_multiple_of(staging.block_x);
         let mut access = Vec::new();
         let mut pointers = Vec::new();
+        let mut x_bytes = vec![None; staging.passes as usize];
         if staging.k_major && x_overhangs {
             // Each pass reads another row: clamp each.
             for pass in 0..staging.passes {
                 let at = b.u32_op(ArithOp::Add, x, imm(pass * rows_per_pass));
+                x_bytes[pass as usize] = Some(copy_bytes(b, at, x_extent));
                 let at = b.u32_op(ArithOp::Min, at, imm(x_extent - 1));
                 let ptr = pointer(b, at, k_local);
                 pointers.push(ptr);
@@ -124,6 +134,7 @@ impl<'a> Copier<'a> {
             // The chunk's `x` is fixed over the passes (clamped to the last
             // whole chunk: extents are multiples of a chunk).
             let x = if x_overhangs {
+                x_bytes.fill(Some(copy_bytes(b, x, x_extent)));
                 b.u32_op(ArithOp::Min, x, imm(x_extent - chunk))
             } else {
                 x
@@ -170,6 +181,7 @@ impl<'a> Copier<'a> {
             pointers,
             shared,
             k_local,
+            x_bytes,
             k_end,
             active,
         }
@@ -183,24 +195,21 @@ impl<'a> Copier<'a> {
         let dst_base = b.u32_op(ArithOp::Add, self.shared, slot);
         let mut last_k: Option<(Reg, Reg)> = None;
         for pass in 0..s.passes {
-            let src_bytes = match (self.k_local[pass as usize], self.k_end) {
+            let k_bytes = match (self.k_local[pass as usize], self.k_end) {
                 (Some(k), Some(end)) => Some(match last_k {
                     Some((prev, bytes)) if prev == k => bytes,
                     _ => {
                         let inside = b.setp(Cmp::Lt, Ty::S32, k, end);
-                        let bytes = b.reg(RegClass::B32);
-                        b.push(Op::Selp {
-                            ty: Ty::U32,
-                            dst: bytes,
-                            a: Operand::Int(16),
-                            b: Operand::Int(0),
-                            cond: inside,
-                        });
+                        let bytes = b.u32_select(inside, imm(16), imm(0));
                         last_k = Some((k, bytes));
                         bytes
                     }
                 }),
                 _ => None,
+            };
+            let src_bytes = match (k_bytes, self.x_bytes[pass as usize]) {
+                (Some(k), Some(x)) => Some(b.u32_op(ArithOp::Min, k, x)),
+                (k, x) => k.or(x),
             };
             let op = Op::CpAsync {
                 cache: CpAsyncCache::Cg,
@@ -242,6 +251,12 @@ impl<'a> Copier<'a> {
             });
         }
     }
+}
+
+/// 16 where `x` is inside the extent, else 0: a chunk's source size.
+fn copy_bytes(b: &mut Builder, x: Reg, extent: u32) -> Reg {
+    let inside = b.setp(Cmp::Lt, Ty::U32, x, imm(extent));
+    b.u32_select(inside, imm(16), imm(0))
 }
 
 fn imm(value: u32) -> Operand {

@@ -62,10 +62,10 @@
 //!
 //! # Edges
 //!
-//! Rows past `M` or `N` are clamped to the last one, like the SIMT path:
-//! they only reach accumulators of outputs that are never stored. Elements
-//! past `K` are zero-filled by `cp.async`'s source size (0 bytes read), so
-//! they add nothing.
+//! Rows past `M` or `N` only reach accumulators of outputs that are never
+//! stored, and elements past `K` must add nothing: `cp.async`'s source
+//! size zero-fills both (0 bytes read), the rows' addresses clamped to the
+//! last row so that they stay valid ([`copy`]).
 //!
 //! With `split_k` above 1 each block's ring covers its slice of `K` and
 //! the slices are added up as for SIMT points ([`super::split`]), on the
