@@ -54,18 +54,28 @@ fn strategy(name: &str) -> Result<Box<dyn Strategy>> {
 
 pub(crate) fn replay(options: &Options<'_>) -> Result<()> {
     let strategy = strategy(options.strategy)?;
+    let runs_as = strategy.name();
+    if options.strategy == "evolutionary" && runs_as == Evolutionary::knn().name() {
+        eprintln!(
+            "note: this cargo-ktune was built without the `xgboost` feature, so `evolutionary` \
+             runs with the nearest-neighbour model ({runs_as}), not max-autotune's XGBoost; \
+             build with `--features xgboost` to replay max-autotune's search"
+        );
+    }
     let replay = Replay::load(options.space)?;
     let summary = score::score(&replay, strategy.as_ref(), options.seeds, options.budget)
         .with_context(|| format!("{}: no configuration has a time", options.space.display()))?;
     if options.json {
-        println!("{}", json_line(options, &summary));
+        println!("{}", json_line(options, &runs_as, &summary));
     } else {
-        println!("{}", human_line(options, &summary));
+        println!("{}", human_line(options, &runs_as, &summary));
     }
     Ok(())
 }
 
-fn json_line(options: &Options<'_>, s: &Summary) -> String {
+/// The result as one JSON object; `runs_as` is the strategy's full name
+/// (`evolutionary` with its model).
+fn json_line(options: &Options<'_>, runs_as: &str, s: &Summary) -> String {
     let number = |v: Option<f64>| v.map_or(Value::Null, Value::from);
     let evals: Vec<Value> = s
         .evals
@@ -74,13 +84,14 @@ fn json_line(options: &Options<'_>, s: &Summary) -> String {
         .collect();
     // Written field by field to keep this order, shared with the Kernel
     // Tuner helper's lines.
-    let fields: [(&str, Value); 12] = [
+    let fields: [(&str, Value); 13] = [
         ("tool", Value::from("ktune")),
         (
             "space",
             Value::from(options.space.to_string_lossy().into_owned()),
         ),
         ("strategy", Value::from(options.strategy)),
+        ("runs_as", Value::from(runs_as)),
         ("seeds", Value::from(s.seeds)),
         ("budget", Value::from(s.budget)),
         ("evals", Value::from(evals)),
@@ -104,11 +115,15 @@ fn json_line(options: &Options<'_>, s: &Summary) -> String {
     format!("{{{}}}", body.join(","))
 }
 
-fn human_line(options: &Options<'_>, s: &Summary) -> String {
+fn human_line(options: &Options<'_>, runs_as: &str, s: &Summary) -> String {
     let show = |v: Option<f64>| v.map_or("unreached".to_string(), |x| format!("{x}"));
+    let name = if runs_as == options.strategy {
+        runs_as.to_string()
+    } else {
+        format!("{} ({runs_as})", options.strategy)
+    };
     format!(
-        "{} on {}: evaluations to within 5% of the optimum: median {} (95% interval {} to {}), quartiles {} and {}, reached by {:.0}% of {} seeds within {}, auc {:.3}",
-        options.strategy,
+        "{name} on {}: evaluations to within 5% of the optimum: median {} (95% interval {} to {}), quartiles {} and {}, reached by {:.0}% of {} seeds within {}, auc {:.3}",
         options.space.display(),
         show(s.median),
         show(s.median_interval.0),

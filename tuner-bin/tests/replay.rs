@@ -43,6 +43,7 @@ fn json_has_the_shared_shape() {
         "tool",
         "space",
         "strategy",
+        "runs_as",
         "seeds",
         "budget",
         "evals",
@@ -65,6 +66,7 @@ fn json_has_the_shared_shape() {
     assert_eq!(v["tool"], "ktune");
     assert_eq!(v["space"], space.as_str());
     assert_eq!(v["strategy"], "random");
+    assert_eq!(v["runs_as"], "random");
     assert_eq!(v["seeds"], 3);
     assert_eq!(v["budget"], 4092);
     let evals = v["evals"].as_array().expect("evals");
@@ -135,6 +137,22 @@ fn human_output_is_one_line_and_names_are_checked() {
     let text = String::from_utf8(out.stdout).expect("utf-8");
     assert_eq!(text.lines().count(), 1);
     assert!(text.contains("median") && text.contains("auc"), "{text}");
+    // The line names the model `evolutionary` ran with, and a build
+    // without XGBoost says that it is not max-autotune's.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if cfg!(feature = "xgboost") {
+        assert!(
+            text.starts_with("evolutionary (evolutionary-xgb-reg) on "),
+            "{text}"
+        );
+        assert!(stderr.is_empty(), "{stderr}");
+    } else {
+        assert!(
+            text.starts_with("evolutionary (evolutionary-knn) on "),
+            "{text}"
+        );
+        assert!(stderr.contains("without the `xgboost` feature"), "{stderr}");
+    }
     let out = replay(&["--space", &pnpoly(), "--strategy", "annealing"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown strategy `annealing`"));
