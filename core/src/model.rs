@@ -78,7 +78,7 @@ const MEMORY_LATENCY_S: f64 = 600e-9;
 /// A kernel launch and its drain, whatever it does.
 const LAUNCH_S: f64 = 3e-6;
 /// L2 bandwidth relative to DRAM's.
-const L2_OVER_DRAM: f64 = 3.0;
+pub const L2_OVER_DRAM: f64 = 3.0;
 /// Shared-memory bytes an SM serves per clock.
 const SHARED_BYTES_PER_CLOCK: f64 = 128.0;
 /// Warp instructions an SM issues per clock (four schedulers).

@@ -12,6 +12,7 @@ use cudarc::driver::{
 };
 use cudarc::nvrtc::Ptx;
 use ktune_bench::plan::{Variant, target_for};
+use ktune_bench::probe::{self, MemoryProbe};
 use ktune_bench::report::GpuInfo;
 use ktune_core::ir::Kernel;
 use ktune_core::{DType, SmVersion};
@@ -176,6 +177,49 @@ impl Gpu {
             },
             tensor_bytes,
             workspace,
+        })
+    }
+
+    /// How fast reads stream from L2 and from DRAM ([`probe`]): the probe
+    /// kernel on a buffer a quarter of L2's size read 64 times, then on
+    /// one four times L2's size read once; each the median of 20 runs
+    /// after a warm-up.
+    pub fn memory_probe(&mut self) -> Result<MemoryProbe> {
+        let (l2_bytes, dram_bytes) = probe::buffer_sizes(self.info.l2_bytes);
+        let blocks = self.info.sm_count.max(1) * 8;
+        let mut rate = |bytes: u64, passes: u32| -> Result<f64> {
+            let probe = probe::read_kernel(bytes, passes, blocks, self.target);
+            let module = self.ctx.load_module(Ptx::from_src(probe.ptx.as_str()))?;
+            let function = module.load_function(&probe.kernel.entry)?;
+            let source = self.stream.alloc_zeros::<u8>(bytes as usize)?;
+            let mut sums = self
+                .stream
+                .alloc_zeros::<f32>((blocks * probe::THREADS) as usize)?;
+            let config = LaunchConfig {
+                grid_dim: probe.launch.grid.into(),
+                block_dim: probe.launch.block.into(),
+                shared_mem_bytes: 0,
+            };
+            let mut times = self.time(0, 21, |gpu, _| {
+                let mut builder = gpu.stream.launch_builder(&function);
+                builder.arg(&source).arg(&mut sums);
+                // SAFETY: the probe kernel takes the buffer it reads
+                // (`bytes` long, which is what it was generated for) and one
+                // f32 per thread of the launch it was generated for.
+                unsafe { builder.launch(config) }?;
+                Ok(())
+            })?;
+            // The first run warms up.
+            times.remove(0);
+            times.sort_by(f32::total_cmp);
+            let median_s = f64::from(times[times.len() / 2]) * 1e-3;
+            Ok(probe.bytes_read as f64 / median_s)
+        };
+        Ok(MemoryProbe {
+            l2_read_bytes_per_s: rate(l2_bytes, 64)?,
+            l2_buffer_bytes: l2_bytes,
+            dram_read_bytes_per_s: rate(dram_bytes, 1)?,
+            dram_buffer_bytes: dram_bytes,
         })
     }
 

@@ -2,8 +2,9 @@
 //! ([`cases`]), the schedules each case measures and the dry run
 //! ([`plan`]), inputs and the sampled CPU reference ([`check`]), and the
 //! results file ([`report`]), the heuristic model's fit to a run's
-//! measurements ([`fit`]), and `max-autotune`'s search over a case's
-//! space with the screening left to the caller ([`search`]). The
+//! measurements ([`fit`]), `max-autotune`'s search over a case's
+//! space with the screening left to the caller ([`search`]), and the
+//! memory probe's kernel ([`probe`]). The
 //! `ktune-bench` binary adds the GPU side: loading and timing kernels,
 //! cuBLAS and the copy baseline. See the crate's README.md.
 
@@ -12,5 +13,6 @@ pub mod cases;
 pub mod check;
 pub mod fit;
 pub mod plan;
+pub mod probe;
 pub mod report;
 pub mod search;

@@ -236,6 +236,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         date: iso_date(now),
         gpu: gpu.info.clone(),
         settings: policy.settings((cli.sample, cli.search), cli.seed, cli.quick, cli.budget_s),
+        memory: None,
         cases: Vec::new(),
     };
     eprintln!(
@@ -250,6 +251,17 @@ fn run(cli: Cli) -> Result<ExitCode> {
     );
 
     let start = Instant::now();
+    match gpu.memory_probe() {
+        Ok(memory) => {
+            eprintln!(
+                "ktune-bench: reads stream at {:.0} GB/s from L2, {:.0} GB/s from DRAM",
+                memory.l2_read_bytes_per_s / 1e9,
+                memory.dram_read_bytes_per_s / 1e9
+            );
+            results.memory = Some(memory);
+        }
+        Err(e) => eprintln!("ktune-bench: the memory probe failed: {e:#}"),
+    }
     let budget = Duration::from_secs_f64(cli.budget_s.max(0.0));
     let mut runner = Runner {
         gpu: &mut gpu,

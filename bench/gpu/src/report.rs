@@ -12,6 +12,7 @@ use serde::Serialize;
 
 use crate::cases::{Baseline, Case, Kind};
 use crate::check::Check;
+use crate::probe::MemoryProbe;
 
 /// Everything one run measured.
 #[derive(Debug, Clone, Serialize)]
@@ -23,6 +24,9 @@ pub struct Results {
     pub date: String,
     pub gpu: GpuInfo,
     pub settings: Settings,
+    /// Read bandwidth from L2 and from DRAM ([`crate::probe`]); absent when
+    /// the probe failed.
+    pub memory: Option<MemoryProbe>,
     pub cases: Vec<CaseResult>,
 }
 
@@ -231,6 +235,18 @@ pub fn markdown(results: &Results) -> String {
         "ktune-bench on {} (sm {}), {}; ratios are baseline time / ktune time (> 1: ktune faster)\n",
         results.gpu.name, results.gpu.compute_capability, results.date
     );
+    if let Some(m) = &results.memory {
+        let _ = writeln!(
+            out,
+            "Reads: {:.0} GB/s from L2 ({} MB read 64 times), {:.0} GB/s from DRAM ({} MB read once), {:.2}× (the heuristic model assumes {:.1}×)\n",
+            m.l2_read_bytes_per_s / 1e9,
+            m.l2_buffer_bytes >> 20,
+            m.dram_read_bytes_per_s / 1e9,
+            m.dram_buffer_bytes >> 20,
+            m.l2_over_dram(),
+            ktune_core::model::L2_OVER_DRAM,
+        );
+    }
     out.push_str("| case | dtype | shape | baseline | baseline ms | default ms | bounded ms | best ms | searched ms | default/base | bounded/base | best/base | searched/base | rate (fastest) | notes |\n");
     out.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for case in &results.cases {
@@ -328,6 +344,54 @@ fn baseline_name(baseline: Baseline) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_table_states_the_memory_probe_beside_the_models_assumption() {
+        let mut results = Results {
+            tool: "ktune-bench",
+            ktune_version: "0",
+            generator_version: 1,
+            date: iso_date(0),
+            gpu: GpuInfo {
+                name: "GPU".into(),
+                compute_capability: "9.0".into(),
+                target: "sm_90".into(),
+                sm_count: 132,
+                l2_bytes: 60 << 20,
+                memory_bytes: 1 << 30,
+                driver_version: None,
+                cuda_version: "13.0".into(),
+                cublas_version: None,
+            },
+            settings: Settings {
+                sample: 0,
+                search: 0,
+                seed: 1,
+                quick: true,
+                budget_s: 1.0,
+                min_reps: 1,
+                max_reps: 1,
+                time_cap_ms: 1.0,
+                screen_reps: 1,
+            },
+            memory: None,
+            cases: Vec::new(),
+        };
+        assert!(!markdown(&results).contains("Reads:"));
+        results.memory = Some(MemoryProbe {
+            l2_read_bytes_per_s: 6.0e12,
+            l2_buffer_bytes: 15 << 20,
+            dram_read_bytes_per_s: 4.0e12,
+            dram_buffer_bytes: 240 << 20,
+        });
+        let table = markdown(&results);
+        assert!(
+            table.contains(
+                "Reads: 6000 GB/s from L2 (15 MB read 64 times), 4000 GB/s from DRAM (240 MB read once), 1.50× (the heuristic model assumes 3.0×)"
+            ),
+            "{table}"
+        );
+    }
 
     #[test]
     fn percentiles_and_medians() {
