@@ -112,7 +112,6 @@ enum Command {
         #[command(flatten)]
         krate: CrateArgs,
     },
-    /// Inspect and check the tuning database.
     /// One kernel's schedule space: knobs, size, valid fraction, the
     /// constraints that reject points, and the model's best-ranked points.
     Space {
@@ -181,6 +180,8 @@ enum Command {
         #[command(flatten)]
         krate: CrateArgs,
     },
+    /// Inspect and check the tuning database: show, verify, diff, merge,
+    /// prune.
     Db {
         #[command(subcommand)]
         command: db::Command,

@@ -362,3 +362,36 @@ fn space_reports_knobs_validity_and_the_models_ranking() {
     assert!(!unknown.status.success());
     assert!(stderr(&unknown).contains("no kernel `nope`"));
 }
+
+#[test]
+fn help_describes_every_command_under_its_own_name() {
+    let out = cargo_ktune(&["--help"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let commands: Vec<&str> = text
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .collect();
+    for name in [
+        "status", "ptx", "verify", "space", "inspect", "replay", "tune", "report", "db",
+    ] {
+        let line = commands
+            .iter()
+            .find(|l| l.split_whitespace().next() == Some(name))
+            .unwrap_or_else(|| panic!("no `{name}` in\n{text}"));
+        let description = line.trim_start().trim_start_matches(name).trim();
+        assert!(
+            !description.is_empty(),
+            "`{name}` has no description:\n{text}"
+        );
+    }
+    let space = commands
+        .iter()
+        .find(|l| l.trim_start().starts_with("space"));
+    assert!(
+        space.is_some_and(|l| l.contains("schedule space") && !l.contains("database")),
+        "{text}"
+    );
+}
