@@ -84,6 +84,7 @@ enum Command {
     Ptx {
         /// The kernel's name (its function name).
         kernel: String,
+        /// The GPU architecture: sm_80, sm_86, sm_89 or sm_90.
         #[arg(long, default_value = "sm_80")]
         target: SmVersion,
         /// `default` (the heuristic choice) or a schedule as JSON, e.g.
@@ -117,6 +118,7 @@ enum Command {
     Space {
         /// The kernel's name (its function name).
         kernel: String,
+        /// The GPU architecture: sm_80, sm_86, sm_89 or sm_90.
         #[arg(long, default_value = "sm_80")]
         target: SmVersion,
         /// How many of the model's best-ranked points to show.
@@ -134,6 +136,7 @@ enum Command {
     Inspect {
         /// The kernel's name (its function name).
         kernel: String,
+        /// The GPU architecture: sm_80, sm_86, sm_89 or sm_90.
         #[arg(long, default_value = "sm_80")]
         target: SmVersion,
         /// `default` (the heuristic choice), `best` (the tuning database's
@@ -149,12 +152,16 @@ enum Command {
     /// Score a search strategy on a recorded tuning space (a Kernel Tuner
     /// cache file): evaluations to reach within 5% of the optimum, per seed.
     Replay {
+        /// A Kernel Tuner cache file, JSON (gzipped when its name ends in .gz; e.g.
+        /// shared/data/tuning-spaces/gemm/RTX_3090.json.gz).
         #[arg(long)]
         space: PathBuf,
         /// random, coordinate_descent, evolutionary (the default search),
-        /// evolutionary-knn, evolutionary-xgb-rank, evolutionary-xgb-reg.
+        /// evolutionary-knn; with the `xgboost` feature also
+        /// evolutionary-xgb-rank, evolutionary-xgb-reg.
         #[arg(long, default_value = "evolutionary")]
         strategy: String,
+        /// Runs of the strategy, with seeds 0 to N-1.
         #[arg(long, default_value_t = 50)]
         seeds: u64,
         /// Evaluations per seed.

@@ -387,6 +387,25 @@ fn help_describes_every_command_under_its_own_name() {
             "`{name}` has no description:\n{text}"
         );
     }
+    // Every option of every command says what it is: in the short help,
+    // the flag, two spaces or more, then its description.
+    for command in [
+        "status", "ptx", "verify", "space", "inspect", "replay", "tune", "report",
+    ] {
+        let out = cargo_ktune(&[command, "-h"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let help = stdout(&out);
+        for line in help.lines().filter(|l| l.trim_start().starts_with('-')) {
+            let description = line
+                .trim_start()
+                .split_once("  ")
+                .map_or("", |(_, rest)| rest.trim());
+            assert!(
+                !description.is_empty() && !description.starts_with("[default"),
+                "`{command}`: an option without a description: {line}\n{help}"
+            );
+        }
+    }
     let space = commands
         .iter()
         .find(|l| l.trim_start().starts_with("space"));
