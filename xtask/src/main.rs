@@ -19,26 +19,40 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
+use clap::Parser;
 
 const NVCC_WHEEL: &str = "nvidia-cuda-nvcc-cu12";
 /// No `-cu12` build of nvdisasm is published; release 13's disassembles
 /// ptxas 12's sm_80 to sm_90 cubins.
 const NVDISASM_WHEEL: &str = "nvidia-cuda-nvdisasm==13.*";
 
+/// ktune's project tasks.
+#[derive(Parser)]
+#[command(name = "cargo xtask", bin_name = "cargo xtask")]
+enum Task {
+    /// Install what the tests need (ptxas and nvdisasm into .venv/, cmake
+    /// and libclang-dev for XGBoost), then check formatting and lints and
+    /// run every test.
+    Test,
+    /// Only install what the tests need.
+    Setup,
+    /// Build gpu-bundle/: what a GPU machine without Rust runs to check
+    /// ktune on its GPU (`bash gpu-bundle/run.sh` there).
+    GpuBundle,
+}
+
 fn main() -> Result<()> {
     let root = workspace_root();
-    let task = std::env::args().nth(1);
-    match task.as_deref() {
-        Some("setup") => {
+    match Task::parse() {
+        Task::Setup => {
             let ptxas = ensure_ptxas(&root)?;
             eprintln!("xtask: ptxas at {}", ptxas.display());
             let nvdisasm = ensure_nvdisasm(&root)?;
             eprintln!("xtask: nvdisasm at {}", nvdisasm.display());
             ensure_xgboost_build_tools()
         }
-        Some("test") => test(&root),
-        Some("gpu-bundle") => gpu_bundle(&root),
-        _ => bail!("usage: cargo xtask <test|setup|gpu-bundle>"),
+        Task::Test => test(&root),
+        Task::GpuBundle => gpu_bundle(&root),
     }
 }
 
