@@ -157,6 +157,7 @@ mod launch;
 mod probe;
 mod select;
 mod vgpu;
+mod workspace;
 
 #[doc(hidden)]
 #[path = "private/mod.rs"]

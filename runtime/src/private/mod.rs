@@ -13,6 +13,7 @@ pub use rayon;
 pub use crate::launch::{DeviceArg, DeviceArgMut, launch, module_loads};
 pub use crate::select::select_variant;
 pub use crate::vgpu::{HostArg, HostArgMut, run_vgpu};
+pub use crate::workspace::workspace_allocations;
 pub use crate::{Element, KernelInfo, TensorInfo, Variant};
 
 use std::sync::Arc;
