@@ -103,6 +103,9 @@ fn module(k: &Kernel, f: &syn::ItemFn) -> TokenStream {
         #vis mod #name {
             use ::ktune::__private as __k;
 
+            // The build helper's variants: dead code, like the rest of the
+            // module, while the application calls none of its functions.
+            #[allow(dead_code)]
             mod __build {
                 include!(concat!(
                     env!("OUT_DIR", "ktune kernels need a build script: add `fn main() { ktune_build::tune_crate(); }` to build.rs"),

@@ -1,6 +1,7 @@
 //! How `cargo build` of a crate with ktune kernels behaves across edits:
 //! nothing reruns for nothing, an edit regenerates exactly what it changes,
-//! and a kernel-language error is a located message, not a panic.
+//! and a kernel-language error is a located message, not a panic; and the
+//! README's quick start, as written there, builds without a warning and runs.
 //!
 //! Each test writes a small scratch crate under the system temp dir (its own
 //! `[workspace]`, depending on this workspace's `ktune` and `ktune-build` by
@@ -330,6 +331,87 @@ fn comments_and_whitespace_change_no_output() {
         assert!(bytes == old_bytes, "{name}: changed by a comment");
         assert_eq!(mtime, old_mtime, "{name}: rewritten with the same bytes");
     }
+}
+
+/// The first ```` ```lang ```` block after `heading` in the README.
+fn readme_block(readme: &str, heading: &str, lang: &str) -> String {
+    let at = readme
+        .find(heading)
+        .unwrap_or_else(|| panic!("no {heading} in the README"));
+    let fence = format!("```{lang}\n");
+    let start = at + readme[at..].find(&fence).expect("a code block") + fence.len();
+    let end = start + readme[start..].find("```").expect("the block's end");
+    readme[start..end].to_owned()
+}
+
+#[test]
+fn the_readme_quick_start_builds_without_warnings_and_runs() {
+    let readme = std::fs::read_to_string(workspace_root().join("README.md")).expect("README.md");
+    let scratch = Scratch::new("ktune-scratch-quick-start", "");
+    let build_rs = std::fs::read_to_string(scratch.dir.join("build.rs")).expect("build.rs");
+    assert_eq!(readme_block(&readme, "`build.rs`:", "rust"), build_rs);
+    let manifest = readme_block(&readme, "## Quick start", "toml");
+    assert!(
+        manifest.contains("ktune-build = ") && manifest.contains("targets = [\"sm_90\"]"),
+        "the quick start's Cargo.toml changed; update this test's scratch manifest:\n{manifest}"
+    );
+    for file in ["kernels.rs", "main.rs"] {
+        let source = readme_block(&readme, &format!("`src/{file}`:"), "rust");
+        write(&scratch.dir.join("src").join(file), &source);
+    }
+
+    let build = scratch.build_ok();
+    let warnings: Vec<&str> = build
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("warning") && !l.contains("ktune-scratch-quick-start@"))
+        .collect();
+    assert!(warnings.is_empty(), "{}", build.stderr);
+
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let run = Command::new(cargo)
+        .args(["run", "--offline", "--quiet", "--color", "never"])
+        .current_dir(&scratch.dir)
+        .env("CARGO_TARGET_DIR", &scratch.target)
+        .env("KTUNE_DEVICE", "none")
+        .env_remove("KTUNE_BACKEND")
+        .output()
+        .expect("cargo runs");
+    // On the GPU where there is one, else on the CPU: either way it runs.
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success() && stdout.starts_with("ran as "),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+}
+
+#[test]
+fn a_kernel_not_yet_called_compiles_without_warnings() {
+    // A private module, so that an unused item is dead code to rustc.
+    let scratch = Scratch::new(
+        "ktune-scratch-unused",
+        r#"mod kernels {
+    use ktune::prelude::*;
+
+    #[tuned_kernel(shape(N = 33))]
+    pub fn double(x: Tensor<f32, (N,)>) -> Tensor<f32, (N,)> {
+        compute(|n| x[n] * 2.0)
+    }
+}
+"#,
+    );
+    let build = scratch.build_ok();
+    let compiler_warnings: Vec<&str> = build
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("warning") && !l.contains("ktune-scratch-unused@"))
+        .collect();
+    assert!(
+        compiler_warnings.is_empty(),
+        "warnings for a kernel nobody calls yet:\n{}",
+        build.stderr
+    );
 }
 
 #[test]
