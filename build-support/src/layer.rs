@@ -44,7 +44,7 @@ use ktune_core::db::{Database, Key, Record};
 use crate::error::Error;
 
 /// Which database a record comes from.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Layer {
     /// The database the application declares for every crate of its build.
     Application,
@@ -204,13 +204,40 @@ pub fn user_cache_path(name: &str) -> Option<PathBuf> {
     dirs::cache_dir().map(|dir| dir.join("ktune").join(name).join("ktune.json"))
 }
 
-/// What a build script watches for a database at `path`: the file, or,
-/// while it does not exist, its folder (so that creating the file reruns
-/// the build). Cargo reruns on every build for a path that does not exist,
-/// so when the folder is missing too, nothing is watched.
-pub fn watched(path: &Path) -> Option<&Path> {
+/// What a build script watches for the database of `layer` at `path`: the
+/// file, or, while it does not exist, its folder, so that creating the file
+/// (a search, `cargo ktune tune`, a `git pull` that brings the first one)
+/// reruns the build. The folder of the crate's database and of the user
+/// cache is created when missing (an empty `tuning/` in the crate); an
+/// application's database is the application's to place, so when its
+/// folder is missing, or cannot be created, nothing is watched: Cargo
+/// would rerun the build script on every build for a path that does not
+/// exist.
+pub fn watched(layer: Layer, path: &Path) -> Option<&Path> {
     if path.exists() {
         return Some(path);
     }
-    path.parent().filter(|dir| dir.is_dir())
+    let dir = path.parent().filter(|dir| !dir.as_os_str().is_empty())?;
+    if !dir.is_dir() && layer != Layer::Application && std::fs::create_dir_all(dir).is_ok() {
+        backdate(dir);
+    }
+    dir.is_dir().then_some(dir)
+}
+
+/// Dates a folder created during this build script's run a day back:
+/// Cargo reruns a build script whose watched paths changed after its last
+/// run began, and the new, empty folder is no change. A file created in it
+/// later dates it now again. Best effort, and only where a folder can be
+/// opened as a file (Unix); elsewhere the first build after its creation
+/// reruns the script once.
+fn backdate(dir: &Path) {
+    #[cfg(unix)]
+    if let (Ok(folder), Some(then)) = (
+        std::fs::File::open(dir),
+        std::time::SystemTime::now().checked_sub(std::time::Duration::from_secs(24 * 3600)),
+    ) {
+        let _ = folder.set_modified(then);
+    }
+    #[cfg(not(unix))]
+    let _ = dir;
 }

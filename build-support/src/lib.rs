@@ -208,16 +208,9 @@ impl Config {
                 metadata.name.as_deref().filter(|_| self.user_cache),
             ),
         );
-        if self.cargo_instructions {
-            if self.user_cache {
-                for var in layer::USER_CACHE_ENV {
-                    println!("cargo:rerun-if-env-changed={var}");
-                }
-            }
-            for (_, path) in &stack {
-                if let Some(watched) = layer::watched(path) {
-                    println!("cargo:rerun-if-changed={}", watched.display());
-                }
+        if self.cargo_instructions && self.user_cache {
+            for var in layer::USER_CACHE_ENV {
+                println!("cargo:rerun-if-env-changed={var}");
             }
         }
         let mut layers = Layers::open(stack.clone())?;
@@ -245,13 +238,23 @@ impl Config {
             };
             let outcome = tune::run(&scan.kernels, &layers, &settings, &declared, &places)?;
             if !outcome.tuned.is_empty() {
-                layers = Layers::open(stack)?;
+                layers = Layers::open(stack.clone())?;
             }
             if let Some(warning) = untuned_warning(&outcome.untuned) {
                 if self.cargo_instructions {
                     println!("cargo:warning={warning}");
                 }
                 warnings.push(warning);
+            }
+        }
+
+        // After the search, which may have written the first database of
+        // a layer: the file is watched then, not just its folder.
+        if self.cargo_instructions {
+            for (layer, path) in &stack {
+                if let Some(watched) = layer::watched(*layer, path) {
+                    println!("cargo:rerun-if-changed={}", watched.display());
+                }
             }
         }
 

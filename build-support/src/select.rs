@@ -173,7 +173,7 @@ pub fn tuned(kernel: &Kernel, layers: &Layers) -> Tuned {
                 database.records.push(r.clone());
             }
         }
-        current.push(opened.layer.clone(), opened.path.clone(), database);
+        current.push(opened.layer, opened.path.clone(), database);
     }
 
     let mut tuned = Tuned::default();
@@ -221,7 +221,7 @@ pub fn tuned(kernel: &Kernel, layers: &Layers) -> Tuned {
                 gpu: Some(record.gpu.name.clone()),
                 schedule: record.schedule.clone(),
                 source: Source::Database {
-                    layer: opened.layer.clone(),
+                    layer: opened.layer,
                 },
                 lowered,
             }),

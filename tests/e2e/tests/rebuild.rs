@@ -1,6 +1,7 @@
 //! How `cargo build` of a crate with ktune kernels behaves across edits:
 //! nothing reruns for nothing, an edit regenerates exactly what it changes,
-//! and a kernel-language error is a located message, not a panic; and the
+//! a database that appears is read, and a kernel-language error is a
+//! located message, not a panic; and the
 //! README's quick start, as written there, builds without a warning and runs.
 //!
 //! Each test writes a small scratch crate under the system temp dir (its own
@@ -444,6 +445,29 @@ fn kernel_language_error_is_located_not_a_panic() {
     for bad in ["panicked", "RUST_BACKTRACE"] {
         assert!(!build.stderr.contains(bad), "`{bad}` in:\n{}", build.stderr);
     }
+}
+
+#[test]
+fn a_database_that_appears_after_a_build_is_read_by_the_next() {
+    let scratch = Scratch::new("ktune-scratch-db-appears", TWO_KERNELS);
+    let database = scratch.dir.join("tuning/ktune.json");
+    let _ = std::fs::remove_file(&database);
+    scratch.build_ok();
+    let again = scratch.build_ok();
+    assert!(
+        !ran_build_script(&again),
+        "the build script reran for nothing:\n{}",
+        again.stderr
+    );
+
+    // As a `git pull` that brings a colleague's first tuning results would.
+    write(&database, "{\n  \"version\": 1,\n  \"records\": []\n}\n");
+    let after = scratch.build_ok();
+    assert!(
+        ran_build_script(&after),
+        "the new database was not read:\n{}",
+        after.stderr
+    );
 }
 
 #[test]
