@@ -240,6 +240,13 @@ impl Config {
             if !outcome.tuned.is_empty() {
                 layers = Layers::open(stack.clone())?;
             }
+            for too_large in &outcome.too_large {
+                let warning = format!("ktune: {too_large}; it keeps its heuristic schedule");
+                if self.cargo_instructions {
+                    println!("cargo:warning={warning}");
+                }
+                warnings.push(warning);
+            }
             if let Some(warning) = untuned_warning(&outcome.untuned) {
                 if self.cargo_instructions {
                     println!("cargo:warning={warning}");

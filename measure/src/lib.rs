@@ -133,4 +133,5 @@ pub use prepare::{JOBS_ENV, default_jobs};
 pub use protocol::PROTOCOL_VERSION;
 pub use sensors::Reading;
 pub use serve::{WORKER_ENV, worker_main_if_requested};
+pub use vgpu::{TooLarge, VGPU_MAX_FLOPS, vgpu_searchable};
 pub use worker::{Worker, WorkerConfig, WorkerError};

@@ -209,6 +209,7 @@ pub fn tune(args: &CrateArgs, options: &Options) -> Result<()> {
         )?,
     };
     let device = DeviceTarget::of(kind, &krate.metadata.targets)?;
+    let selected = searchable_on(&device, selected, !options.kernels.is_empty())?;
     let database = options
         .database
         .clone()
@@ -286,6 +287,31 @@ pub fn tune(args: &CrateArgs, options: &Options) -> Result<()> {
         print_summary(&history, &destination, &path);
     }
     Ok(())
+}
+
+/// The kernels of `selected` the device can search: on the virtual GPU, a
+/// kernel too large for it is an error when named, else left out with a
+/// note (an error when that leaves none).
+fn searchable_on<'k>(
+    device: &DeviceTarget,
+    selected: Vec<&'k Found>,
+    named: bool,
+) -> Result<Vec<&'k Found>> {
+    if device.measured_on != MeasuredOn::Vgpu {
+        return Ok(selected);
+    }
+    let mut fit = Vec::new();
+    for found in selected {
+        match ktune_measure::vgpu_searchable(&found.kernel) {
+            Ok(()) => fit.push(found),
+            Err(too_large) if named => bail!("{too_large}; tune it on a GPU"),
+            Err(too_large) => eprintln!("left out: {too_large}"),
+        }
+    }
+    if fit.is_empty() {
+        bail!("every kernel is too large for the virtual GPU; tune them on a GPU");
+    }
+    Ok(fit)
 }
 
 /// `(checksum, schedule)` of the database's winners measured on real GPUs.

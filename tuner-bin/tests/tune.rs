@@ -286,3 +286,41 @@ fn tune_names_what_is_wrong_with_its_arguments() {
         text(&strategy.stderr)
     );
 }
+
+#[test]
+fn the_virtual_gpu_leaves_out_kernels_too_large_for_it() {
+    let dir = fixture();
+    let large = "\n#[tuned_kernel(shape(M = 1024, N = 1024, K = 1024))]\n\
+                 pub fn matmul(a: Tensor<f32, (M, K)>, b: Tensor<f32, (K, N)>) -> Tensor<f32, (M, N)> {\n\
+                 \x20   compute(|m, n| sum(K, |k| a[m][k] * b[k][n]))\n}\n";
+    std::fs::write(dir.path().join("src/lib.rs"), format!("{KERNELS}{large}")).expect("lib.rs");
+
+    // Named, it is an error that says why.
+    let named = cargo_ktune(dir.path(), &["tune", "matmul", "--device", "vgpu"]);
+    assert!(!named.status.success());
+    let stderr = text(&named.stderr);
+    assert!(
+        stderr.contains("`matmul` is too large for the virtual GPU: 2.15 GFLOP"),
+        "{stderr}"
+    );
+
+    // Among others, it is left out and the others are tuned.
+    let all = cargo_ktune(
+        dir.path(),
+        &["tune", "--device", "vgpu", "--trials", "4", "--json"],
+    );
+    let stderr = text(&all.stderr);
+    assert!(all.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("left out: `matmul` is too large"),
+        "{stderr}"
+    );
+    let run: Value = serde_json::from_slice(&all.stdout).expect("JSON");
+    let names: Vec<&str> = run["kernels"]
+        .as_array()
+        .expect("kernels")
+        .iter()
+        .map(|k| k["kernel"].as_str().expect("a name"))
+        .collect();
+    assert_eq!(names, ["softmax", "axpy"]);
+}

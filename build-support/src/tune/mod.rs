@@ -257,6 +257,8 @@ pub struct Summary {
     /// Kernels that have no measured record and were not searched (no
     /// device), by name.
     pub untuned: Vec<String>,
+    /// Kernels the virtual GPU did not search, being too large for it.
+    pub too_large: Vec<ktune_measure::TooLarge>,
     /// Where results were written.
     pub written_to: Option<PathBuf>,
 }
@@ -458,8 +460,23 @@ pub fn run(
             )
         })
         .collect();
+    // The virtual GPU runs a kernel thread by thread: a large one would
+    // time out candidate after candidate.
+    let mut too_large = Vec::new();
+    let missing: Vec<&Found> = missing
+        .into_iter()
+        .filter(|f| {
+            device.measured_on != MeasuredOn::Vgpu
+                || ktune_measure::vgpu_searchable(&f.kernel)
+                    .map_err(|e| too_large.push(e))
+                    .is_ok()
+        })
+        .collect();
     if missing.is_empty() {
-        return Ok(Summary::default());
+        return Ok(Summary {
+            too_large,
+            ..Summary::default()
+        });
     }
     let destination = match (&places.user_cache, settings.write_crate) {
         (Some(cache), false) => cache.clone(),
@@ -478,8 +495,12 @@ pub fn run(
         destination.display()
     ));
     let mut bench = WorkerBench::spawn(device)?;
+    for kernel in &too_large {
+        progress.line(&format!("not searched: {kernel}"));
+    }
     let mut outcome = Summary {
         written_to: Some(destination.clone()),
+        too_large,
         ..Summary::default()
     };
     for found in missing {

@@ -471,6 +471,30 @@ fn a_database_that_appears_after_a_build_is_read_by_the_next() {
 }
 
 #[test]
+fn a_build_on_the_virtual_gpu_says_which_kernels_are_too_large_for_it() {
+    let scratch = Scratch::new(
+        "ktune-scratch-vgpu-too-large",
+        r#"use ktune::prelude::*;
+
+#[tuned_kernel(shape(M = 4096, N = 4096, K = 4096))]
+pub fn matmul(a: Tensor<bf16, (M, K)>, b: Tensor<bf16, (K, N)>) -> Tensor<bf16, (M, N)> {
+    compute(|m, n| sum(K, |k| a[m][k] * b[k][n]))
+}
+"#,
+    );
+    let build = scratch.build_with(&[("KTUNE_DEVICE", "vgpu"), ("KTUNE_WRITE", "crate")]);
+    assert!(build.success, "{}", build.stderr);
+    assert!(
+        build.stderr.contains(
+            "ktune: `matmul` is too large for the virtual GPU: 137.44 GFLOP at its shape"
+        ) && build.stderr.contains("it keeps its heuristic schedule"),
+        "{}",
+        build.stderr
+    );
+    assert!(!scratch.dir.join("tuning/ktune.json").exists());
+}
+
+#[test]
 fn a_build_on_the_virtual_gpu_searches_misses_and_then_hits_its_database() {
     let scratch = Scratch::new("ktune-scratch-vgpu-search", TWO_KERNELS);
     let database = scratch.dir.join("tuning/ktune.json");
