@@ -110,6 +110,11 @@ enum Command {
         /// Where to run the kernels.
         #[arg(long, value_enum, default_value = "vgpu")]
         device: verify::Device,
+        /// On the virtual GPU, the largest kernel to run, in GFLOP at its
+        /// shape (it runs thread by thread: about 10 s per GFLOP and
+        /// point); larger ones are listed as not verified.
+        #[arg(long, default_value_t = 1.0)]
+        max_gflop: f64,
         #[command(flatten)]
         krate: CrateArgs,
     },
@@ -219,6 +224,7 @@ fn run(cli: Cli) -> Result<()> {
             seed,
             json,
             device,
+            max_gflop,
             krate,
         } => verify::verify(
             &krate,
@@ -227,6 +233,7 @@ fn run(cli: Cli) -> Result<()> {
                 seed,
                 json,
                 device,
+                max_gflop,
             },
         ),
         Command::Space {

@@ -9,8 +9,9 @@
 //! poisoned first and compared element by element with the CPU evaluation:
 //! a wrong result, a fault or a hang fails that point only. Only the
 //! variants of targets the GPU runs are checked there. Kernels run at the
-//! shapes the crate declares: what is verified is what ships, which for
-//! large kernels takes a while on the virtual GPU.
+//! shapes the crate declares: what is verified is what ships. The virtual
+//! GPU runs kernels thread by thread, so kernels above `--max-gflop` at
+//! their shape are listed as not verified rather than run for hours.
 
 use anyhow::{Context, Result, bail};
 use clap::ValueEnum;
@@ -41,6 +42,8 @@ pub struct Options {
     pub seed: u64,
     pub json: bool,
     pub device: Device,
+    /// The largest kernel run on the virtual GPU, in GFLOP.
+    pub max_gflop: f64,
 }
 
 /// One schedule point and how it fared.
@@ -93,12 +96,18 @@ fn ratio((error, tolerance): (f32, f32)) -> f32 {
 
 pub fn verify(args: &CrateArgs, options: &Options) -> Result<()> {
     let krate = load_crate(args)?;
+    let mut too_large = Vec::new();
     let reports = match options.device {
-        Device::Vgpu => krate
-            .kernels
-            .iter()
-            .map(|found| verify_kernel(&krate, found, options))
-            .collect::<Result<Vec<_>>>()?,
+        Device::Vgpu => {
+            let (fit, large): (Vec<_>, Vec<_>) = krate
+                .kernels
+                .iter()
+                .partition(|f| f.kernel.flops() as f64 <= options.max_gflop * 1e9);
+            too_large = large;
+            fit.into_iter()
+                .map(|found| verify_kernel(&krate, found, options))
+                .collect::<Result<Vec<_>>>()?
+        }
         Device::Gpu => verify_on_gpu(&krate, options)?,
     };
     let points: usize = reports.iter().map(|r| r.points.len()).sum();
@@ -108,8 +117,16 @@ pub fn verify(args: &CrateArgs, options: &Options) -> Result<()> {
         reports.len(),
         reports.len()
     );
+    let not_verified: Vec<(String, f64)> = too_large
+        .iter()
+        .map(|f| (f.kernel.name.clone(), f.kernel.flops() as f64 * 1e-9))
+        .collect();
     if options.json {
-        let value = to_json(&krate, &reports, options, points, mismatches);
+        let mut value = to_json(&krate, &reports, options, points, mismatches);
+        value["not_verified"] = not_verified
+            .iter()
+            .map(|(name, gflop)| json!({"kernel": name, "gflop": gflop}))
+            .collect();
         println!("{}", serde_json::to_string_pretty(&value)?);
     } else {
         let width = reports.iter().map(|r| r.name.len()).max().unwrap_or(0);
@@ -117,6 +134,18 @@ pub fn verify(args: &CrateArgs, options: &Options) -> Result<()> {
             print_kernel(report, width);
         }
         println!("{summary}");
+        if !not_verified.is_empty() {
+            let names: Vec<String> = not_verified
+                .iter()
+                .map(|(name, gflop)| format!("{name} ({gflop:.2} GFLOP)"))
+                .collect();
+            println!(
+                "not verified, larger than {} GFLOP for the virtual GPU: {} \
+                 (raise --max-gflop, or verify on a GPU with --device gpu)",
+                options.max_gflop,
+                names.join(", ")
+            );
+        }
     }
     if mismatches > 0 {
         bail!("{summary}");

@@ -217,6 +217,57 @@ fn verify_prints_json() {
 }
 
 #[test]
+fn verify_lists_kernels_too_large_for_the_virtual_gpu_as_not_verified() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    std::fs::create_dir(dir.path().join("src")).expect("src");
+    std::fs::write(
+        dir.path().join("Cargo.toml"),
+        "[package]\nname = \"verify-fixture\"\nversion = \"0.1.0\"\nedition = \"2024\"\n\n[workspace]\n",
+    )
+    .expect("manifest");
+    std::fs::write(
+        dir.path().join("src/lib.rs"),
+        "#[tuned_kernel(shape(N = 100))]\n\
+         pub fn double(x: Tensor<f32, (N,)>) -> Tensor<f32, (N,)> {\n    compute(|n| 2.0 * x[n])\n}\n\n\
+         #[tuned_kernel(shape(M = 1024, N = 1024, K = 1024))]\n\
+         pub fn matmul(a: Tensor<f32, (M, K)>, b: Tensor<f32, (K, N)>) -> Tensor<f32, (M, N)> {\n    \
+         compute(|m, n| sum(K, |k| a[m][k] * b[k][n]))\n}\n",
+    )
+    .expect("lib.rs");
+    let manifest = dir.path().join("Cargo.toml");
+    let manifest = manifest.to_str().unwrap();
+
+    let out = cargo_ktune(&["verify", "--manifest-path", manifest]);
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}{}", stderr(&out));
+    assert!(
+        text.contains("verified 1 kernels, 1 schedule points, 1 shapes: 0 mismatches"),
+        "{text}"
+    );
+    assert!(
+        text.contains("not verified, larger than 1 GFLOP for the virtual GPU: matmul (2.15 GFLOP)"),
+        "{text}"
+    );
+
+    let json = cargo_ktune(&["verify", "--json", "--manifest-path", manifest]);
+    let value: serde_json::Value = serde_json::from_slice(&json.stdout).expect("JSON");
+    assert_eq!(value["summary"]["kernels"], 1);
+    assert_eq!(value["not_verified"][0]["kernel"], "matmul");
+
+    // The limit is an option.
+    let lower = cargo_ktune(&["verify", "--max-gflop", "0", "--manifest-path", manifest]);
+    assert!(lower.status.success());
+    assert!(
+        stdout(&lower).contains(
+            "not verified, larger than 0 GFLOP for the virtual GPU: \
+             double (0.00 GFLOP), matmul (2.15 GFLOP)"
+        ),
+        "{}",
+        stdout(&lower)
+    );
+}
+
+#[test]
 fn verify_on_a_gpu_checks_every_shipped_variant_or_says_there_is_none() {
     let manifest = e2e_manifest();
     let out = cargo_ktune(&[
