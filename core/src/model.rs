@@ -79,6 +79,19 @@ const MEMORY_LATENCY_S: f64 = 600e-9;
 const LAUNCH_S: f64 = 3e-6;
 /// L2 bandwidth relative to DRAM's.
 pub const L2_OVER_DRAM: f64 = 3.0;
+/// Operand tiles whose rows are short runs of contiguous bytes stream
+/// slower than their bytes say: on the H200 run, the measured time over
+/// the model's fell from about 2.3 to 1.35 as a block's row of B grew from
+/// 32 or 64 bytes to 256 or 512 (`bench/gpu/README.md`). Modelled as if a
+/// run shorter than this many bytes cost this many bytes of DRAM traffic,
+/// as it would if the L2 read DRAM in such units and the rest went unused
+/// (its fetch granularity is up to 128 bytes, `cudaLimitMaxL2FetchGranularity`;
+/// whether that is the cause is not established). 64 fits that run best
+/// (`ktune-bench --fit`: the model's pick among the measured points of
+/// `decode_m1` 2.31× slower than the fastest without it, 1.10× with it,
+/// and of `decode_m16` 1.36× and 1.00×, the other cases unchanged; with
+/// 128 the tf32 SGEMM's rank correlation drops from 0.73 to 0.61).
+const DRAM_SEGMENT_BYTES: f64 = 64.0;
 /// Shared-memory bytes an SM serves per clock.
 const SHARED_BYTES_PER_CLOCK: f64 = 128.0;
 /// Warp instructions an SM issues per clock (four schedulers).
@@ -383,6 +396,7 @@ fn contraction(
         Walk {
             block_m: tiles.block_m,
             block_n: tiles.block_n,
+            block_k: tiles.block_k,
             group_m: tiles.group_m,
             split_k: tiles.split_k,
             split: layout.split,
@@ -447,6 +461,7 @@ fn contraction(
 struct Walk {
     block_m: u32,
     block_n: u32,
+    block_k: u32,
     group_m: u32,
     split_k: u32,
     split: Option<Split>,
@@ -526,6 +541,7 @@ impl Block {
         let grid = Grid {
             block_m: self.walk.block_m,
             block_n: self.walk.block_n,
+            block_k: self.walk.block_k,
             group_m: self.walk.group_m,
             wave: u64::from(wave),
             workspace_bytes: split_traffic(self.walk.split),
@@ -574,6 +590,7 @@ fn split_traffic(split: Option<Split>) -> f64 {
 struct Grid {
     block_m: u32,
     block_n: u32,
+    block_k: u32,
     group_m: u32,
     /// Blocks resident on all SMs at once.
     wave: u64,
@@ -606,9 +623,27 @@ fn with_memory(
     let batch = plan.batch_count(kernel) as f64;
     let a_l2 = a_bytes * tiles_n as f64;
     let b_l2 = b_bytes * tiles_m as f64;
+    // A block tile's rows of an operand are runs of contiguous bytes (along
+    // `k` or along `m`/`n`, whichever has stride 1); from DRAM, a run
+    // shorter than a segment costs a whole one (see DRAM_SEGMENT_BYTES).
+    let waste = |operand: &matmul::MatmulOperand, across: u32, extent: u64| {
+        let run = if operand.stride_k == 1 {
+            u64::from(grid.block_k).min(k)
+        } else if operand.stride_x == 1 {
+            u64::from(across).min(extent)
+        } else {
+            1
+        };
+        (DRAM_SEGMENT_BYTES / (run as f64 * size(operand))).max(1.0)
+    };
+    let (a_waste, b_waste) = (
+        waste(&plan.a, grid.block_m, m),
+        waste(&plan.b, grid.block_n, n),
+    );
     let l2_s = batch * (a_l2 + b_l2) / (hw.dram_bandwidth * L2_OVER_DRAM);
     let [a_dram, b_dram] = operand_dram_bytes([a_bytes, b_bytes], [tiles_m, tiles_n], grid, hw);
-    let rereads = batch * ((a_dram.min(a_l2) - a_bytes) + (b_dram.min(b_l2) - b_bytes));
+    let rereads =
+        batch * ((a_dram.min(a_l2) * a_waste - a_bytes) + (b_dram.min(b_l2) * b_waste - b_bytes));
     let dram_s = (kernel.compulsory_bytes() as f64 + rereads.max(0.0) + grid.workspace_bytes)
         / hw.dram_bandwidth;
     [(l2_s, Bound::L2), (dram_s, Bound::Memory)]
@@ -676,6 +711,7 @@ fn tensor_core(
         Walk {
             block_m: tiles.block_m,
             block_n: tiles.block_n,
+            block_k: tiles.block_k,
             group_m: tiles.group_m,
             split_k: tiles.split_k,
             split: layout.split,
@@ -1015,5 +1051,30 @@ mod tests {
             assert!(points.iter().any(|p| matches!(p, Schedule::Mma(_))));
             assert_eq!(rank(&small, target, &points).len(), points.len());
         }
+    }
+
+    #[test]
+    fn short_rows_of_an_operand_cost_whole_dram_segments() {
+        // 16 × 4096 × 4096 bf16: every point streams B from DRAM once.
+        let k = bf16_matmul(16, 4096, 4096);
+        let tile = |block_n: u32, split_k: u32| {
+            Schedule::Mma(MmaTiles {
+                block_m: 16,
+                block_n,
+                block_k: 32,
+                warp_m: 16,
+                warp_n: 16,
+                stages: 3,
+                group_m: 1,
+                split_k,
+            })
+        };
+        let narrow = estimate(&k, &tile(16, 4), SmVersion::Sm90).unwrap();
+        let wide = estimate(&k, &tile(64, 16), SmVersion::Sm90).unwrap();
+        // Both fill the GPU (1024 blocks); rows of B 32 bytes long cost 64.
+        assert_eq!((narrow.blocks, wide.blocks), (1024, 1024));
+        assert_eq!(narrow.bound, Bound::Memory);
+        let ratio = narrow.seconds / wide.seconds;
+        assert!((1.5..2.5).contains(&ratio), "{ratio}");
     }
 }

@@ -66,7 +66,13 @@
 //! and the model estimates a split faster than one slice, the fastest of
 //! 2, 4, 8 and 16: decode shapes (`M` up to 16) with a long `K`, never a
 //! grid that fills the GPU, where splitting would only trade wave
-//! quantization against the partial tiles' traffic.
+//! quantization against the partial tiles' traffic. For a decode shape
+//! (one side at most 16) the model chooses the tile and the split
+//! together: the rules' tile and every other tile of its path that keeps
+//! the narrow side (the tensor-core tiles with the same 16-wide side, the
+//! SIMT narrow tiles 32, 64 and 128 wide), each whole or in slices; a
+//! wider tile in more slices reads the other operand in longer rows,
+//! which the model counts as cheaper from DRAM.
 
 use super::mma::{self, MmaLayout, MmaTiles};
 use super::{Layout, MatmulPlan, Tiles, split_k_values};
@@ -127,16 +133,107 @@ pub fn heuristic(kernel: &Kernel, plan: &MatmulPlan, target: SmVersion) -> Sched
         }
         _ => rows,
     };
-    match walked {
-        Schedule::Matmul(_) | Schedule::Mma(_) => {
-            let splits = split_k_values(kernel, plan, target)
+    if !matches!(walked, Schedule::Matmul(_) | Schedule::Mma(_)) {
+        return walked;
+    }
+    let splits: Vec<u32> = split_k_values(kernel, plan, target)
+        .into_iter()
+        .filter(|split| *split > 1)
+        .collect();
+    let split = |tile: &Schedule| -> Vec<Schedule> {
+        splits
+            .iter()
+            .map(|split| with_knob(tile, "split_k", *split))
+            .collect()
+    };
+    // For a decode-style product (one side at most 16) that leaves SMs
+    // idle even in the coarsest tiles, a wider tile in more slices fills
+    // the GPU as well as the narrowest one, with longer rows of the other
+    // operand: the model chooses the tile and the split together. (On the
+    // H200 run, `decode_m16`'s 16×16 tensor-core tile in 8 slices took
+    // 28 µs, a 16×64 one in 16 slices 20 µs.)
+    let decode = plan.m_extent(kernel) <= NARROW || plan.n_extent(kernel) <= NARROW;
+    let others = if splits.is_empty() || !decode {
+        Vec::new()
+    } else {
+        other_tiles(kernel, plan, target, &walked)
+    };
+    let options: Vec<Schedule> = split(&walked)
+        .into_iter()
+        .chain(
+            others
+                .iter()
+                .flat_map(|t| std::iter::once(t.clone()).chain(split(t))),
+        )
+        .collect();
+    fastest(kernel, target, walked, options)
+}
+
+/// The other tiles of `chosen`'s path the rules would consider for this
+/// shape, completed as the rules complete theirs: for tensor cores every
+/// fitting tile of the preference list, for SIMT the narrow side's three
+/// widths or the fitting 256-thread tiles.
+fn other_tiles(
+    kernel: &Kernel,
+    plan: &MatmulPlan,
+    target: SmVersion,
+    chosen: &Schedule,
+) -> Vec<Schedule> {
+    let s = Shape {
+        m: plan.m_extent(kernel),
+        n: plan.n_extent(kernel),
+        k: plan.k_extent(kernel),
+        batch: plan.batch_count(kernel),
+        sm_count: target.limits().sm_count,
+    };
+    let (pm, pn) = (s.m.next_power_of_two(), s.n.next_power_of_two());
+    match *chosen {
+        Schedule::Mma(t) => MMA_TILES
+            .iter()
+            .filter(|(bm, bn, _, _)| {
+                *bm <= pm.max(16) && *bn <= pn.max(16) && (*bm, *bn) != (t.block_m, t.block_n)
+            })
+            .filter(|(bm, bn, _, _)| (*bm == t.block_m) || (*bn == t.block_n))
+            .map(|&(block_m, block_n, warp_m, warp_n)| MmaTiles {
+                block_m,
+                block_n,
+                warp_m,
+                warp_n,
+                ..t
+            })
+            .filter(|o| MmaLayout::new(kernel, plan, *o, target).is_ok())
+            .map(MmaTiles::to_schedule)
+            .collect(),
+        Schedule::Matmul(t) => {
+            let tiles: Vec<(u32, u32, u32, u32)> = if s.m <= NARROW && s.n > NARROW {
+                narrow_options(pm, |wide, narrow_tile, t_wide, t_narrow| {
+                    (narrow_tile, wide, t_narrow, t_wide)
+                })
+            } else if s.n <= NARROW && s.m > NARROW {
+                narrow_options(pn, |wide, narrow_tile, t_wide, t_narrow| {
+                    (wide, narrow_tile, t_wide, t_narrow)
+                })
+            } else {
+                LARGE
+                    .iter()
+                    .copied()
+                    .filter(|(bm, bn, _, _)| *bm <= pm && *bn <= pn)
+                    .collect()
+            };
+            tiles
                 .into_iter()
-                .filter(|split| *split > 1)
-                .map(|split| with_knob(&walked, "split_k", split))
-                .collect::<Vec<_>>();
-            fastest(kernel, target, walked, splits)
+                .filter(|(bm, bn, _, _)| (*bm, *bn) != (t.block_m, t.block_n))
+                .filter_map(|c| finish(kernel, plan, target, &s, c))
+                .map(|o| {
+                    Tiles {
+                        group_m: t.group_m,
+                        ..o
+                    }
+                    .to_schedule()
+                })
+                .collect()
         }
-        _ => walked,
+        _ => Vec::new(),
     }
 }
 
@@ -315,20 +412,28 @@ fn narrow(
     p: u32,
     orient: impl Fn(u32, u32, u32, u32) -> (u32, u32, u32, u32),
 ) -> (u32, u32, u32, u32) {
-    let t_narrow = (p / 8).max(1);
-    let lanes_narrow = p / t_narrow;
-    let options: Vec<_> = [128, 64, 32]
-        .into_iter()
-        .map(|wide| {
-            let t_wide = (wide * lanes_narrow / 128).clamp(1, 8);
-            orient(wide, p, t_wide, t_narrow)
-        })
-        .collect();
+    let options = narrow_options(p, orient);
     options
         .iter()
         .copied()
         .find(|c| s.fills_wave(*c))
         .unwrap_or(options[2])
+}
+
+/// The narrow side's tiles with the wide side 128, 64 and 32 wide.
+fn narrow_options(
+    p: u32,
+    orient: impl Fn(u32, u32, u32, u32) -> (u32, u32, u32, u32),
+) -> Vec<(u32, u32, u32, u32)> {
+    let t_narrow = (p / 8).max(1);
+    let lanes_narrow = p / t_narrow;
+    [128, 64, 32]
+        .into_iter()
+        .map(|wide| {
+            let t_wide = (wide * lanes_narrow / 128).clamp(1, 8);
+            orient(wide, p, t_wide, t_narrow)
+        })
+        .collect()
 }
 
 /// Completes a tile choice with `block_k` and vector widths (rules 2 and 3);

@@ -472,6 +472,47 @@ fn heuristic_splits_k_only_for_grids_that_leave_sms_idle() {
 }
 
 #[test]
+fn decode_shapes_choose_tile_and_split_together() {
+    // 1 × 4096 × 4096 bf16 on sm_90: the narrowest tile (16 × 16) is the
+    // first whose grid fills the GPU, but a wider one in more slices fills
+    // it as well and reads B in longer rows; the model prefers that.
+    let kernel = gemm(1, 4096, 4096, "bf16", false);
+    let schedule = heuristic(&kernel, &plan(&kernel), SmVersion::Sm90);
+    let tiles = mma::MmaTiles::from_schedule(&schedule).expect("tensor cores");
+    assert_eq!(tiles.block_m, 16);
+    assert!(tiles.block_n > 16 && tiles.split_k > 1, "{tiles:?}");
+    let narrowest = with(&schedule, &[("block_n", 16), ("warp_n", 16)]);
+    let seconds = |s: &Schedule| {
+        crate::model::estimate(&kernel, s, SmVersion::Sm90)
+            .unwrap()
+            .seconds
+    };
+    assert!(seconds(&schedule) < seconds(&narrowest));
+    // A product that fills the GPU keeps the rules' tile.
+    let big = gemm(4096, 4096, 4096, "bf16", false);
+    let tiles = mma::MmaTiles::from_schedule(&heuristic(&big, &plan(&big), SmVersion::Sm90));
+    assert_eq!(
+        tiles.map(|t| (t.block_m, t.block_n, t.split_k)),
+        Some((128, 128, 1))
+    );
+}
+
+/// `schedule` with some knobs set.
+fn with(schedule: &Schedule, knobs: &[(&str, u32)]) -> Schedule {
+    let mut values = schedule.knob_values();
+    for (name, value) in knobs {
+        let at = schedule
+            .kind()
+            .knobs()
+            .iter()
+            .position(|k| k == name)
+            .expect("a knob");
+        values[at] = *value;
+    }
+    schedule.kind().schedule(&values).expect("the same knobs")
+}
+
+#[test]
 fn heuristic_picks_tensor_cores_for_aligned_16_bit_operands() {
     let pick = |m, n, k, dtype, transposed| {
         let kernel = gemm(m, n, k, dtype, transposed);
