@@ -88,8 +88,11 @@ fn subfolders(dir: &Path) -> impl Iterator<Item = PathBuf> {
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error(
-        "{tool} not found: run `cargo xtask setup` (it installs ptxas and nvdisasm into the \
-         workspace's .venv/), or set {env} to the executable"
+        "{tool} not found: run `cargo xtask setup` in ktune's repository (it installs ptxas and \
+         nvdisasm into its .venv/); elsewhere install the CUDA toolkit (its tools on PATH), or the \
+         Python wheels into a .venv in the crate or a folder above it (`python3 -m venv .venv && \
+         .venv/bin/pip install nvidia-cuda-nvcc-cu12 'nvidia-cuda-nvdisasm==13.*'`), \
+         or set {env} to the executable"
     )]
     Missing {
         tool: &'static str,
