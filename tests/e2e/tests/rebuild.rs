@@ -204,6 +204,17 @@ targets = ["sm_90"]
     }
 }
 
+/// The compiler's warnings in `build`, less the crate's build-script
+/// warnings (`<name>@<version>: ...`).
+fn compiler_warnings<'b>(scratch: &Scratch, build: &'b Build) -> Vec<&'b str> {
+    let own = format!("{}@", scratch.name);
+    build
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("warning") && !l.contains(&own))
+        .collect()
+}
+
 fn ran_build_script(build: &Build) -> bool {
     build
         .stderr
@@ -362,12 +373,11 @@ fn the_readme_quick_start_builds_without_warnings_and_runs() {
     }
 
     let build = scratch.build_ok();
-    let warnings: Vec<&str> = build
-        .stderr
-        .lines()
-        .filter(|l| l.starts_with("warning") && !l.contains("ktune-scratch-quick-start@"))
-        .collect();
-    assert!(warnings.is_empty(), "{}", build.stderr);
+    assert!(
+        compiler_warnings(&scratch, &build).is_empty(),
+        "{}",
+        build.stderr
+    );
 
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let run = Command::new(cargo)
@@ -403,13 +413,8 @@ fn a_kernel_not_yet_called_compiles_without_warnings() {
 "#,
     );
     let build = scratch.build_ok();
-    let compiler_warnings: Vec<&str> = build
-        .stderr
-        .lines()
-        .filter(|l| l.starts_with("warning") && !l.contains("ktune-scratch-unused@"))
-        .collect();
     assert!(
-        compiler_warnings.is_empty(),
+        compiler_warnings(&scratch, &build).is_empty(),
         "warnings for a kernel nobody calls yet:\n{}",
         build.stderr
     );

@@ -179,13 +179,7 @@ fn other_tiles(
     target: SmVersion,
     chosen: &Schedule,
 ) -> Vec<Schedule> {
-    let s = Shape {
-        m: plan.m_extent(kernel),
-        n: plan.n_extent(kernel),
-        k: plan.k_extent(kernel),
-        batch: plan.batch_count(kernel),
-        sm_count: target.limits().sm_count,
-    };
+    let s = Shape::of(kernel, plan, target);
     let (pm, pn) = (s.m.next_power_of_two(), s.n.next_power_of_two());
     match *chosen {
         Schedule::Mma(t) => MMA_TILES
@@ -268,13 +262,7 @@ fn fastest(
 
 /// The default tiles (the tensor-core and SIMT rules), walked row by row.
 fn heuristic_tiles(kernel: &Kernel, plan: &MatmulPlan, target: SmVersion) -> Schedule {
-    let shape = Shape {
-        m: plan.m_extent(kernel),
-        n: plan.n_extent(kernel),
-        k: plan.k_extent(kernel),
-        batch: plan.batch_count(kernel),
-        sm_count: target.limits().sm_count,
-    };
+    let shape = Shape::of(kernel, plan, target);
     let tensor = tensor_core(kernel, plan, target, &shape).map(MmaTiles::to_schedule);
     let tf32 = kernel.input(plan.a.tensor).dtype == DType::F32;
     let simt = || {
@@ -360,6 +348,16 @@ struct Shape {
 }
 
 impl Shape {
+    fn of(kernel: &Kernel, plan: &MatmulPlan, target: SmVersion) -> Shape {
+        Shape {
+            m: plan.m_extent(kernel),
+            n: plan.n_extent(kernel),
+            k: plan.k_extent(kernel),
+            batch: plan.batch_count(kernel),
+            sm_count: target.limits().sm_count,
+        }
+    }
+
     fn blocks(&self, (bm, bn, _, _): (u32, u32, u32, u32)) -> u64 {
         u64::from(self.m.div_ceil(bm)) * u64::from(self.n.div_ceil(bn)) * self.batch
     }
