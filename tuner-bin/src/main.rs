@@ -112,8 +112,9 @@ enum Command {
         device: verify::Device,
         /// On the virtual GPU, the largest kernel to run, in GFLOP at its
         /// shape (it runs thread by thread: about 10 s per GFLOP and
-        /// point); larger ones are listed as not verified.
-        #[arg(long, default_value_t = 1.0)]
+        /// point); larger ones are listed as not verified. By default the
+        /// limit of a search there.
+        #[arg(long, default_value_t = ktune_measure::VGPU_MAX_FLOPS as f64 * 1e-9)]
         max_gflop: f64,
         #[command(flatten)]
         krate: CrateArgs,
