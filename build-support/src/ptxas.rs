@@ -210,6 +210,25 @@ pub fn assemble(ptxas: &Path, ptx: &str, target: SmVersion) -> Result<Report, Er
     Ok(report)
 }
 
+/// The release line of `ptxas --version`, such as
+/// `Cuda compilation tools, release 13.0, V13.0.88`.
+pub fn version(ptxas: &Path) -> Result<String, Error> {
+    let output = Command::new(ptxas)
+        .arg("--version")
+        .output()
+        .map_err(|source| Error::Spawn {
+            path: ptxas.to_owned(),
+            source,
+        })?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    Ok(text
+        .lines()
+        .find(|line| line.contains("release"))
+        .unwrap_or_else(|| text.trim())
+        .trim()
+        .to_owned())
+}
+
 /// Reads the figures of the first entry function out of `ptxas -v` output:
 ///
 /// ```text

@@ -519,3 +519,17 @@ fn generated_ptx_assembles_without_spills() {
         failures.join("\n")
     );
 }
+
+#[test]
+fn ptxas_names_its_release() {
+    let ptxas = ptxas::find().expect("ptxas not found: run `cargo xtask test` or set KTUNE_PTXAS");
+    let version = ptxas::version(&ptxas).expect("ptxas --version runs");
+    let release = version.split("release ").nth(1).unwrap_or_default();
+    let (major, rest) = release.split_once('.').unwrap_or_default();
+    assert!(
+        !major.is_empty()
+            && major.chars().all(|c| c.is_ascii_digit())
+            && rest.starts_with(|c: char| c.is_ascii_digit()),
+        "{version}"
+    );
+}

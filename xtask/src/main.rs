@@ -207,6 +207,11 @@ if has_part checks; then
     # both against the CPU reference, and the two devices against each
     # other (bit for bit where the PTX is exact).
     agree_s=${AGREE_SECONDS:-150}
+    # ptxas assembles each run's PTX in parallel, where the driver would
+    # compile one module at a time: the CUDA toolkit's, if it is not on PATH.
+    if [ -z "${KTUNE_PTXAS:-}" ] && ! command -v ptxas > /dev/null && [ -x /usr/local/cuda/bin/ptxas ]; then
+        export KTUNE_PTXAS=/usr/local/cuda/bin/ptxas
+    fi
     timeout $(( agree_s + 60 )) "$here/ktune-bench" --agree --budget-s "$agree_s" --out "$out/agree.json" \
         2>&1 | tee -a "$out/tests.txt" || status=1
 fi

@@ -4,6 +4,7 @@
 //! and the driver's compilation of the PTX run on every core; the GPU runs
 //! one kernel at a time.
 
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -12,6 +13,7 @@ use anyhow::{Context, Result};
 use cudarc::driver::CudaSlice;
 use ktune_bench::agreement::{AgreeResults, Comparison, inexact};
 use ktune_bench::plan::Variant;
+use ktune_build::ptxas;
 use ktune_core::lower::lower;
 use ktune_vgpu::suite::{self, Run};
 use ktune_vgpu::verify::Failure;
@@ -27,6 +29,7 @@ const PROGRESS_EVERY: Duration = Duration::from_secs(10);
 
 /// What the suite's runs on both devices came to.
 pub struct Agreement {
+    pub compiled_by: String,
     pub exact: usize,
     pub identical: usize,
     pub skipped: usize,
@@ -44,6 +47,7 @@ impl Agreement {
             generator_version: ktune_core::GENERATOR_VERSION,
             date,
             gpu: gpu.info.clone(),
+            compiled_by: self.compiled_by,
             kernels: self.report.kernels,
             shapes: self.report.shapes,
             points: self.report.points,
@@ -73,13 +77,37 @@ struct Tally {
     running: Mutex<Option<(Instant, String)>>,
 }
 
-/// Runs the whole suite on `gpu` and on the virtual GPU; runs that would
-/// start after `deadline` are counted, not run. Prints progress every
+/// How the GPU's code is made from each run's PTX.
+#[derive(Clone, Copy)]
+pub enum Compiler<'a> {
+    /// The driver compiles the PTX as it loads it, as ktune's runtime does.
+    Driver,
+    /// `ptxas` assembles it for the GPU first, in parallel runs.
+    Ptxas(&'a Path),
+}
+
+impl Compiler<'_> {
+    /// What the results file records.
+    pub fn describe(self) -> String {
+        match self {
+            Compiler::Driver => "the driver (PTX loaded as ktune's runtime loads it)".to_owned(),
+            Compiler::Ptxas(path) => format!(
+                "ptxas at {} ({})",
+                path.display(),
+                ptxas::version(path).unwrap_or_else(|e| e.to_string())
+            ),
+        }
+    }
+}
+
+/// Runs the whole suite on `gpu`, its code made by `compiler`, and on the
+/// virtual GPU; runs that would start after `deadline` are counted, not run. Prints progress every
 /// [`PROGRESS_EVERY`]. When one run holds the GPU for [`STUCK`], or the
 /// runs go on [`GRACE`] past `deadline`, hands what was found so far to
 /// `stopped` and ends the process: a hung launch cannot be taken back.
 pub fn agree(
     gpu: &Gpu,
+    compiler: Compiler<'_>,
     deadline: Instant,
     date: &str,
     stopped: impl Fn(AgreeResults) + Sync,
@@ -92,13 +120,13 @@ pub fn agree(
     let report = std::thread::scope(|scope| {
         scope.spawn(|| {
             if let Some(why) = watch(&tally, deadline, &done) {
-                stopped(partial(gpu, date, &catalogue, &tally, why));
+                stopped(partial(gpu, compiler, date, &catalogue, &tally, why));
                 std::process::exit(1);
             }
         });
         let report = suite::run(&catalogue, workers, |run| {
             tally.begun.fetch_add(1, Ordering::Relaxed);
-            check(gpu, &device, &tally, run, deadline).inspect_err(|e| {
+            check(gpu, compiler, &device, &tally, run, deadline).inspect_err(|e| {
                 lock(&tally.failures).push(e.clone());
             })
         });
@@ -106,6 +134,7 @@ pub fn agree(
         report
     });
     Agreement {
+        compiled_by: compiler.describe(),
         exact: tally.exact.into_inner(),
         identical: tally.identical.into_inner(),
         skipped: tally.skipped.into_inner(),
@@ -117,6 +146,7 @@ pub fn agree(
 /// One run on both devices.
 fn check(
     gpu: &Gpu,
+    compiler: Compiler<'_>,
     device: &Mutex<&Gpu>,
     tally: &Tally,
     run: &Run<'_>,
@@ -145,10 +175,13 @@ fn check(
         .compare(&on_vgpu)
         .map_err(|kind| format!("virtual GPU: {}", fail(kind)))?;
     let variant = Variant::of(run.schedule, &lowered, run.target);
-    // The driver compiles the PTX as it loads it: on this thread, in
-    // parallel with the others; only the run holds the GPU.
-    let on_gpu = gpu
-        .load(run.reference.kernel(), &variant)
+    // The code is made on this thread, in parallel with the others; only
+    // the run holds the GPU.
+    let loaded = match compiler {
+        Compiler::Driver => gpu.load(run.reference.kernel(), &variant),
+        Compiler::Ptxas(ptxas) => gpu.load_assembled(run.reference.kernel(), &variant, ptxas),
+    };
+    let on_gpu = loaded
         .and_then(|loaded| {
             let gpu = lock(device);
             *lock(&tally.running) = Some((Instant::now(), describe(run)));
@@ -229,6 +262,7 @@ fn watch(tally: &Tally, deadline: Instant, done: &AtomicBool) -> Option<String> 
 /// The results of a comparison stopped before its end, `why`.
 fn partial(
     gpu: &Gpu,
+    compiler: Compiler<'_>,
     date: &str,
     catalogue: &[suite::Entry],
     tally: &Tally,
@@ -247,6 +281,7 @@ fn partial(
         generator_version: ktune_core::GENERATOR_VERSION,
         date: date.to_owned(),
         gpu: gpu.info.clone(),
+        compiled_by: compiler.describe(),
         kernels: catalogue.len(),
         shapes: suite::shaped(catalogue).len(),
         points: begun,

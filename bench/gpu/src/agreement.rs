@@ -101,6 +101,9 @@ pub struct AgreeResults {
     /// UTC, ISO 8601.
     pub date: String,
     pub gpu: GpuInfo,
+    /// How the GPU's code was made from the PTX: by the driver, as ktune's
+    /// runtime does, or by the named ptxas.
+    pub compiled_by: String,
     pub kernels: usize,
     pub shapes: usize,
     /// Runs (kernel, shape, schedule, target) of the suite.

@@ -2,6 +2,7 @@
 //! so that nothing panics without one), device buffers, loading and
 //! launching lowered kernels, and timing with CUDA events.
 
+use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::{Context, Result, anyhow, bail, ensure};
@@ -139,14 +140,33 @@ impl Gpu {
         Ok(())
     }
 
-    /// Loads a lowered kernel as its own module.
+    /// Loads a lowered kernel as its own module, compiled by the driver
+    /// as ktune's runtime does.
     pub fn load(&self, kernel: &Kernel, variant: &Variant) -> Result<Loaded> {
         ensure!(
             !variant.ptx.contains('\0'),
             "the PTX of {} contains a NUL byte",
             variant.schedule.to_json()
         );
-        let module = self.ctx.load_module(Ptx::from_src(variant.ptx.as_str()))?;
+        self.load_module(kernel, variant, Ptx::from_src(variant.ptx.as_str()))
+    }
+
+    /// Loads a lowered kernel as its own module, assembled for this GPU by
+    /// `ptxas` first. The driver compiles PTX one module at a time, however
+    /// many threads load (about 30 small modules a second from 16 threads
+    /// on an H200); separate ptxas processes run on every core.
+    pub fn load_assembled(
+        &self,
+        kernel: &Kernel,
+        variant: &Variant,
+        ptxas: &Path,
+    ) -> Result<Loaded> {
+        let assembled = ktune_build::ptxas::assemble(ptxas, &variant.ptx, self.target)?;
+        self.load_module(kernel, variant, Ptx::from_binary(assembled.cubin))
+    }
+
+    fn load_module(&self, kernel: &Kernel, variant: &Variant, code: Ptx) -> Result<Loaded> {
+        let module = self.ctx.load_module(code)?;
         let function = module.load_function(&variant.entry)?;
         let launch = variant.launch;
         if launch.dynamic_shared_bytes > 48 * 1024 {

@@ -23,6 +23,7 @@ use ktune_bench::plan;
 use ktune_bench::report::{self, Results, iso_date};
 use ktune_core::SmVersion;
 
+use crate::agree::Compiler;
 use crate::blas::Blas;
 use crate::gpu::{Gpu, OpenError};
 use crate::run::{Policy, Runner};
@@ -80,9 +81,15 @@ struct Cli {
     /// this GPU too, check both devices against the CPU reference and
     /// compare them point by point, within `--budget-s`; writes the results
     /// to `--out` [default: $OUT/agree.json when OUT is set, else
-    /// agree.json].
+    /// agree.json]. The GPU's code is assembled by ptxas where one is found
+    /// (`KTUNE_PTXAS`, a `.venv`, `PATH`), in parallel; else, or with
+    /// `--jit`, the driver compiles the PTX, one module at a time.
     #[arg(long, conflicts_with_all = ["cases", "dry_run", "list", "quick"])]
     agree: bool,
+    /// With `--agree`: the driver compiles the PTX, as ktune's runtime
+    /// does, even where ptxas is found.
+    #[arg(long, requires = "agree")]
+    jit: bool,
     /// Without a GPU: how well the heuristic model ranks the schedules a
     /// results file (`bench.json`) measured, case by case, as a table
     /// (`--json`: with every schedule's estimate beside its time).
@@ -176,9 +183,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
     if cli.agree {
         let out = out_file("agree.json");
         let started = Instant::now();
+        let ptxas = ktune_build::ptxas::find().filter(|_| !cli.jit);
+        let compiler = ptxas.as_deref().map_or(Compiler::Driver, Compiler::Ptxas);
         eprintln!(
-            "ktune-bench: the verification suite on {} and on the virtual GPU",
-            gpu.info.name
+            "ktune-bench: the verification suite on {} (its code made by {}) and on the virtual GPU",
+            gpu.info.name,
+            compiler.describe()
         );
         let deadline = started + Duration::from_secs_f64(cli.budget_s.max(0.0));
         let date = iso_date(now);
@@ -209,7 +219,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 eprintln!("ktune-bench: {e:#}");
             }
         };
-        let results = agree::agree(&gpu, deadline, &date, stopped).results(&gpu, date);
+        let results = agree::agree(&gpu, compiler, deadline, &date, stopped).results(&gpu, date);
         finish(&results)?;
         return Ok(if results.failures.is_empty() {
             ExitCode::SUCCESS

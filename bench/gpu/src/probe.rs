@@ -118,7 +118,8 @@ pub fn read_kernel(bytes: u64, passes: u32, blocks: u32, target: SmVersion) -> P
         },
         total,
     );
-    let kernel = b.finish("ktune_memory_probe".to_owned(), 2, THREADS, 0);
+    // Not `ktune_…`: the profiler picks the benchmark's kernels by that prefix.
+    let kernel = b.finish("memory_probe".to_owned(), 2, THREADS, 0);
     Probe {
         ptx: print(&kernel, target),
         kernel,
