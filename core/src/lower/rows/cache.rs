@@ -88,6 +88,12 @@ pub struct CachePlan {
     reads: HashMap<ExprId, Vec<(ExprId, usize)>>,
     /// The row's inner variable, when the outputs read kept patterns.
     root_position: Option<VarId>,
+    /// Passes over the row (its reductions, then its outputs).
+    passes: u32,
+    /// Of those, the passes that also read, along the row, a tensor no
+    /// other pass reads: it is not kept, so they load it from global
+    /// memory on every iteration.
+    global_passes: u32,
 }
 
 impl CachePlan {
@@ -132,6 +138,11 @@ impl CachePlan {
             }
         }
 
+        let global_passes = patterns
+            .iter()
+            .filter(|pass| pass.iter().any(|(_, p)| readers[p] < 2))
+            .count();
+
         let mut kept: Vec<Kept> = Vec::new();
         let mut reads: HashMap<ExprId, Vec<(ExprId, usize)>> = HashMap::new();
         let mut root_position = None;
@@ -165,7 +176,15 @@ impl CachePlan {
             kept,
             reads,
             root_position,
+            passes: passes.len() as u32,
+            global_passes: global_passes as u32,
         }
+    }
+
+    /// Passes over the row, and how many of them read a tensor from global
+    /// memory on every iteration besides what is kept.
+    pub fn passes(&self) -> (u32, u32) {
+        (self.passes, self.global_passes)
     }
 
     /// Whether no tensor is read by more than one pass over the row.
