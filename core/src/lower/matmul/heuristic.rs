@@ -72,7 +72,11 @@
 //! the narrow side (the tensor-core tiles with the same 16-wide side, the
 //! SIMT narrow tiles 32, 64 and 128 wide), each whole or in slices; a
 //! wider tile in more slices reads the other operand in longer rows,
-//! which the model counts as cheaper from DRAM.
+//! which the model counts as cheaper from DRAM. So does a tensor-core
+//! product whose blocks would all be resident at once (under one wave):
+//! there every fitting tile sharing a side with the rules' one, each whole
+//! or in slices, and larger tiles in more slices read the operands fewer
+//! times.
 
 use super::mma::{self, MmaLayout, MmaTiles};
 use super::{Layout, MatmulPlan, Tiles, split_k_values};
@@ -152,8 +156,15 @@ pub fn heuristic(kernel: &Kernel, plan: &MatmulPlan, target: SmVersion) -> Sched
     // operand: the model chooses the tile and the split together. (On the
     // H200 run, `decode_m16`'s 16×16 tensor-core tile in 8 slices took
     // 28 µs, a 16×64 one in 16 slices 20 µs.)
+    //
+    // So does a tensor-core product whose blocks all fit on the GPU at once
+    // (under one wave): there, larger tiles in more slices read each
+    // operand fewer times (`decode_m128`, 128×4096×4096: the 64×32 tile in
+    // 2 slices took 57 µs, 64×128 in 4 slices 29 µs).
     let decode = plan.m_extent(kernel) <= NARROW || plan.n_extent(kernel) <= NARROW;
-    let others = if splits.is_empty() || !decode {
+    let under_filled = matches!(walked, Schedule::Mma(_))
+        && estimate(kernel, &walked, target).is_ok_and(|e| e.waves < 1.0);
+    let others = if splits.is_empty() || !(decode || under_filled) {
         Vec::new()
     } else {
         other_tiles(kernel, plan, target, &walked)

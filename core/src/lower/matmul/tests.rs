@@ -530,9 +530,12 @@ fn heuristic_picks_tensor_cores_for_aligned_16_bit_operands() {
     };
     assert_eq!(pick(4096, 4096, 4096, "bf16", false), Some(big));
     assert_eq!(pick(4096, 11008, 4096, "f16", true), Some(big));
-    // Too few 128×128 tiles for the A100's 108 SMs: smaller ones.
+    // Too few 128×128 tiles for the A100's 108 SMs; the rules' 64×32 tiles
+    // would all fit on it at once, under a wave: the model takes a wider
+    // tile and splits K instead.
     let mid = pick(512, 512, 4096, "bf16", false).expect("tensor cores");
-    assert_eq!((mid.block_m, mid.block_n), (64, 32));
+    assert_eq!((mid.block_m, mid.block_n), (64, 128));
+    assert!(mid.split_k > 1, "{mid:?}");
     // A decode shape keeps its 16-row side whole; two k tiles, two stages.
     let decode = pick(1, 4096, 64, "bf16", false).expect("tensor cores");
     assert_eq!((decode.block_m, decode.warp_m, decode.stages), (16, 16, 2));
