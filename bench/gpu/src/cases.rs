@@ -175,6 +175,26 @@ pub const BIAS_GELU: &str =
     compute(|m, n| gelu(h[m][n] + b[n]))
 }";
 
+/// The demo's kernels (`examples/demo/src/kernels.rs`) in the benchmark's
+/// dimension names: its `T`, `D`, `F` become `M`, `K`, `N` in the products
+/// (`R`, `C` in softmax, which is [`SOFTMAX`]). Their baseline is cuBLAS's
+/// product alone, without the epilogue the kernels fuse, or the copy.
+const DEMO_LAYERNORM: &str = "fn layernorm(x: Tensor<f32, (T, D)>, gamma: Tensor<f32, (D,)>, beta: Tensor<f32, (D,)>) -> Tensor<bf16, (T, D)> {
+    compute(|t, d| {
+        let mu = mean(D, |j| x[t][j]);
+        let var = mean(D, |j| (x[t][j] - mu) * (x[t][j] - mu));
+        (x[t][d] - mu) * rsqrt(var + 1e-5) * gamma[d] + beta[d]
+    })
+}";
+
+const DEMO_FFN_UP: &str = "fn ffn_up(h: Tensor<bf16, (M, K)>, w1: Tensor<bf16, (K, N)>, b1: Tensor<f32, (N,)>) -> Tensor<f32, (M, N)> {
+    compute(|m, n| gelu(sum(K, |k| h[m][k] * w1[k][n]) + b1[n]))
+}";
+
+const DEMO_FFN_DOWN: &str = "fn ffn_down(g: Tensor<f32, (M, K)>, w2: Tensor<f32, (K, N)>, b2: Tensor<f32, (N,)>, x: Tensor<f32, (M, N)>) -> Tensor<f32, (M, N)> {
+    compute(|m, n| sum(K, |k| g[m][k] * w2[k][n]) + b2[n] + x[m][n])
+}";
+
 const SOFTMAX: &str = "fn softmax(x: Tensor<f32, (R, C)>) -> Tensor<f32, (R, C)> {
     compute(|r, c| {
         let mx = max(C, |j| x[r][j]);
@@ -328,6 +348,38 @@ pub const CASES: &[Case] = &[
         allow_tf32: false,
     },
     Case {
+        name: "demo_layernorm",
+        group: "demo",
+        kind: Kind::LayerNorm,
+        source: DEMO_LAYERNORM,
+        shape: &[("T", 197), ("D", 384)],
+        tiny: &[("T", 5), ("D", 33)],
+        allow_tf32: false,
+    },
+    matmul(
+        "demo_ffn_up",
+        "demo",
+        DEMO_FFN_UP,
+        &[("M", 197), ("K", 384), ("N", 1536)],
+        &[("M", 5), ("K", 33), ("N", 47)],
+    ),
+    matmul(
+        "demo_ffn_down",
+        "demo",
+        DEMO_FFN_DOWN,
+        &[("M", 197), ("K", 1536), ("N", 384)],
+        &[("M", 5), ("K", 33), ("N", 47)],
+    ),
+    Case {
+        name: "demo_softmax",
+        group: "demo",
+        kind: Kind::Softmax,
+        source: SOFTMAX,
+        shape: &[("R", 197), ("C", 384)],
+        tiny: &[("R", 5), ("C", 33)],
+        allow_tf32: false,
+    },
+    Case {
         name: "matmul_bias_gelu_bf16",
         group: "fused",
         kind: Kind::MatmulBiasGelu,
@@ -370,6 +422,7 @@ pub fn select(selector: &str) -> Result<Vec<&'static Case>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ktune_core::interp;
 
     #[test]
     fn every_case_parses_at_both_shapes_with_the_same_tensors() {
@@ -423,6 +476,58 @@ mod tests {
         assert_eq!(flops, Some(2 * 4096 * 4096 * 128));
         for case in CASES.iter().filter(|c| c.group == "long-tail") {
             assert_eq!(case.dtype().ok(), Some(DType::F32), "{}", case.name);
+        }
+    }
+
+    #[test]
+    fn the_demo_cases_compute_what_the_demos_kernels_compute() {
+        // Each demo kernel, parsed from the demo's source at a small shape in
+        // its own dimension names, against the case at the same sizes.
+        let file = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../examples/demo/src/kernels.rs"
+        );
+        let text = std::fs::read_to_string(file).expect("the demo's kernels");
+        let (mut found, mut diagnostics) = (Vec::new(), Vec::new());
+        ktune_build::scan::scan_source(
+            std::path::Path::new(file),
+            &text,
+            &mut found,
+            &mut diagnostics,
+        );
+        assert!(diagnostics.is_empty(), "{diagnostics:?}");
+        type Sizes = &'static [(&'static str, u32)];
+        let pairs: [(&str, &str, Sizes); 4] = [
+            ("layernorm", "demo_layernorm", &[("T", 5), ("D", 33)]),
+            ("ffn_up", "demo_ffn_up", &[("T", 5), ("D", 33), ("F", 47)]),
+            (
+                "ffn_down",
+                "demo_ffn_down",
+                &[("T", 5), ("D", 47), ("F", 33)],
+            ),
+            ("softmax", "demo_softmax", &[("T", 5), ("D", 33)]),
+        ];
+        assert_eq!(found.len(), pairs.len());
+        for (name, case, demo_shape) in pairs {
+            let demo = found.iter().find(|f| f.kernel.name == name).expect(name);
+            let item = &demo.source[demo.source.find("pub fn").expect("a pub fn")..];
+            let demo = parse(item, demo_shape, false).expect("the demo's kernel parses");
+            let case = CASES.iter().find(|c| c.name == case).expect(case);
+            let ours = case.tiny_kernel().expect("parses");
+            let inputs: Vec<Vec<f32>> = crate::check::random_inputs(&ours, 7)
+                .into_iter()
+                .map(|t| t.values)
+                .collect();
+            let (want, got) = (
+                interp::evaluate(&demo, &inputs),
+                interp::evaluate(&ours, &inputs),
+            );
+            assert_eq!(want.len(), got.len(), "{name}");
+            let first = want
+                .iter()
+                .zip(&got)
+                .position(|(a, b)| a.to_bits() != b.to_bits());
+            assert_eq!(first, None, "{name}: the first element that differs");
         }
     }
 
