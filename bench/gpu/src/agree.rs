@@ -1,8 +1,8 @@
 //! `ktune-bench --agree`: every run of the verification suite on this GPU
 //! and on the virtual GPU, each output checked against the CPU reference
 //! and the two compared (see [`ktune_bench::agreement`]). The virtual GPU
-//! and the driver's compilation of the PTX run on every core; the GPU runs
-//! one kernel at a time.
+//! and the making of the GPU's code (by ptxas, or by the driver from the
+//! PTX) run on every core; the GPU runs one kernel at a time.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -101,10 +101,11 @@ impl Compiler<'_> {
 }
 
 /// Runs the whole suite on `gpu`, its code made by `compiler`, and on the
-/// virtual GPU; runs that would start after `deadline` are counted, not run. Prints progress every
-/// [`PROGRESS_EVERY`]. When one run holds the GPU for [`STUCK`], or the
-/// runs go on [`GRACE`] past `deadline`, hands what was found so far to
-/// `stopped` and ends the process: a hung launch cannot be taken back.
+/// virtual GPU; runs that would start after `deadline` are counted, not
+/// run. Prints progress every [`PROGRESS_EVERY`]. When one run holds the
+/// GPU for [`STUCK`], or the runs go on [`GRACE`] past `deadline`, hands
+/// what was found so far to `stopped` and ends the process: a hung launch
+/// cannot be taken back.
 pub fn agree(
     gpu: &Gpu,
     compiler: Compiler<'_>,
