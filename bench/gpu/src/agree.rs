@@ -1,8 +1,9 @@
 //! `ktune-bench --agree`: every run of the verification suite on this GPU
 //! and on the virtual GPU, each output checked against the CPU reference
 //! and the two compared (see [`ktune_bench::agreement`]). The virtual GPU
-//! and the making of the GPU's code (by ptxas, or by the driver from the
-//! PTX) run on every core; the GPU runs one kernel at a time.
+//! and ptxas, assembling the GPU's code, run on every core (the driver,
+//! compiling the PTX instead, takes one module at a time); the GPU runs
+//! one kernel at a time.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
