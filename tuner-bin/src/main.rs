@@ -110,12 +110,14 @@ enum Command {
         /// Where to run the kernels.
         #[arg(long, value_enum, default_value = "vgpu")]
         device: verify::Device,
-        /// On the virtual GPU, the largest kernel to run, in GFLOP at its
-        /// shape (it runs thread by thread: about 10 s per GFLOP and
-        /// point); larger ones are listed as not verified. By default the
-        /// limit of a search there.
-        #[arg(long, default_value_t = ktune_measure::VGPU_MAX_FLOPS as f64 * 1e-9)]
-        max_gflop: f64,
+        /// The largest kernel to verify, in GFLOP at its shape; larger ones
+        /// are listed as not verified. On the virtual GPU, which runs
+        /// kernels thread by thread (about 10 s per GFLOP and point), by
+        /// default the limit of a search there (1); on a GPU, for the CPU
+        /// evaluation every output is compared with (about 12 s per GFLOP,
+        /// once per kernel), by default 20.
+        #[arg(long)]
+        max_gflop: Option<f64>,
         #[command(flatten)]
         krate: CrateArgs,
     },

@@ -10,8 +10,10 @@
 //! a wrong result, a fault or a hang fails that point only. Only the
 //! variants of targets the GPU runs are checked there. Kernels run at the
 //! shapes the crate declares: what is verified is what ships. The virtual
-//! GPU runs kernels thread by thread, so kernels above `--max-gflop` at
-//! their shape are listed as not verified rather than run for hours.
+//! GPU runs kernels thread by thread, and the CPU evaluation a GPU's output
+//! is compared with walks the IR element by element, so kernels above
+//! `--max-gflop` at their shape ([`Options::limit_gflop`]) are listed as
+//! not verified rather than run for hours.
 
 use anyhow::{Context, Result, bail};
 use clap::ValueEnum;
@@ -42,8 +44,32 @@ pub struct Options {
     pub seed: u64,
     pub json: bool,
     pub device: Device,
-    /// The largest kernel run on the virtual GPU, in GFLOP.
-    pub max_gflop: f64,
+    /// The largest kernel verified, in GFLOP; the device's default when
+    /// `None` ([`Options::limit_gflop`]).
+    pub max_gflop: Option<f64>,
+}
+
+/// The CPU evaluation of a kernel's IR, in GFLOP a second: a 512³ f32
+/// product took 3.5 s (0.08 GFLOP/s) on the development machine.
+const CPU_REFERENCE_GFLOP_PER_S: f64 = 0.08;
+
+/// On a GPU, the largest kernel whose CPU evaluation `verify` computes by
+/// default: about four minutes of it.
+const GPU_DEFAULT_MAX_GFLOP: f64 = 20.0;
+
+// The default limit's CPU evaluation fits a measurement worker's usual ten
+// minutes.
+const _: () = assert!(GPU_DEFAULT_MAX_GFLOP / CPU_REFERENCE_GFLOP_PER_S < 600.0);
+
+impl Options {
+    /// The largest kernel verified, in GFLOP: `--max-gflop`, else the
+    /// virtual GPU's search limit there, else [`GPU_DEFAULT_MAX_GFLOP`].
+    pub fn limit_gflop(&self) -> f64 {
+        self.max_gflop.unwrap_or(match self.device {
+            Device::Vgpu => ktune_measure::VGPU_MAX_FLOPS as f64 * 1e-9,
+            Device::Gpu => GPU_DEFAULT_MAX_GFLOP,
+        })
+    }
 }
 
 /// One schedule point and how it fared.
@@ -96,19 +122,17 @@ fn ratio((error, tolerance): (f32, f32)) -> f32 {
 
 pub fn verify(args: &CrateArgs, options: &Options) -> Result<()> {
     let krate = load_crate(args)?;
-    let mut too_large = Vec::new();
+    let limit = options.limit_gflop();
+    let (fit, too_large): (Vec<_>, Vec<_>) = krate
+        .kernels
+        .iter()
+        .partition(|f| f.kernel.flops() as f64 <= limit * 1e9);
     let reports = match options.device {
-        Device::Vgpu => {
-            let (fit, large): (Vec<_>, Vec<_>) = krate
-                .kernels
-                .iter()
-                .partition(|f| f.kernel.flops() as f64 <= options.max_gflop * 1e9);
-            too_large = large;
-            fit.into_iter()
-                .map(|found| verify_kernel(&krate, found, options))
-                .collect::<Result<Vec<_>>>()?
-        }
-        Device::Gpu => verify_on_gpu(&krate, options)?,
+        Device::Vgpu => fit
+            .into_iter()
+            .map(|found| verify_kernel(&krate, found, options))
+            .collect::<Result<Vec<_>>>()?,
+        Device::Gpu => verify_on_gpu(&krate, &fit, options)?,
     };
     let points: usize = reports.iter().map(|r| r.points.len()).sum();
     let mismatches: usize = reports.iter().map(KernelReport::mismatches).sum();
@@ -139,12 +163,19 @@ pub fn verify(args: &CrateArgs, options: &Options) -> Result<()> {
                 .iter()
                 .map(|(name, gflop)| format!("{name} ({gflop:.2} GFLOP)"))
                 .collect();
-            println!(
-                "not verified, larger than {} GFLOP for the virtual GPU: {} \
-                 (raise --max-gflop, or verify on a GPU with --device gpu)",
-                options.max_gflop,
-                names.join(", ")
-            );
+            match options.device {
+                Device::Vgpu => println!(
+                    "not verified, larger than {limit} GFLOP for the virtual GPU: {} \
+                     (raise --max-gflop, or verify on a GPU with --device gpu)",
+                    names.join(", ")
+                ),
+                Device::Gpu => println!(
+                    "not verified, larger than {limit} GFLOP for the CPU evaluation: {} \
+                     (raise --max-gflop: it takes about {:.0} s per GFLOP)",
+                    names.join(", "),
+                    1.0 / CPU_REFERENCE_GFLOP_PER_S
+                ),
+            }
         }
     }
     if mismatches > 0 {
@@ -211,7 +242,11 @@ fn report_of(kernel: &ktune_core::ir::Kernel, points: Vec<Point>) -> KernelRepor
 }
 
 /// Every kernel's points on the GPU, one at a time through a worker.
-fn verify_on_gpu(krate: &Crate, options: &Options) -> Result<Vec<KernelReport>> {
+fn verify_on_gpu(
+    krate: &Crate,
+    kernels: &[&ktune_build::scan::Found],
+    options: &Options,
+) -> Result<Vec<KernelReport>> {
     let kind = ktune_measure::detect().context(
         "no GPU found (no CUDA driver, or it sees no device); verify on the virtual GPU \
          with --device vgpu (the default)",
@@ -222,7 +257,9 @@ fn verify_on_gpu(krate: &Crate, options: &Options) -> Result<Vec<KernelReport>> 
         .filter(|t| *t <= device.target)
         .collect();
     // Check, do not time: one run after one warm-up, every output element
-    // against the CPU evaluation, whatever the kernel's size.
+    // against the CPU evaluation, for kernels up to the limit. The worker
+    // computes that evaluation before a kernel's first point: its time
+    // limit leaves room for the largest.
     let settings = ktune_measure::Settings {
         seed: options.seed,
         time_cap_s: 0.0,
@@ -233,7 +270,9 @@ fn verify_on_gpu(krate: &Crate, options: &Options) -> Result<Vec<KernelReport>> 
     };
     let config = WorkerConfig::new(DeviceKind::Gpu { ordinal: 0 })?
         .settings(settings)
-        .timeout(std::time::Duration::from_secs(600));
+        .timeout(std::time::Duration::from_secs_f64(
+            600f64.max(2.0 * options.limit_gflop() / CPU_REFERENCE_GFLOP_PER_S),
+        ));
     let mut worker = Worker::spawn(config)?;
     eprintln!(
         "verifying on {} ({}), variants of {}",
@@ -245,8 +284,7 @@ fn verify_on_gpu(krate: &Crate, options: &Options) -> Result<Vec<KernelReport>> 
             .collect::<Vec<_>>()
             .join(", ")
     );
-    krate
-        .kernels
+    kernels
         .iter()
         .map(|found| {
             let kernel = &found.kernel;
@@ -409,4 +447,29 @@ fn to_json(
             "mismatches": mismatches,
         },
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(device: Device, max_gflop: Option<f64>) -> Options {
+        Options {
+            sample: 0,
+            seed: 1,
+            json: false,
+            device,
+            max_gflop,
+        }
+    }
+
+    #[test]
+    fn each_device_has_its_own_default_limit() {
+        assert_eq!(options(Device::Vgpu, None).limit_gflop(), 1.0);
+        assert_eq!(
+            options(Device::Gpu, None).limit_gflop(),
+            GPU_DEFAULT_MAX_GFLOP
+        );
+        assert_eq!(options(Device::Gpu, Some(200.0)).limit_gflop(), 200.0);
+    }
 }
