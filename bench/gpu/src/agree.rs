@@ -88,8 +88,8 @@ pub enum Compiler<'a> {
 }
 
 impl Compiler<'_> {
-    /// What the results file records.
-    pub fn describe(self) -> String {
+    /// What the results file records (ptxas's version: a process run).
+    fn describe(self) -> String {
         match self {
             Compiler::Driver => "the driver (PTX loaded as ktune's runtime loads it)".to_owned(),
             Compiler::Ptxas(path) => format!(
@@ -106,7 +106,7 @@ impl Compiler<'_> {
 /// run. Prints progress every [`PROGRESS_EVERY`]. When one run holds the
 /// GPU for [`STUCK`], or the runs go on [`GRACE`] past `deadline`, hands
 /// what was found so far to `stopped` and ends the process: a hung launch
-/// cannot be taken back.
+/// cannot be taken back. Says first, on stderr, what it compares.
 pub fn agree(
     gpu: &Gpu,
     compiler: Compiler<'_>,
@@ -114,6 +114,11 @@ pub fn agree(
     date: &str,
     stopped: impl Fn(AgreeResults) + Sync,
 ) -> Agreement {
+    let compiled_by = compiler.describe();
+    eprintln!(
+        "ktune-bench: the verification suite on {} (its code made by {compiled_by}) and on the virtual GPU",
+        gpu.info.name
+    );
     let tally = Tally::default();
     let device = Mutex::new(gpu);
     let done = AtomicBool::new(false);
@@ -122,7 +127,7 @@ pub fn agree(
     let report = std::thread::scope(|scope| {
         scope.spawn(|| {
             if let Some(why) = watch(&tally, deadline, &done) {
-                stopped(partial(gpu, compiler, date, &catalogue, &tally, why));
+                stopped(partial(gpu, &compiled_by, date, &catalogue, &tally, why));
                 std::process::exit(1);
             }
         });
@@ -136,7 +141,7 @@ pub fn agree(
         report
     });
     Agreement {
-        compiled_by: compiler.describe(),
+        compiled_by,
         exact: tally.exact.into_inner(),
         identical: tally.identical.into_inner(),
         skipped: tally.skipped.into_inner(),
@@ -264,7 +269,7 @@ fn watch(tally: &Tally, deadline: Instant, done: &AtomicBool) -> Option<String> 
 /// The results of a comparison stopped before its end, `why`.
 fn partial(
     gpu: &Gpu,
-    compiler: Compiler<'_>,
+    compiled_by: &str,
     date: &str,
     catalogue: &[suite::Entry],
     tally: &Tally,
@@ -283,7 +288,7 @@ fn partial(
         generator_version: ktune_core::GENERATOR_VERSION,
         date: date.to_owned(),
         gpu: gpu.info.clone(),
-        compiled_by: compiler.describe(),
+        compiled_by: compiled_by.to_owned(),
         kernels: catalogue.len(),
         shapes: suite::shaped(catalogue).len(),
         points: begun,

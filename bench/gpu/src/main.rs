@@ -185,11 +185,6 @@ fn run(cli: Cli) -> Result<ExitCode> {
         let started = Instant::now();
         let ptxas = ktune_build::ptxas::find().filter(|_| !cli.jit);
         let compiler = ptxas.as_deref().map_or(Compiler::Driver, Compiler::Ptxas);
-        eprintln!(
-            "ktune-bench: the verification suite on {} (its code made by {}) and on the virtual GPU",
-            gpu.info.name,
-            compiler.describe()
-        );
         let deadline = started + Duration::from_secs_f64(cli.budget_s.max(0.0));
         let date = iso_date(now);
         let finish = |results: &AgreeResults| {
