@@ -340,10 +340,10 @@ fn rows(
     // input each) fit it, else from DRAM.
     let re_reads = (passes - 1.0).max(0.0) * row_bytes;
     let limits = target.limits();
-    let rows_in_flight = (u64::from(limits.sm_count)
-        * u64::from(occupancy(usage, target).blocks_per_sm)
-        * u64::from(rows_per_block))
-    .min(u64::from(rows));
+    let blocks_per_sm = occupancy(usage, target).blocks_per_sm;
+    let rows_in_flight =
+        (u64::from(limits.sm_count) * u64::from(blocks_per_sm) * u64::from(rows_per_block))
+            .min(u64::from(rows));
     let widest = kernel
         .inputs
         .iter()
@@ -367,7 +367,7 @@ fn rows(
     // threads a row 1.07 ms, 512 1.69 ms, 256 2.91 ms, 128 5.45 ms).
     let shared_cycles = match (cache, &kept) {
         (2, Some(kept)) => {
-            let resident = f64::from(occupancy(usage, target).blocks_per_sm.max(1));
+            let resident = f64::from(blocks_per_sm.max(1));
             let bandwidth =
                 resident * f64::from(rows_per_block) * kept.shared_traffic_per_row() as f64
                     / SHARED_BYTES_PER_CLOCK;
