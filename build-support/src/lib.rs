@@ -319,6 +319,15 @@ impl Config {
     }
 }
 
+/// A count and its noun, plural unless the count is 1: "1 kernel", "2
+/// kernels" for `counted(n, "kernel")`.
+pub fn counted(n: usize, noun: &str) -> String {
+    match n {
+        1 => format!("1 {noun}"),
+        n => format!("{n} {noun}s"),
+    }
+}
+
 /// The one warning of a build that had no device to tune on.
 fn untuned_warning(untuned: &[String]) -> Option<String> {
     const SHOWN: usize = 6;

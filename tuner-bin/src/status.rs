@@ -105,18 +105,18 @@ fn print(status: &Status) {
             None => String::new(),
         };
         println!(
-            "\ncrate `{}` ({}{role}): {} kernels, targets {}",
+            "\ncrate `{}` ({}{role}): {}, targets {}",
             krate.name,
             krate.root.display(),
-            krate.kernels.len(),
+            ktune_build::counted(krate.kernels.len(), "kernel"),
             krate.targets.join(", ")
         );
         for layer in &krate.layers {
             println!(
-                "  {} database: {} ({} records)",
+                "  {} database: {} ({})",
                 layer.layer,
                 layer.path.display(),
-                layer.records
+                ktune_build::counted(layer.records, "record")
             );
         }
         for k in &krate.kernels {

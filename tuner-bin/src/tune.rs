@@ -248,8 +248,8 @@ pub fn tune(args: &CrateArgs, options: &Options) -> Result<()> {
         journals: Some(work.join("journal")),
     };
     eprintln!(
-        "tuning {} kernels of `{}` on {} ({}), {} strategy, up to {trials} trials and {seconds} s",
-        campaign.tasks.len(),
+        "tuning {} of `{}` on {} ({}), {} strategy, up to {trials} trials and {seconds} s",
+        ktune_build::counted(campaign.tasks.len(), "kernel"),
         krate.name,
         device.gpu.name,
         device.target,
@@ -393,8 +393,8 @@ fn print_summary(history: &History, database: &Path, path: &Path) {
     }
     let tuned = history.kernels.iter().filter(|k| k.best.is_some()).count();
     println!(
-        "tuned {tuned} of {} kernels in {:.1} s; winners in {}; history in {} (`cargo ktune report`)",
-        history.kernels.len(),
+        "tuned {tuned} of {} in {:.1} s; winners in {}; history in {} (`cargo ktune report`)",
+        ktune_build::counted(history.kernels.len(), "kernel"),
         history.seconds,
         database.display(),
         path.display()

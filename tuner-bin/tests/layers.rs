@@ -79,7 +79,7 @@ fn status_in_the_application_shows_the_dependency_kernel_from_the_application_la
     let library = examples().join("lib-kernels");
     assert!(
         text.contains(&format!(
-            "crate `lib-kernels` ({}, a dependency of `example-app`): 2 kernels, targets sm_80, sm_90\n  application database: {} (1 records)\n  crate database: {} (1 records)\n",
+            "crate `lib-kernels` ({}, a dependency of `example-app`): 2 kernels, targets sm_80, sm_90\n  application database: {} (1 record)\n  crate database: {} (1 record)\n",
             library.display(),
             declared.display(),
             library.join("tuning/ktune.json").display()
@@ -89,7 +89,7 @@ fn status_in_the_application_shows_the_dependency_kernel_from_the_application_la
     // The application's own database is its crate layer, not a second one.
     assert!(
         text.contains(&format!(
-            "crate `example-app` ({}): 0 kernels, targets sm_80\n  crate database: {} (1 records)\n",
+            "crate `example-app` ({}): 0 kernels, targets sm_80\n  crate database: {} (1 record)\n",
             app.display(),
             declared.display()
         )),

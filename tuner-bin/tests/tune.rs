@@ -171,7 +171,7 @@ fn tune_scans_a_folder_of_sources_where_there_is_no_cargo() {
     );
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(
-        text(&out.stdout).contains("tuned 1 of 1 kernels"),
+        text(&out.stdout).contains("tuned 1 of 1 kernel "),
         "{}",
         text(&out.stdout)
     );

@@ -484,12 +484,12 @@ pub fn run(
     };
     let mut progress = Progress::open(&places.work.join("tune.log"));
     progress.line(&format!(
-        "{} search of {} kernels on {} for {}, results to {}",
+        "{} search of {} on {} for {}, results to {}",
         match settings.effort {
             Effort::Bounded { .. } => "bounded",
             Effort::Full { .. } => "full",
         },
-        missing.len(),
+        crate::counted(missing.len(), "kernel"),
         device.gpu.name,
         device.target,
         destination.display()
@@ -541,8 +541,8 @@ pub fn run(
     }
     let seconds: f64 = outcome.tuned.iter().map(|t| t.elapsed.as_secs_f64()).sum();
     progress.line(&format!(
-        "tuned {} kernels in {seconds:.1} s",
-        outcome.tuned.len()
+        "tuned {} in {seconds:.1} s",
+        crate::counted(outcome.tuned.len(), "kernel")
     ));
     Ok(outcome)
 }
