@@ -28,6 +28,9 @@ pub enum Kind {
     Matmul,
     /// `gelu(A·B + bias)`, fused.
     MatmulBiasGelu,
+    /// `A·B` with an elementwise epilogue fused (the demo's products),
+    /// timed against the product alone.
+    MatmulEpilogue,
     /// Softmax over each row.
     Softmax,
     /// Layer normalization over each row, with scale and shift.
@@ -43,6 +46,10 @@ pub enum Baseline {
     Cublas,
     /// The product through cuBLAS, then [`BIAS_GELU`] as a separate kernel.
     CublasThenBiasGelu,
+    /// cuBLAS's product alone, in the operands' dtype, without the
+    /// kernel's epilogue (which favours cuBLAS), checked against the
+    /// product's own reference.
+    CublasProduct,
     /// A device-to-device copy of the input tensor's bytes: the device's
     /// copy bandwidth, the ceiling of a kernel that reads and writes once.
     Copy,
@@ -53,6 +60,7 @@ impl Kind {
         match self {
             Kind::Matmul => Baseline::Cublas,
             Kind::MatmulBiasGelu => Baseline::CublasThenBiasGelu,
+            Kind::MatmulEpilogue => Baseline::CublasProduct,
             Kind::Softmax | Kind::LayerNorm => Baseline::Copy,
         }
     }
@@ -62,7 +70,7 @@ impl Kind {
     /// column), a row kernel at whole rows.
     pub fn sampled_dims(self) -> &'static [&'static str] {
         match self {
-            Kind::Matmul | Kind::MatmulBiasGelu => &["B", "M", "N"],
+            Kind::Matmul | Kind::MatmulBiasGelu | Kind::MatmulEpilogue => &["B", "M", "N"],
             Kind::Softmax => &["R"],
             Kind::LayerNorm => &["T"],
         }
@@ -149,6 +157,17 @@ pub fn parse(source: &str, shape: &[(&str, u32)], allow_tf32: bool) -> Result<Ke
     parse_kernel(attr, item).map_err(|e| e.to_string())
 }
 
+/// `A·B` alone, `A` of `m × k` and `B` of `k × n` in `dtype` (f32 or
+/// bf16), as cuBLAS computes it for [`Baseline::CublasProduct`].
+pub fn plain_product(dtype: DType, [m, n, k]: [u32; 3]) -> Result<Kernel, String> {
+    let source = match dtype {
+        DType::F32 => MATMUL_F32,
+        DType::Bf16 => MATMUL_BF16,
+        DType::F16 => return Err("no f16 product".to_owned()),
+    };
+    parse(source, &[("M", m), ("N", n), ("K", k)], false)
+}
+
 const MATMUL_F32: &str =
     "fn matmul_f32(a: Tensor<f32, (M, K)>, b: Tensor<f32, (K, N)>) -> Tensor<f32, (M, N)> {
     compute(|m, n| sum(K, |k| a[m][k] * b[k][n]))
@@ -178,7 +197,7 @@ pub const BIAS_GELU: &str =
 /// The demo's kernels (`examples/demo/src/kernels.rs`) in the benchmark's
 /// dimension names: its `T`, `D`, `F` become `M`, `K`, `N` in the products
 /// (`R`, `C` in softmax, which is [`SOFTMAX`]). Their baseline is cuBLAS's
-/// product alone, without the epilogue the kernels fuse, or the copy.
+/// product alone ([`Baseline::CublasProduct`]), or the copy.
 const DEMO_LAYERNORM: &str = "fn layernorm(x: Tensor<f32, (T, D)>, gamma: Tensor<f32, (D,)>, beta: Tensor<f32, (D,)>) -> Tensor<bf16, (T, D)> {
     compute(|t, d| {
         let mu = mean(D, |j| x[t][j]);
@@ -356,20 +375,26 @@ pub const CASES: &[Case] = &[
         tiny: &[("T", 5), ("D", 33)],
         allow_tf32: false,
     },
-    matmul(
-        "demo_ffn_up",
-        "demo",
-        DEMO_FFN_UP,
-        &[("M", 197), ("K", 384), ("N", 1536)],
-        &[("M", 5), ("K", 33), ("N", 47)],
-    ),
-    matmul(
-        "demo_ffn_down",
-        "demo",
-        DEMO_FFN_DOWN,
-        &[("M", 197), ("K", 1536), ("N", 384)],
-        &[("M", 5), ("K", 33), ("N", 47)],
-    ),
+    Case {
+        kind: Kind::MatmulEpilogue,
+        ..matmul(
+            "demo_ffn_up",
+            "demo",
+            DEMO_FFN_UP,
+            &[("M", 197), ("K", 384), ("N", 1536)],
+            &[("M", 5), ("K", 33), ("N", 47)],
+        )
+    },
+    Case {
+        kind: Kind::MatmulEpilogue,
+        ..matmul(
+            "demo_ffn_down",
+            "demo",
+            DEMO_FFN_DOWN,
+            &[("M", 197), ("K", 1536), ("N", 384)],
+            &[("M", 5), ("K", 33), ("N", 47)],
+        )
+    },
     Case {
         name: "demo_softmax",
         group: "demo",
@@ -472,6 +497,16 @@ mod tests {
             find("matmul_bias_gelu_bf16").kind.baseline(),
             Baseline::CublasThenBiasGelu
         );
+        // The demo's products are timed against cuBLAS's product alone, checked
+        // against a plain product of their operands' dtype.
+        for name in ["demo_ffn_up", "demo_ffn_down"] {
+            let case = find(name);
+            assert_eq!(case.kind.baseline(), Baseline::CublasProduct, "{name}");
+            let dtype = case.dtype().expect(name);
+            let plain = plain_product(dtype, [5, 47, 33]).expect(name);
+            assert_eq!(plain.flops(), 2 * 5 * 47 * 33, "{name}");
+            assert_eq!(plain.output.dtype, dtype, "{name}");
+        }
         let flops = find("bmm_32x128x128x4096").kernel().map(|k| k.flops()).ok();
         assert_eq!(flops, Some(2 * 4096 * 4096 * 128));
         for case in CASES.iter().filter(|c| c.group == "long-tail") {

@@ -261,7 +261,9 @@ pub fn markdown(results: &Results) -> String {
             .min_by(|a, b| a.times.median_ms.total_cmp(&b.times.median_ms))
             .map_or("—".to_owned(), |m| match case.kind {
                 Kind::Softmax | Kind::LayerNorm => format!("{:.0} GB/s", m.gbps),
-                Kind::Matmul | Kind::MatmulBiasGelu => format!("{:.1} TFLOP/s", m.tflops),
+                Kind::Matmul | Kind::MatmulBiasGelu | Kind::MatmulEpilogue => {
+                    format!("{:.1} TFLOP/s", m.tflops)
+                }
             });
         let mut notes = Vec::new();
         for (list, name) in [
@@ -337,6 +339,7 @@ fn baseline_name(baseline: Baseline) -> &'static str {
     match baseline {
         Baseline::Cublas => "cuBLAS",
         Baseline::CublasThenBiasGelu => "cuBLAS + bias-gelu",
+        Baseline::CublasProduct => "cuBLAS product",
         Baseline::Copy => "copy",
     }
 }

@@ -7,9 +7,9 @@
 
 use std::time::Instant;
 
-use anyhow::{Context, Result, bail, ensure};
+use anyhow::{Context, Result, bail};
 use cudarc::driver::CudaSlice;
-use ktune_bench::cases::{BIAS_GELU, Baseline, Case, Kind, parse};
+use ktune_bench::cases::{BIAS_GELU, Baseline, Case, Kind, parse, plain_product};
 use ktune_bench::check::{Check, HostTensor, Reference, random_inputs};
 use ktune_bench::plan::{Plan, Variant};
 use ktune_bench::report::{CaseResult, Measured, Ratios, Sampled, Screened, Settings, Times};
@@ -88,11 +88,15 @@ enum Subject<'a> {
     Ktune(&'a Loaded),
     Cublas(&'a Blas, Product),
     CublasThenBiasGelu(&'a Blas, Product, &'a Loaded),
+    /// cuBLAS's product alone, into the intermediate buffer.
+    CublasProduct(&'a Blas, Product),
+    /// The first input's bytes, copied into the intermediate buffer.
     Copy,
 }
 
 /// A case's device buffers: `sets` copies of the inputs, the output and,
-/// for the unfused baseline, the intermediate product.
+/// for the baselines that do not write the kernel's output, the
+/// intermediate buffer they write.
 struct Buffers {
     sets: Vec<Vec<CudaSlice<u8>>>,
     output: CudaSlice<u8>,
@@ -111,23 +115,35 @@ impl Subject<'_> {
             }
             Subject::Cublas(blas, product) => blas.gemm(product, &inputs[0], &inputs[1], output),
             Subject::CublasThenBiasGelu(blas, product, bias_gelu) => {
-                let h = bufs
-                    .intermediate
-                    .as_mut()
-                    .context("no buffer for the product")?;
+                let h = intermediate(&mut bufs.intermediate)?;
                 blas.gemm(product, &inputs[0], &inputs[1], h)?;
                 bias_gelu.launch(&gpu.stream, &[&*h, &inputs[2]], output)
             }
+            Subject::CublasProduct(blas, product) => {
+                let c = intermediate(&mut bufs.intermediate)?;
+                blas.gemm(product, &inputs[0], &inputs[1], c)
+            }
             Subject::Copy => {
-                ensure!(
-                    output.len() >= inputs[0].len(),
-                    "the output is smaller than the copied input"
-                );
-                gpu.stream.memcpy_dtod(&inputs[0], output)?;
+                let copy = intermediate(&mut bufs.intermediate)?;
+                gpu.stream.memcpy_dtod(&inputs[0], copy)?;
                 Ok(())
             }
         }
     }
+
+    /// The buffer a run writes and its check reads.
+    fn written<'b>(&self, bufs: &'b mut Buffers) -> Result<&'b mut CudaSlice<u8>> {
+        match self {
+            Subject::CublasProduct(..) | Subject::Copy => intermediate(&mut bufs.intermediate),
+            Subject::Ktune(_) | Subject::Cublas(..) | Subject::CublasThenBiasGelu(..) => {
+                Ok(&mut bufs.output)
+            }
+        }
+    }
+}
+
+fn intermediate(buffer: &mut Option<CudaSlice<u8>>) -> Result<&mut CudaSlice<u8>> {
+    buffer.as_mut().context("no intermediate buffer")
 }
 
 /// Runs cases on one GPU.
@@ -167,11 +183,29 @@ impl Runner<'_> {
 
         let host = random_inputs(kernel, self.seed);
         let points = match case.kind {
-            Kind::Matmul | Kind::MatmulBiasGelu => 64,
+            Kind::Matmul | Kind::MatmulBiasGelu | Kind::MatmulEpilogue => 64,
             Kind::Softmax | Kind::LayerNorm => 8,
         };
         let reference =
             Reference::sample(kernel, case.kind.sampled_dims(), &host, points, self.seed)?;
+        // A baseline that computes the product alone is checked against it.
+        let product_reference = match case.kind.baseline() {
+            Baseline::CublasProduct => {
+                let p = product(kernel)?;
+                let size = |x: usize| u32::try_from(x).context("a dimension exceeds u32");
+                let plain = plain_product(p.dtype, [size(p.m)?, size(p.n)?, size(p.k)?])
+                    .map_err(anyhow::Error::msg)?;
+                let dims = Kind::Matmul.sampled_dims();
+                Some(Reference::sample(
+                    &plain,
+                    dims,
+                    &host[..2],
+                    points,
+                    self.seed,
+                )?)
+            }
+            Baseline::Cublas | Baseline::CublasThenBiasGelu | Baseline::Copy => None,
+        };
         let input_bytes: usize = host.iter().map(HostTensor::byte_len).sum();
         let l2 = usize::try_from(self.gpu.info.l2_bytes).unwrap_or(0);
         let copies = (2 * l2).div_ceil(input_bytes.max(1)).max(2);
@@ -199,7 +233,8 @@ impl Runner<'_> {
             intermediate: None,
         };
 
-        match self.baseline(case, kernel, &mut bufs, &reference) {
+        let baseline_reference = product_reference.as_ref().unwrap_or(&reference);
+        match self.baseline(case, kernel, &mut bufs, baseline_reference) {
             Ok(measured) => result.baseline = Some(measured),
             Err(e) => result.errors.push(format!("baseline: {e:#}")),
         }
@@ -301,7 +336,12 @@ impl Runner<'_> {
         let blas = || blas.map_err(anyhow::Error::msg);
         match case.kind.baseline() {
             Baseline::Copy => {
-                let times = self.measure(Subject::Copy, bufs)?;
+                let input = kernel.inputs.first().context("no inputs")?;
+                let elements = kernel.len_of(input) as usize;
+                bufs.intermediate = Some(self.gpu.alloc_poisoned(input.dtype, elements)?);
+                let times = self.measure(Subject::Copy, bufs);
+                bufs.intermediate = None;
+                let times = times?;
                 let bytes = 2 * bufs.sets[0][0].len() as u64;
                 let median = times.median_ms;
                 let mut m = measured(kernel, None, times, None);
@@ -312,6 +352,16 @@ impl Runner<'_> {
                 let subject = Subject::Cublas(blas()?, product(kernel)?);
                 let check = self.check(subject, bufs, reference)?;
                 let times = self.measure(subject, bufs)?;
+                Ok(measured(kernel, None, times, Some(check)))
+            }
+            Baseline::CublasProduct => {
+                let p = product(kernel)?;
+                bufs.intermediate = Some(self.gpu.alloc_poisoned(p.dtype, p.batch * p.m * p.n)?);
+                let subject = Subject::CublasProduct(blas()?, p);
+                let check = self.check(subject, bufs, reference);
+                let times = check.and_then(|check| Ok((check, self.measure(subject, bufs)?)));
+                bufs.intermediate = None;
+                let (check, times) = times?;
                 Ok(measured(kernel, None, times, Some(check)))
             }
             Baseline::CublasThenBiasGelu => {
@@ -373,11 +423,11 @@ impl Runner<'_> {
         bufs: &mut Buffers,
         reference: &Reference,
     ) -> Result<Check> {
-        self.gpu.poison(&mut bufs.output, reference.dtype)?;
+        self.gpu.poison(subject.written(bufs)?, reference.dtype)?;
         subject.launch(self.gpu, bufs, 0)?;
         let output = self
             .gpu
-            .download(&bufs.output)
+            .download(subject.written(bufs)?)
             .context("running the checked launch")?;
         let check = reference.check(&output);
         if let Some(failure) = check.failure() {
