@@ -33,3 +33,21 @@ pub(crate) fn matmul(m: u32, n: u32, k: u32) -> Kernel {
     )
     .expect("valid kernel")
 }
+
+/// Layer normalization over an `t × d` input, with scale and shift (the
+/// benchmark's layernorm).
+pub(crate) fn layernorm(t: u32, d: u32) -> Kernel {
+    parse_kernel(
+        quote!(shape(T = #t, D = #d)),
+        quote! {
+            fn layernorm(x: Tensor<f32, (T, D)>, gamma: Tensor<f32, (D,)>, beta: Tensor<f32, (D,)>) -> Tensor<f32, (T, D)> {
+                compute(|t, d| {
+                    let mu = mean(D, |i| x[t][i]);
+                    let var = mean(D, |i| (x[t][i] - mu) * (x[t][i] - mu));
+                    (x[t][d] - mu) * rsqrt(var + 1e-5) * gamma[d] + beta[d]
+                })
+            }
+        },
+    )
+    .expect("valid kernel")
+}
