@@ -257,6 +257,16 @@ fn errors_name_the_line() {
     assert_eq!(err.line, 31);
     assert!(err.message.contains("ends before"), "{err}");
 
+    // Loads have a read-only form, which prints back as it was read;
+    // stores have none.
+    let read_only = text.replacen("ld.global.", "ld.global.nc.", 1);
+    let (parsed, target) = parse(&read_only).expect("a read-only load parses");
+    assert_eq!(print(&parsed, target), read_only);
+    let broken = text.replacen("st.global.", "st.global.nc.", 1);
+    let err = parse(&broken).unwrap_err();
+    assert_eq!(err.line, line_of("st.global."));
+    assert!(err.message.contains("`.nc` is for loads"), "{err}");
+
     let undeclared = text.replacen("%f1,", "%f999,", 1);
     let err = parse(&undeclared).unwrap_err();
     assert!(err.message.contains("`%f999` is not declared"), "{err}");

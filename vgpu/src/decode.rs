@@ -650,6 +650,9 @@ impl Decoder<'_> {
                 addr,
                 srcs,
             } => {
+                if *space == Space::GlobalReadOnly {
+                    return Err("`st.global.nc` does not exist: `.nc` is for loads".into());
+                }
                 let (elem, n) = self.access(*ty, srcs.len())?;
                 let mut values = [Src::Imm(0); 4];
                 for (v, o) in values.iter_mut().zip(srcs) {
@@ -854,7 +857,7 @@ impl Decoder<'_> {
 
     fn address(&self, space: Space, base: Reg) -> Result<Slot, String> {
         match space {
-            Space::Global => self.reg(base, Width::W64),
+            Space::Global | Space::GlobalReadOnly => self.reg(base, Width::W64),
             Space::Shared => match class_width(base.class) {
                 Width::W32 | Width::W64 => self.slot(base),
                 _ => Err("a shared address must be a 32- or 64-bit register".into()),

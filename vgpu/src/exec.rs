@@ -317,7 +317,7 @@ fn step(
             let (elem, n) = (usize::from(elem), usize::from(n));
             let size = (elem * n) as u32;
             let bytes = match space {
-                Space::Global => {
+                Space::Global | Space::GlobalReadOnly => {
                     reach.stats.global_load_bytes += u64::from(size);
                     reach.global.load(addr, size)?
                 }
@@ -351,7 +351,7 @@ fn step(
             }
             let data = &data[..size as usize];
             match space {
-                Space::Global => {
+                Space::Global | Space::GlobalReadOnly => {
                     reach.stats.global_store_bytes += u64::from(size);
                     reach.global.store(addr, data)?;
                 }

@@ -235,7 +235,7 @@ impl fmt::Display for Xyz {
 
 fn space_name(space: Space) -> &'static str {
     match space {
-        Space::Global => "global",
+        Space::Global | Space::GlobalReadOnly => "global",
         Space::Shared => "shared",
     }
 }
@@ -269,11 +269,11 @@ impl fmt::Display for FaultKind {
                     access_name(*access)
                 );
                 match (space, param) {
-                    (Space::Global, Some(p)) => write!(
+                    (Space::Global | Space::GlobalReadOnly, Some(p)) => write!(
                         f,
                         "{what} (param_{p} {offset:+}); param_{p} holds {limit} bytes"
                     ),
-                    (Space::Global, None) => {
+                    (Space::Global | Space::GlobalReadOnly, None) => {
                         write!(f, "{what}, which points into no parameter's buffer")
                     }
                     (Space::Shared, _) => write!(

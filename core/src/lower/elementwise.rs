@@ -101,6 +101,7 @@ pub(super) fn lower(
         };
         let mut env = Env {
             inputs: inputs.clone(),
+            read_only_inputs: true,
             ..Env::default()
         };
         bind_vars(&mut b, kernel, &out_vars, flat, &mut env.index);
@@ -235,7 +236,7 @@ pub(super) fn emit_consecutive_with(
                 let addr = b.global_addr(env.inputs[tensor.0], flat, t.dtype.size());
                 let regs = load_vec(
                     b,
-                    Space::Global,
+                    env.input_space(),
                     t.dtype,
                     Addr {
                         base: addr,
@@ -448,7 +449,9 @@ mod tests {
         };
         // Per group: x as one vector, b as one vector, t (transposed) per
         // element; one guarded vector store.
-        let mut loads = widths(Space::Global, false);
+        // Inputs are read through the read-only path; nothing else is loaded.
+        assert!(widths(Space::Global, false).is_empty());
+        let mut loads = widths(Space::GlobalReadOnly, false);
         loads.sort();
         assert_eq!(loads, [[1; 12].as_slice(), &[4; 6]].concat());
         assert_eq!(widths(Space::Global, true), [4, 4, 4]);

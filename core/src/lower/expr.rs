@@ -45,6 +45,25 @@ pub struct Env {
     pub preloaded: HashMap<ExprId, Reg>,
     /// The global base address of each input tensor.
     pub inputs: Vec<Reg>,
+    /// Whether input loads take the read-only path (`ld.global.nc`): set
+    /// where the kernel's stores come between them (an output pass), so
+    /// that ptxas may move them past those stores, which it may not do
+    /// with plain loads (a store might change what they read). Elsewhere
+    /// plain loads, which ptxas fits in fewer registers: a row kernel of
+    /// five reductions, 128 threads a row, spilled 4 bytes with read-only
+    /// loads in its reduction passes.
+    pub read_only_inputs: bool,
+}
+
+impl Env {
+    /// The state space of input loads (see [`Env::read_only_inputs`]).
+    pub fn input_space(&self) -> Space {
+        if self.read_only_inputs {
+            Space::GlobalReadOnly
+        } else {
+            Space::Global
+        }
+    }
 }
 
 /// Evaluates `id` in `env`, emitting instructions into `b`.
@@ -62,7 +81,7 @@ pub fn emit(b: &mut Builder, k: &ir::Kernel, env: &mut Env, id: ExprId) -> Value
             let flat = flat_index(b, env, &index, &k.strides_of(t));
             let addr = b.global_addr(env.inputs[tensor.0], flat, t.dtype.size());
             Value::Num(b.load(
-                Space::Global,
+                env.input_space(),
                 t.dtype,
                 Addr {
                     base: addr,

@@ -92,6 +92,11 @@ pub enum Special {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Space {
     Global,
+    /// Global memory the kernel only reads, for loads (`ld.global.nc`): a
+    /// kernel's input tensors. The compiler may move such loads past the
+    /// kernel's stores, which it cannot do for plain global loads, since a
+    /// store might change what they read.
+    GlobalReadOnly,
     Shared,
 }
 

@@ -322,8 +322,12 @@ impl<'t> Parser<'t> {
             }
             "st" => {
                 arity(2)?;
+                let space = self.space(&parts)?;
+                if space == Space::GlobalReadOnly {
+                    return Err(self.error("`st.global.nc` does not exist: `.nc` is for loads"));
+                }
                 Op::St {
-                    space: self.space(&parts)?,
+                    space,
                     ty: last_ty()?,
                     addr: self.addr(ops[0], counts)?,
                     srcs: self
@@ -641,6 +645,7 @@ impl<'t> Parser<'t> {
 
     fn space(&self, parts: &[&str]) -> Result<Space, ParseError> {
         match parts.get(1) {
+            Some(&"global") if parts.get(2) == Some(&"nc") => Ok(Space::GlobalReadOnly),
             Some(&"global") => Ok(Space::Global),
             Some(&"shared") => Ok(Space::Shared),
             other => Err(self.error(format!(

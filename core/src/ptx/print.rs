@@ -122,6 +122,7 @@ fn is_float(t: Ty) -> bool {
 fn space(s: Space) -> &'static str {
     match s {
         Space::Global => "global",
+        Space::GlobalReadOnly => "global.nc",
         Space::Shared => "shared",
     }
 }

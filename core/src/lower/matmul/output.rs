@@ -83,6 +83,7 @@ impl Tile {
 
         let mut env = Env {
             inputs: (0..kernel.inputs.len()).map(|i| b.param_ptr(i)).collect(),
+            read_only_inputs: true,
             ..Env::default()
         };
         let out = b.param_ptr(kernel.inputs.len());

@@ -51,7 +51,7 @@ use crate::lower::elementwise::{emit_consecutive_with, load_vec, store_vec};
 use crate::lower::expr::{self, Env};
 use crate::lower::{Constraint, Violation};
 use crate::ptx::Builder;
-use crate::ptx::inst::{Addr, ArithOp, Operand, Reg, Space};
+use crate::ptx::inst::{Addr, ArithOp, Operand, Reg};
 use crate::target::SmVersion;
 
 /// Registers a one-pass row needs besides its kept values: addresses,
@@ -303,7 +303,7 @@ fn load_chunk(
     };
     if k.index.last() == Some(&k.position) {
         let addr = address(b, first);
-        return load_vec(b, Space::Global, t.dtype, addr, vector);
+        return load_vec(b, env.input_space(), t.dtype, addr, vector);
     }
     (0..vector)
         .map(|i| {
@@ -312,7 +312,7 @@ fn load_chunk(
                 _ => b.u32_op(ArithOp::Add, first, Operand::Int(i64::from(i))),
             };
             let addr = address(b, position);
-            b.load(Space::Global, t.dtype, addr)
+            b.load(env.input_space(), t.dtype, addr)
         })
         .collect()
 }

@@ -308,6 +308,8 @@ pub(super) fn lower(
     }
     b.bra_if(inside, true, done);
 
+    // The output pass: its stores come between its loads.
+    env.read_only_inputs = true;
     match cache.as_ref().filter(|c| c.reads(kernel.root)) {
         Some(cache) => cache.outputs(&mut b, kernel, &env, out),
         None => {
@@ -609,7 +611,7 @@ mod tests {
             .iter()
             .filter_map(|i| match &i.op {
                 Op::Ld {
-                    space: Space::Global,
+                    space: Space::Global | Space::GlobalReadOnly,
                     dsts,
                     ..
                 } => Some(dsts.len()),
@@ -643,7 +645,7 @@ mod tests {
                 matches!(
                     i.op,
                     Op::Ld {
-                        space: Space::Global,
+                        space: Space::Global | Space::GlobalReadOnly,
                         ..
                     }
                 )
@@ -737,7 +739,7 @@ mod tests {
                 matches!(
                     i.op,
                     Op::Ld {
-                        space: Space::Global,
+                        space: Space::Global | Space::GlobalReadOnly,
                         ..
                     }
                 )
