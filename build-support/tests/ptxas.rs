@@ -217,6 +217,7 @@ fn suite() -> Vec<(Kernel, Vec<Schedule>)> {
             stages,
             group_m: 1,
             split_k: 1,
+            min_blocks: 0,
         })
     };
     let tf32_points = vec![
@@ -309,6 +310,7 @@ fn suite() -> Vec<(Kernel, Vec<Schedule>)> {
                 stages: 3,
                 group_m: 1,
                 split_k: 8,
+                min_blocks: 0,
             }),
         ],
     ));

@@ -462,3 +462,63 @@ fn loads_after_stores_take_the_read_only_path() {
     // layernorm's weights are read after its first stores.
     assert!(checked > 0, "no loads after a store");
 }
+
+/// With `min_blocks = 1` (`.minnctapersm 1`), ptxas gives the bf16 matmul's
+/// default tile more registers and spends them loading a k-step's
+/// `ldmatrix` fragments ahead of its `mma`s; left to itself it fits three
+/// blocks an SM and loads each A fragment just before its eight `mma`s.
+/// Neither spills.
+#[test]
+fn one_block_an_sm_lets_ptxas_load_fragments_ahead_of_their_mmas() {
+    let tools = tools();
+    let kernel = bf16_matmul_bias_gelu();
+    let target = SmVersion::Sm90;
+    let Schedule::Mma(default) = lower::heuristic(&kernel, target) else {
+        panic!("the bf16 default is a tensor-core schedule")
+    };
+    assert_eq!(default.min_blocks, 0);
+    let [free, hinted] = [0, 1].map(|min_blocks| {
+        let schedule = Schedule::Mma(MmaTiles {
+            min_blocks,
+            ..default
+        });
+        let lowered = lower::lower(&kernel, &schedule, target)
+            .unwrap_or_else(|e| panic!("{}: {e}", schedule.to_json()));
+        let inspection = sass::inspect(&tools, &Request::lowered(&lowered, target))
+            .unwrap_or_else(|e| panic!("{}: {e}", schedule.to_json()));
+        assert!(
+            !inspection.spills(),
+            "{}: {inspection:?}",
+            schedule.to_json()
+        );
+        let ptx = ktune_core::ptx::print(&lowered.ptx, target);
+        let report = ktune_build::ptxas::assemble(&tools.ptxas, &ptx, target).expect("assembles");
+        let listing = sass::disassemble(&tools.nvdisasm, &report.cubin).expect("disassembles");
+        let instructions = sass::parse(&listing).expect("parses");
+        let first_mma = instructions
+            .iter()
+            .position(|i| i.opcode.name == "HMMA")
+            .expect("HMMA");
+        let ahead = instructions[..first_mma]
+            .iter()
+            .filter(|i| i.opcode.name == "LDSM")
+            .count();
+        (inspection, ahead)
+    });
+    assert!(
+        hinted.0.registers > free.0.registers,
+        "{} registers with the hint, {} without",
+        hinted.0.registers,
+        free.0.registers
+    );
+    assert!(
+        hinted.1 > free.1,
+        "{} ldmatrix before the first mma with the hint, {} without",
+        hinted.1,
+        free.1
+    );
+    assert_eq!(
+        hinted.0.tensor_core_instructions,
+        free.0.tensor_core_instructions
+    );
+}

@@ -44,6 +44,11 @@
 //!   the global-memory latency of a step, which `stages - 1` tiles in
 //!   flight (and the other resident blocks) hide; then L2 and DRAM traffic
 //!   and waves as for SIMT tiles.
+//!   With `min_blocks = 1` (`.minnctapersm 1`), a thread is assumed to
+//!   take all the registers it may have, and the blocks an SM holds
+//!   follow; what ptxas does with them (fragments loaded further ahead of
+//!   their `mma`s) the model does not see, so it never ranks such a point
+//!   above the same tiles without the hint: measurement decides.
 //! - **Split-K** (`split_k` above 1) multiplies a contraction's
 //!   blocks and divides each one's steps over `K`: a grid too small to
 //!   fill the SMs fills more of them. It costs the partial tiles' traffic
@@ -717,13 +722,23 @@ fn tensor_core(
     intensity: f64,
 ) -> Estimate {
     let layout = MmaLayout::new(kernel, plan, tiles, target).expect("validated");
+    // With `min_blocks = 1` ptxas may give a thread as many registers as
+    // one block leaves it, and takes most (202 to 246 on sm_90 for tiles
+    // whose layout estimate is 140 to 208): assume all of them.
+    let limits = target.limits();
+    let registers = match tiles.min_blocks {
+        0 => layout.registers,
+        _ => limits
+            .max_registers_per_thread
+            .min(limits.registers_per_sm / layout.threads),
+    };
     let block = Block::new(
         kernel,
         plan,
         target,
         BlockUsage {
             threads: layout.threads,
-            registers: layout.registers,
+            registers,
             shared_bytes: layout.shared_bytes,
         },
         Walk {
@@ -1063,6 +1078,7 @@ mod tests {
             stages,
             group_m: 1,
             split_k: 1,
+            min_blocks: 0,
         })
     }
 
@@ -1082,6 +1098,26 @@ mod tests {
         let a100 = estimate(&k, &tc(128, 64, 3), SmVersion::Sm80).expect("valid");
         let h100 = estimate(&k, &tc(128, 64, 3), SmVersion::Sm90).expect("valid");
         assert!(a100.seconds / h100.seconds < 2.8);
+        // The register hint costs a 64×128 tile of 8 warps its second
+        // block an SM, and is never estimated faster.
+        let tile = |min_blocks| {
+            Schedule::Mma(MmaTiles {
+                block_m: 64,
+                block_n: 128,
+                warp_m: 32,
+                warp_n: 32,
+                min_blocks,
+                ..MmaTiles::from_schedule(&tc(128, 64, 3)).expect("an mma point")
+            })
+        };
+        let free = estimate(&k, &tile(0), SmVersion::Sm90).expect("valid");
+        let hinted = estimate(&k, &tile(1), SmVersion::Sm90).expect("valid");
+        assert_eq!(
+            (free.occupancy.blocks_per_sm, hinted.occupancy.blocks_per_sm),
+            (2, 1)
+        );
+        assert_eq!(hinted.registers, 255);
+        assert!(hinted.seconds > free.seconds);
         let small = bf16_matmul(65, 40, 40);
         for target in SmVersion::ALL {
             let points = candidates(&small, target);
@@ -1104,6 +1140,7 @@ mod tests {
                 stages: 3,
                 group_m: 1,
                 split_k,
+                min_blocks: 0,
             })
         };
         let narrow = estimate(&k, &tile(16, 4), SmVersion::Sm90).unwrap();

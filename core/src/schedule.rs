@@ -124,6 +124,13 @@ pub struct MmaTiles {
     /// JSON form when 1).
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub split_k: u32,
+    /// Blocks per SM ptxas is told to leave room for (`.minnctapersm`):
+    /// 0, ptxas chooses the registers a thread gets (it aims at several
+    /// blocks an SM); 1, it may give a thread as many as it likes, which
+    /// lets it keep more `ldmatrix` fragments in flight. Absent from the
+    /// JSON form when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub min_blocks: u32,
 }
 
 fn one() -> u32 {
@@ -177,7 +184,15 @@ impl Class {
                 "group_m", "stages", "split_k",
             ],
             Class::Mma => &[
-                "block_m", "block_n", "block_k", "warp_m", "warp_n", "stages", "group_m", "split_k",
+                "block_m",
+                "block_n",
+                "block_k",
+                "warp_m",
+                "warp_n",
+                "stages",
+                "group_m",
+                "split_k",
+                "min_blocks",
             ],
         }
     }
@@ -238,6 +253,7 @@ impl Class {
                     stages,
                     group_m,
                     split_k,
+                    min_blocks,
                 ],
             ) => Schedule::Mma(MmaTiles {
                 block_m,
@@ -248,6 +264,7 @@ impl Class {
                 stages,
                 group_m,
                 split_k,
+                min_blocks,
             }),
             _ => return None,
         })
@@ -306,8 +323,9 @@ impl Schedule {
                 stages,
                 group_m,
                 split_k,
+                min_blocks,
             }) => vec![
-                block_m, block_n, block_k, warp_m, warp_n, stages, group_m, split_k,
+                block_m, block_n, block_k, warp_m, warp_n, stages, group_m, split_k, min_blocks,
             ],
         }
     }
@@ -388,14 +406,28 @@ mod tests {
     fn mma_split_k_defaults_to_one_and_is_written_only_when_set() {
         let old = r#"{"class":"mma","block_m":64,"block_n":64,"block_k":32,"warp_m":32,"warp_n":32,"stages":3,"group_m":8}"#;
         let parsed = Schedule::from_json(old).expect("a schedule written before split_k");
-        assert_eq!(parsed.knob_values(), [64, 64, 32, 32, 32, 3, 8, 1]);
+        assert_eq!(parsed.knob_values(), [64, 64, 32, 32, 32, 3, 8, 1, 0]);
         assert_eq!(parsed.to_json(), old);
         let split = Class::Mma
-            .schedule(&[64, 64, 32, 32, 32, 3, 1, 4])
-            .expect("eight knobs");
+            .schedule(&[64, 64, 32, 32, 32, 3, 1, 4, 0])
+            .expect("nine knobs");
         let json = split.to_json();
         assert!(json.ends_with(r#","stages":3,"split_k":4}"#), "{json}");
         assert_eq!(Schedule::from_json(&json).expect("round trip"), split);
+    }
+
+    #[test]
+    fn min_blocks_defaults_to_zero_and_is_written_only_when_set() {
+        let old = r#"{"class":"mma","block_m":128,"block_n":128,"block_k":32,"warp_m":64,"warp_n":64,"stages":3,"split_k":2}"#;
+        let parsed = Schedule::from_json(old).expect("a schedule written before min_blocks");
+        assert_eq!(parsed.knob_values(), [128, 128, 32, 64, 64, 3, 1, 2, 0]);
+        assert_eq!(parsed.to_json(), old);
+        let hinted = Class::Mma
+            .schedule(&[128, 128, 32, 64, 64, 3, 1, 1, 1])
+            .expect("nine knobs");
+        let json = hinted.to_json();
+        assert!(json.ends_with(r#","stages":3,"min_blocks":1}"#), "{json}");
+        assert_eq!(Schedule::from_json(&json).expect("round trip"), hinted);
     }
 
     #[test]

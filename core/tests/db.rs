@@ -278,6 +278,7 @@ fn contraction_knobs_out_of_range_are_reported_not_trusted() {
         stages: 3,
         group_m: 1,
         split_k: 1,
+        min_blocks: 0,
     };
     let schedules = [
         Schedule::Matmul(simt),

@@ -267,6 +267,17 @@ fn errors_name_the_line() {
     assert_eq!(err.line, line_of("st.global."));
     assert!(err.message.contains("`.nc` is for loads"), "{err}");
 
+    // A kernel may ask ptxas to leave room for some blocks per SM; the
+    // count is positive.
+    let hinted = text.replacen(", 1, 1\n", ", 1, 1\n.minnctapersm 1\n", 1);
+    let (parsed, target) = parse(&hinted).expect("`.minnctapersm` parses");
+    assert_eq!(parsed.min_blocks_per_sm, 1);
+    assert_eq!(print(&parsed, target), hinted);
+    let broken = text.replacen(", 1, 1\n", ", 1, 1\n.minnctapersm 0\n", 1);
+    let err = parse(&broken).unwrap_err();
+    assert_eq!(err.line, line_of(".maxntid") + 1);
+    assert!(err.message.contains("not a positive count"), "{err}");
+
     let undeclared = text.replacen("%f1,", "%f999,", 1);
     let err = parse(&undeclared).unwrap_err();
     assert!(err.message.contains("`%f999` is not declared"), "{err}");

@@ -319,6 +319,7 @@ fn space_reports_knobs_validity_and_the_models_ranking() {
         "block_m",
         "vector_b",
         "split_k",
+        "min_blocks",
         "valid (",
         "rejected by:",
         "threads",

@@ -154,6 +154,7 @@ pub(crate) fn print_instr(instr: &Instr) -> String {
         param_count: 0,
         dynamic_shared_bytes: 0,
         block_threads: 1,
+        min_blocks_per_sm: 0,
         reg_counts: Vec::new(),
         body: vec![instr.clone()],
     };

@@ -574,6 +574,7 @@ fn tf32_tiles() -> Schedule {
         stages: 2,
         group_m: 1,
         split_k: 1,
+        min_blocks: 0,
     })
 }
 

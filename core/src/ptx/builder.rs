@@ -72,6 +72,7 @@ impl Builder {
             param_count,
             dynamic_shared_bytes,
             block_threads,
+            min_blocks_per_sm: 0,
             reg_counts: RegClass::ALL
                 .iter()
                 .map(|c| (*c, self.counts[*c as usize]))

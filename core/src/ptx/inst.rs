@@ -384,6 +384,10 @@ pub struct Kernel {
     pub dynamic_shared_bytes: u32,
     /// Threads per block the kernel is written for (`.maxntid`).
     pub block_threads: u32,
+    /// Blocks per SM ptxas is asked to leave room for (`.minnctapersm`),
+    /// which bounds the registers it allocates; 0 when the kernel does not
+    /// say, and ptxas chooses.
+    pub min_blocks_per_sm: u32,
     /// How many registers of each class the body uses.
     pub reg_counts: Vec<(RegClass, u32)>,
     pub body: Vec<Instr>,

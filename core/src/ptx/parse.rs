@@ -118,6 +118,7 @@ impl<'t> Parser<'t> {
             .strip_suffix(", 1, 1")
             .and_then(|n| n.parse().ok())
             .ok_or_else(|| self.error(format!("`.maxntid {block_threads}` is not `N, 1, 1`")))?;
+        let min_blocks_per_sm = self.min_blocks()?;
         self.expect("{")?;
         let reg_counts = self.registers()?;
         let counts: Vec<u32> = reg_counts.iter().map(|(_, n)| *n).collect();
@@ -138,10 +139,24 @@ impl<'t> Parser<'t> {
             param_count,
             dynamic_shared_bytes,
             block_threads,
+            min_blocks_per_sm,
             reg_counts,
             body,
         };
         Ok((kernel, target))
+    }
+
+    /// The `.minnctapersm` count, if the kernel states one (0 if not).
+    fn min_blocks(&mut self) -> Result<u32, ParseError> {
+        let Some(count) = self.peek().and_then(|l| l.strip_prefix(".minnctapersm ")) else {
+            return Ok(0);
+        };
+        self.next += 1;
+        count
+            .parse()
+            .ok()
+            .filter(|n| *n > 0)
+            .ok_or_else(|| self.error(format!("`.minnctapersm {count}` is not a positive count")))
     }
 
     /// The size comment and `.extern .shared` declaration, if present.

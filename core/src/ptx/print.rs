@@ -37,6 +37,9 @@ fn write_module(out: &mut String, kernel: &Kernel, target: SmVersion) -> std::fm
     }
     writeln!(out, ")")?;
     writeln!(out, ".maxntid {}, 1, 1", kernel.block_threads)?;
+    if kernel.min_blocks_per_sm > 0 {
+        writeln!(out, ".minnctapersm {}", kernel.min_blocks_per_sm)?;
+    }
     writeln!(out, "{{")?;
     for (class, count) in &kernel.reg_counts {
         if *count > 0 {

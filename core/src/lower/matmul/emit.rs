@@ -89,6 +89,7 @@ pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &Layout) -> Lower
             threads: layout.threads,
             shared_bytes: layout.shared_bytes,
             split: layout.split,
+            min_blocks: 0,
         },
     )
 }

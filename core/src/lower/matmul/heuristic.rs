@@ -346,6 +346,7 @@ fn tensor_core(
             stages,
             group_m: 1,
             split_k: 1,
+            min_blocks: 0,
         })
         .find(|t| MmaLayout::new(kernel, plan, *t, target).is_ok())
 }

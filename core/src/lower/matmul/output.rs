@@ -153,6 +153,8 @@ pub(super) struct BlockShape {
     /// Split-K's slices: a workspace parameter after the output, and
     /// `ctaid.y` over the slices.
     pub split: Option<Split>,
+    /// Blocks per SM ptxas leaves room for (`.minnctapersm`; 0: it chooses).
+    pub min_blocks: u32,
 }
 
 /// Ends a contraction kernel: the epilogue, then the label where the
@@ -171,13 +173,15 @@ pub(super) fn finish(
         b.place(exit);
     }
     let params = kernel.inputs.len() + 1 + usize::from(block.split.is_some());
+    let mut ptx = b.finish(
+        entry_name(kernel),
+        params,
+        block.threads,
+        block.shared_bytes,
+    );
+    ptx.min_blocks_per_sm = block.min_blocks;
     Lowered {
-        ptx: b.finish(
-            entry_name(kernel),
-            params,
-            block.threads,
-            block.shared_bytes,
-        ),
+        ptx,
         launch: Launch {
             // At most one block per output element, and lowering checked
             // that the output has fewer than 2^31 elements.

@@ -102,6 +102,7 @@ pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &MmaLayout) -> Lo
             threads: layout.threads,
             shared_bytes: layout.shared_bytes,
             split: layout.split,
+            min_blocks: layout.tiles.min_blocks,
         },
     )
 }

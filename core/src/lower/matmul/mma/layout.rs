@@ -99,6 +99,7 @@ impl MmaLayout {
             stages,
             group_m,
             split_k,
+            min_blocks,
         } = tiles;
         for (name, value, low, high) in [
             ("block_m", block_m, 16, 256),
@@ -118,6 +119,14 @@ impl MmaLayout {
             return Err(Violation::new(
                 Constraint::Range,
                 format!("stages = {stages}; expected 1 to {MAX_STAGES}"),
+            ));
+        }
+        if min_blocks > 1 {
+            return Err(Violation::new(
+                Constraint::Range,
+                format!(
+                    "min_blocks = {min_blocks}; expected 0 (ptxas chooses the registers) or 1 (a thread may have as many as ptxas likes)"
+                ),
             ));
         }
         check_group(group_m, block_m, kernel.extent(plan.m))?;

@@ -38,6 +38,7 @@ fn tiles(block: (u32, u32, u32), warp: (u32, u32), stages: u32) -> MmaTiles {
         stages,
         group_m: 1,
         split_k: 1,
+        min_blocks: 0,
     }
 }
 
@@ -81,6 +82,13 @@ fn validation_names_the_constraint_broken() {
                 ..tiles((128, 128, 32), (64, 64), 3)
             },
             Constraint::Tiling,
+        ),
+        (
+            MmaTiles {
+                min_blocks: 2,
+                ..tiles((64, 64, 32), (32, 32), 3)
+            },
+            Constraint::Range,
         ),
     ];
     for (t, constraint) in cases {
@@ -495,4 +503,27 @@ fn split_k_slices_k_on_tensor_cores_too() {
     assert_eq!(constraint, Constraint::Split);
     assert!(reason.contains("past K = 40"), "{reason}");
     assert!(lower(&short, &split(2).to_schedule(), sm90).is_ok());
+}
+
+#[test]
+fn min_blocks_reaches_ptxas_as_minnctapersm() {
+    let k = gemm(256, 256, 256, "bf16", false);
+    let target = SmVersion::Sm90;
+    let text = |min_blocks| {
+        let t = MmaTiles {
+            min_blocks,
+            ..tiles((128, 128, 32), (64, 64), 3)
+        };
+        let lowered = lower(&k, &t.to_schedule(), target).expect("valid");
+        assert_eq!(lowered.ptx.min_blocks_per_sm, min_blocks);
+        crate::ptx::print(&lowered.ptx, target)
+    };
+    let (free, hinted) = (text(0), text(1));
+    assert!(!free.contains(".minnctapersm"), "{free}");
+    assert!(
+        hinted.contains(".maxntid 128, 1, 1\n.minnctapersm 1\n"),
+        "{hinted}"
+    );
+    // The hint is the only difference.
+    assert_eq!(hinted.replace(".minnctapersm 1\n", ""), free);
 }
