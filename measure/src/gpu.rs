@@ -14,6 +14,7 @@ use cudarc::nvrtc::Ptx;
 use ktune_core::ir::Kernel;
 use ktune_core::lower::{self, Lowered};
 use ktune_core::{SmVersion, ptx};
+use ktune_vgpu::sample::Sample;
 use ktune_vgpu::verify::{Reference, decode, encode, random_inputs};
 use ktune_vgpu::{first_poisoned, poisoned};
 
@@ -134,6 +135,11 @@ impl Loader {
 /// its launches, not its memory traffic, set its time.
 const MAX_SETS: u64 = 4096;
 
+/// Output elements (a matmul's dot products, a row kernel's rows) at which
+/// the CPU checks the heuristic schedule's output when that output is the
+/// reference candidates are compared with.
+const SAMPLED_POINTS: usize = 64;
+
 /// A kernel's input sets on the GPU, the first also for the correctness
 /// check, kept from one candidate to the next.
 #[derive(Default)]
@@ -253,11 +259,12 @@ impl Gpu {
                 settings.seed,
             ))));
         }
+        let values = random_inputs(kernel, settings.seed);
         let inputs: Vec<Vec<u8>> = kernel
             .inputs
             .iter()
-            .zip(random_inputs(kernel, settings.seed))
-            .map(|(t, values)| encode(t.dtype, &values))
+            .zip(&values)
+            .map(|(t, values)| encode(t.dtype, values))
             .collect();
         let schedule = lower::heuristic(kernel, target);
         let baseline = lower::lower(kernel, &schedule, target).map_err(|e| {
@@ -281,6 +288,22 @@ impl Gpu {
             return Err(what((Rejected::WrongResult(why), false)));
         }
         let want = decode(dtype, &bytes);
+        // The heuristic schedule's output answers for every element; the
+        // CPU answers for it at sampled elements, where it can afford to.
+        let affordable = Sample::flops(kernel, SAMPLED_POINTS)
+            .is_some_and(|flops| flops <= settings.reference_flops);
+        if let Some(sample) = affordable
+            .then(|| Sample::new(kernel, &values, SAMPLED_POINTS, settings.seed))
+            .flatten()
+        {
+            sample.check(&want).map_err(|m| {
+                let why = format!(
+                    "output element {} is {} where the CPU reference gives {} (tolerance {})",
+                    m.index, m.got, m.want, m.tolerance
+                );
+                what((Rejected::WrongResult(why), false))
+            })?;
+        }
         let scale = want
             .iter()
             .filter(|w| w.is_finite())

@@ -79,9 +79,10 @@ pub struct Settings {
     /// ([`Kernel::flops`]); above it the CPU would take too long, and the
     /// output is compared with that of the target's heuristic schedule
     /// run on the same GPU and inputs (every element, with the tolerance
-    /// doubled), whose own correctness is the virtual GPU's to prove.
-    /// `interp` evaluates whole outputs only, so a sample of elements is
-    /// not an option.
+    /// doubled), itself checked against the CPU at sampled elements where
+    /// the kernel's output dimensions allow sub-problems
+    /// ([`ktune_vgpu::sample`]: a matmul's dot products, a row kernel's
+    /// rows) of at most this many operations in all.
     pub reference_flops: u64,
 }
 

@@ -147,6 +147,7 @@ mod fragment;
 mod memory;
 mod numeric;
 mod poison;
+pub mod sample;
 mod shared;
 pub mod suite;
 pub mod timing;

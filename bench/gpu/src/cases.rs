@@ -64,17 +64,6 @@ impl Kind {
             Kind::Softmax | Kind::LayerNorm => Baseline::Copy,
         }
     }
-
-    /// The dimensions the correctness check fixes to one index per sampled
-    /// point: a matmul is checked at single output elements (batch, row,
-    /// column), a row kernel at whole rows.
-    pub fn sampled_dims(self) -> &'static [&'static str] {
-        match self {
-            Kind::Matmul | Kind::MatmulBiasGelu | Kind::MatmulEpilogue => &["B", "M", "N"],
-            Kind::Softmax => &["R"],
-            Kind::LayerNorm => &["T"],
-        }
-    }
 }
 
 /// One benchmark case.

@@ -3,12 +3,13 @@
 //! against it.
 //!
 //! Evaluating a 4096³ product with [`interp::evaluate`] would take hours,
-//! so the reference is computed on *sub-problems*: the same kernel with
-//! the sampled dimensions ([`Kind::sampled_dims`](crate::cases::Kind::sampled_dims))
-//! resized to 1, on the slices of the inputs those indices select. For a
-//! matmul that is one output element per point (one dot product of length
-//! `K`); for a row kernel one whole row. The reference is the kernel's own
-//! semantics (f32, as the GPU computes), never a hand-written formula.
+//! so the reference is computed on *sub-problems* ([`ktune_vgpu::sample`]):
+//! the same kernel with the output dimensions each element reads at its
+//! own index resized to 1, on the slices of the inputs those indices
+//! select. For a matmul that is one output element per point (one dot
+//! product of length `K`); for a row kernel one whole row. The reference
+//! is the kernel's own semantics (f32, as the GPU computes), never a
+//! hand-written formula.
 //!
 //! The output passes when no element still holds the poison it was filled
 //! with (every element is scanned, not only the sampled ones) and the
@@ -26,7 +27,8 @@ use ktune_core::DType;
 use ktune_core::interp;
 use ktune_core::ir::{Expr, Kernel, ReduceOp};
 use ktune_vgpu::first_poisoned;
-use ktune_vgpu::verify::{ShapeError, decode, encode, tf32_factors, with_shape};
+use ktune_vgpu::sample::Sample;
+use ktune_vgpu::verify::{decode, encode, tf32_factors};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use rayon::prelude::*;
@@ -102,76 +104,25 @@ pub struct Reference {
 
 impl Reference {
     /// Evaluates the reference at `points` sampled points (the first and
-    /// last indices of the sampled dimensions among them) of `kernel`'s
-    /// output on `inputs`.
+    /// last indices of the sampled dimensions among them, see
+    /// [`ktune_vgpu::sample`]) of `kernel`'s output on `inputs`.
     pub fn sample(
         kernel: &Kernel,
-        sampled_dims: &[&str],
         inputs: &[HostTensor],
         points: usize,
         seed: u64,
-    ) -> Result<Reference, ShapeError> {
-        let fixed: Vec<(&str, u32)> = kernel
-            .dims
-            .iter()
-            .filter(|d| sampled_dims.contains(&d.name.as_str()))
-            .map(|d| (d.name.as_str(), d.size))
-            .collect();
-        let ones: Vec<(&str, u32)> = fixed.iter().map(|(name, _)| (*name, 1)).collect();
-        let sub = with_shape(kernel, &ones)?;
-
-        let mut rng = SmallRng::seed_from_u64(seed);
-        let mut assignments: Vec<Vec<(&str, u32)>> = vec![
-            fixed.iter().map(|(name, _)| (*name, 0)).collect(),
-            fixed.iter().map(|(name, size)| (*name, size - 1)).collect(),
-        ];
-        while assignments.len() < points.max(2) {
-            assignments.push(
-                fixed
-                    .iter()
-                    .map(|(name, size)| (*name, rng.random_range(0..*size)))
-                    .collect(),
-            );
-        }
-        assignments.sort();
-        assignments.dedup();
-
-        let dims_of = |t: &ktune_core::ir::Tensor| -> Vec<(&str, u32)> {
-            t.dims
-                .iter()
-                .map(|id| {
-                    let d = kernel.dim(*id);
-                    (d.name.as_str(), d.size)
-                })
-                .collect()
-        };
-        let per_point: Vec<(Vec<usize>, Vec<f32>)> = assignments
-            .par_iter()
-            .map(|at| {
-                let sub_inputs: Vec<Vec<f32>> = kernel
-                    .inputs
-                    .iter()
-                    .zip(inputs)
-                    .map(|(t, host)| {
-                        slice_indices(&dims_of(t), at)
-                            .into_iter()
-                            .map(|i| host.values[i])
-                            .collect()
-                    })
-                    .collect();
-                let values = interp::evaluate(&sub, &sub_inputs);
-                (slice_indices(&dims_of(&kernel.output), at), values)
-            })
-            .collect();
-        let (mut indices, mut values) = (Vec::new(), Vec::new());
-        for (i, v) in per_point {
-            indices.extend(i);
-            values.extend(v);
-        }
+    ) -> anyhow::Result<Reference> {
+        let values: Vec<&[f32]> = inputs.iter().map(|t| t.values.as_slice()).collect();
+        let sample = Sample::new(kernel, &values, points, seed).ok_or_else(|| {
+            anyhow::anyhow!(
+                "`{}` has no output dimension to sample its reference at",
+                kernel.name
+            )
+        })?;
         Ok(Reference {
             dtype: kernel.output.dtype,
-            indices,
-            values,
+            indices: sample.indices,
+            values: sample.want,
             tolerance: tolerance(kernel),
         })
     }
@@ -237,33 +188,6 @@ impl Check {
     }
 }
 
-/// The flat row-major indices of the sub-tensor of a tensor with `dims`
-/// that `fixed` selects (a dimension named there is held at its index;
-/// the others run over their whole extent), in row-major order.
-fn slice_indices(dims: &[(&str, u32)], fixed: &[(&str, u32)]) -> Vec<usize> {
-    let ranges: Vec<(u32, u32)> = dims
-        .iter()
-        .map(|(name, size)| {
-            fixed
-                .iter()
-                .find(|(f, _)| f == name)
-                .map_or((0, *size), |(_, i)| (*i, i + 1))
-        })
-        .collect();
-    let mut strides = vec![1usize; dims.len()];
-    for d in (0..dims.len().saturating_sub(1)).rev() {
-        strides[d] = strides[d + 1] * dims[d + 1].1 as usize;
-    }
-    let mut out = vec![0usize];
-    for (&(start, end), &stride) in ranges.iter().zip(&strides) {
-        out = out
-            .iter()
-            .flat_map(|base| (start..end).map(move |i| base + i as usize * stride))
-            .collect();
-    }
-    out
-}
-
 /// The normwise tolerance of a kernel's output (see the module docs).
 fn tolerance(kernel: &Kernel) -> f64 {
     let summed: u64 = kernel
@@ -297,23 +221,14 @@ mod tests {
     use crate::cases::CASES;
 
     #[test]
-    fn slices_select_rows_columns_and_elements() {
-        let dims = [("M", 3), ("K", 4)];
-        assert_eq!(slice_indices(&dims, &[("M", 1)]), [4, 5, 6, 7]);
-        assert_eq!(slice_indices(&dims, &[("K", 2)]), [2, 6, 10]);
-        assert_eq!(slice_indices(&dims, &[("M", 2), ("K", 3)]), [11]);
-        assert_eq!(slice_indices(&dims, &[]).len(), 12);
-    }
-
-    #[test]
     fn sampled_references_equal_the_full_evaluation() {
         for case in CASES {
             let kernel = case.tiny_kernel().expect("parses");
             let inputs = random_inputs(&kernel, 7);
             let values: Vec<Vec<f32>> = inputs.iter().map(|t| t.values.clone()).collect();
             let full = interp::evaluate(&kernel, &values);
-            let reference = Reference::sample(&kernel, case.kind.sampled_dims(), &inputs, 6, 3)
-                .expect("the sampled dimensions exist");
+            let reference =
+                Reference::sample(&kernel, &inputs, 6, 3).expect("the sampled dimensions exist");
             assert!(reference.indices.len() >= 2, "{}", case.name);
             assert!(reference.indices.contains(&0));
             assert!(reference.indices.contains(&(full.len() - 1)));
@@ -333,8 +248,7 @@ mod tests {
         let inputs = random_inputs(&kernel, 1);
         let values: Vec<Vec<f32>> = inputs.iter().map(|t| t.values.clone()).collect();
         let full = interp::evaluate(&kernel, &values);
-        let reference =
-            Reference::sample(&kernel, case.kind.sampled_dims(), &inputs, 16, 2).expect("sample");
+        let reference = Reference::sample(&kernel, &inputs, 16, 2).expect("sample");
         let good = encode(DType::Bf16, &full);
         let check = reference.check(&good);
         assert!(check.ok && check.rel_error == 0.0, "{check:?}");
