@@ -21,7 +21,7 @@ use ktune_vgpu::{first_poisoned, poisoned};
 use crate::lock::{GpuLock, lock_path};
 use crate::sensors::{Reading, Sensors};
 use crate::stats::{converged, quantile, slowed_down};
-use crate::{DeviceInfo, Measured, Rejected, Settings, device};
+use crate::{DeviceInfo, Measured, Rejected, SAMPLED_POINTS, Settings, device};
 
 /// A rejection, and whether the worker must exit after answering because
 /// the context is no longer usable (a fault is sticky in CUDA).
@@ -134,11 +134,6 @@ impl Loader {
 /// The most input sets rotated: beyond it, a kernel is so small that
 /// its launches, not its memory traffic, set its time.
 const MAX_SETS: u64 = 4096;
-
-/// Output elements (a matmul's dot products, a row kernel's rows) at which
-/// the CPU checks the heuristic schedule's output when that output is the
-/// reference candidates are compared with.
-const SAMPLED_POINTS: usize = 64;
 
 /// A kernel's input sets on the GPU, the first also for the correctness
 /// check, kept from one candidate to the next.

@@ -82,9 +82,15 @@ pub struct Settings {
     /// doubled), itself checked against the CPU at sampled elements where
     /// the kernel's output dimensions allow sub-problems
     /// ([`ktune_vgpu::sample`]: a matmul's dot products, a row kernel's
-    /// rows) of at most this many operations in all.
+    /// rows) of at most this many operations in all, at
+    /// [`SAMPLED_POINTS`] of them.
     pub reference_flops: u64,
 }
+
+/// Output elements (a matmul's dot products, a row kernel's rows) at which
+/// the CPU checks a large kernel's heuristic schedule when its output is
+/// the reference (see [`Settings::reference_flops`]).
+pub const SAMPLED_POINTS: usize = 64;
 
 impl Default for Settings {
     fn default() -> Settings {

@@ -128,7 +128,7 @@ pub use device::{
 };
 pub use info::device_info;
 pub use inject::Injection;
-pub use job::{Job, Measured, Rejected, Settings};
+pub use job::{Job, Measured, Rejected, SAMPLED_POINTS, Settings};
 pub use prepare::{JOBS_ENV, default_jobs};
 pub use protocol::PROTOCOL_VERSION;
 pub use sensors::Reading;

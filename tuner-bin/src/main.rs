@@ -115,7 +115,9 @@ enum Command {
         /// kernels thread by thread (about 10 s per GFLOP and point), by
         /// default the limit of a search there (1); on a GPU, for the CPU
         /// evaluation every output is compared with (about 12 s per GFLOP,
-        /// once per kernel), by default 20.
+        /// once per kernel), by default 20; a larger kernel is compared
+        /// with its heuristic schedule's output instead, which the CPU
+        /// checks at 64 sampled elements (dot products, rows) within it.
         #[arg(long)]
         max_gflop: Option<f64>,
         #[command(flatten)]

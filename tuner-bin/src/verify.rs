@@ -13,17 +13,23 @@
 //! GPU runs kernels thread by thread, and the CPU evaluation a GPU's output
 //! is compared with walks the IR element by element, so kernels above
 //! `--max-gflop` at their shape ([`Options::limit_gflop`]) are listed as
-//! not verified rather than run for hours.
+//! not verified rather than run for hours; on a GPU, one whose output
+//! dimensions allow sub-problems ([`ktune_vgpu::sample`]) within the limit
+//! is verified element by element against its heuristic schedule's output
+//! on the GPU, and that output against the CPU at
+//! [`ktune_measure::SAMPLED_POINTS`] sampled elements.
 
 use anyhow::{Context, Result, bail};
 use clap::ValueEnum;
 use ktune_build::select;
 use ktune_build::tune::DeviceTarget;
 use ktune_core::SmVersion;
+use ktune_core::ir::Kernel;
 use ktune_core::lower::Lowered;
 use ktune_core::schedule::Schedule;
 use ktune_core::{ptx, space};
 use ktune_measure::{DeviceKind, Job, Worker, WorkerConfig};
+use ktune_vgpu::sample::Sample;
 use ktune_vgpu::verify::Reference;
 use serde_json::{Value, json};
 
@@ -90,10 +96,42 @@ struct Checked {
     instructions: Option<u64>,
 }
 
+/// What a kernel's points are compared with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Evaluation {
+    /// The CPU evaluation of the whole output.
+    Whole,
+    /// The heuristic schedule's output on the GPU, checked by the CPU at
+    /// sampled elements.
+    Sampled,
+}
+
+impl Evaluation {
+    /// How `kernel` is verified with `options`; `None` when its evaluation
+    /// is over the limit.
+    fn of(kernel: &Kernel, options: &Options) -> Option<Evaluation> {
+        let limit = options.limit_gflop() * 1e9;
+        if kernel.flops() as f64 <= limit {
+            return Some(Evaluation::Whole);
+        }
+        let sampled = Sample::flops(kernel, ktune_measure::SAMPLED_POINTS)
+            .is_some_and(|flops| flops as f64 <= limit);
+        (options.device == Device::Gpu && sampled).then_some(Evaluation::Sampled)
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Evaluation::Whole => "whole",
+            Evaluation::Sampled => "sampled",
+        }
+    }
+}
+
 /// One kernel's points.
 struct KernelReport {
     name: String,
     shape: Vec<(String, u32)>,
+    evaluation: Evaluation,
     points: Vec<Point>,
 }
 
@@ -126,7 +164,7 @@ pub fn verify(args: &CrateArgs, options: &Options) -> Result<()> {
     let (fit, too_large): (Vec<_>, Vec<_>) = krate
         .kernels
         .iter()
-        .partition(|f| f.kernel.flops() as f64 <= limit * 1e9);
+        .partition(|f| Evaluation::of(&f.kernel, options).is_some());
     let reports = match options.device {
         Device::Vgpu => fit
             .into_iter()
@@ -170,7 +208,7 @@ pub fn verify(args: &CrateArgs, options: &Options) -> Result<()> {
                     names.join(", ")
                 ),
                 Device::Gpu => println!(
-                    "not verified, larger than {limit} GFLOP for the CPU evaluation: {} \
+                    "not verified, larger than {limit} GFLOP for the CPU evaluation, whole or at sampled elements: {} \
                      (raise --max-gflop: it takes about {:.0} s per GFLOP)",
                     names.join(", "),
                     1.0 / CPU_REFERENCE_GFLOP_PER_S
@@ -230,13 +268,14 @@ fn verify_kernel(
                 .map_err(|e| e.to_string()),
         }
     });
-    Ok(report_of(kernel, points))
+    Ok(report_of(kernel, Evaluation::Whole, points))
 }
 
-fn report_of(kernel: &ktune_core::ir::Kernel, points: Vec<Point>) -> KernelReport {
+fn report_of(kernel: &Kernel, evaluation: Evaluation, points: Vec<Point>) -> KernelReport {
     KernelReport {
         name: kernel.name.clone(),
         shape: kernel.shape().collect(),
+        evaluation,
         points,
     }
 }
@@ -257,7 +296,8 @@ fn verify_on_gpu(
         .filter(|t| *t <= device.target)
         .collect();
     // Check, do not time: one run after one warm-up, every output element
-    // against the CPU evaluation, for kernels up to the limit. The worker
+    // against the CPU evaluation for kernels up to the limit, against the
+    // heuristic schedule's output, sampled by the CPU, above it. The worker
     // computes that evaluation before a kernel's first point: its time
     // limit leaves room for the largest.
     let settings = ktune_measure::Settings {
@@ -265,7 +305,7 @@ fn verify_on_gpu(
         time_cap_s: 0.0,
         min_samples: 1,
         warmup_runs: 1,
-        reference_flops: u64::MAX,
+        reference_flops: (options.limit_gflop() * 1e9) as u64,
         ..ktune_measure::Settings::default()
     };
     let config = WorkerConfig::new(DeviceKind::Gpu { ordinal: 0 })?
@@ -325,7 +365,8 @@ fn verify_on_gpu(
                     }
                 })
                 .collect();
-            Ok(report_of(kernel, points))
+            let evaluation = Evaluation::of(kernel, options).unwrap_or(Evaluation::Whole);
+            Ok(report_of(kernel, evaluation, points))
         })
         .collect()
 }
@@ -377,6 +418,12 @@ fn print_kernel(report: &KernelReport, width: usize) {
         report.points.len(),
         report.mismatches()
     );
+    if report.evaluation == Evaluation::Sampled {
+        println!(
+            "  compared with its heuristic schedule's output, checked by the CPU at {} sampled elements",
+            ktune_measure::SAMPLED_POINTS
+        );
+    }
     for point in &report.points {
         if let Err(e) = &point.result {
             println!("  MISMATCH {e}");
@@ -424,6 +471,7 @@ fn to_json(
                 "name": r.name,
                 "shape": r.shape.iter().map(|(n, s)| (n.clone(), json!(s))).collect::<serde_json::Map<_, _>>(),
                 "points": points.len(),
+                "reference": r.evaluation.name(),
                 "max_error": max_error,
                 "tolerance": tolerance,
                 "mismatches": r.mismatches(),
@@ -471,5 +519,39 @@ mod tests {
             GPU_DEFAULT_MAX_GFLOP
         );
         assert_eq!(options(Device::Gpu, Some(200.0)).limit_gflop(), 200.0);
+    }
+
+    #[test]
+    fn large_kernels_are_verified_on_a_gpu_at_sampled_elements() {
+        let kernel = |attr: proc_macro2::TokenStream, item: proc_macro2::TokenStream| {
+            ktune_core::syntax::parse_kernel(attr, item).expect("parses")
+        };
+        let matmul = |m: u32| {
+            kernel(
+                quote::quote!(shape(M = #m, N = 4096, K = 4096)),
+                quote::quote! {
+                    fn mm(a: Tensor<f32, (M, K)>, b: Tensor<f32, (K, N)>) -> Tensor<f32, (M, N)> {
+                        compute(|m, n| sum(K, |k| a[m][k] * b[k][n]))
+                    }
+                },
+            )
+        };
+        let (small, large) = (matmul(16), matmul(4096));
+        let (gpu, vgpu) = (options(Device::Gpu, None), options(Device::Vgpu, None));
+        assert_eq!(Evaluation::of(&small, &gpu), Some(Evaluation::Whole));
+        assert_eq!(Evaluation::of(&large, &gpu), Some(Evaluation::Sampled));
+        // The virtual GPU would run the whole kernel, whatever the check.
+        assert_eq!(Evaluation::of(&large, &vgpu), None);
+        // Every element here reads all of `x`: none can be sampled.
+        let total = kernel(
+            quote::quote!(shape(N = 200_000)),
+            quote::quote! {
+                fn scaled(x: Tensor<f32, N>) -> Tensor<f32, N> {
+                    compute(|n| x[n] * sum(N, |j| x[j]))
+                }
+            },
+        );
+        assert!(total.flops() as f64 > gpu.limit_gflop() * 1e9);
+        assert_eq!(Evaluation::of(&total, &gpu), None);
     }
 }
