@@ -22,7 +22,7 @@ use std::path::Path;
 use ktune_build::sass::{self, Inspection, Request, Tools};
 use ktune_core::SmVersion;
 use ktune_core::ir::Kernel;
-use ktune_core::lower::{self, matmul};
+use ktune_core::lower::{self, Lowered, matmul};
 use ktune_core::schedule::{Class, MmaTiles, Schedule, Tiles};
 use ktune_core::syntax::parse_kernel;
 use quote::quote;
@@ -95,6 +95,15 @@ fn inspect_default(tools: &Tools, kernel: &Kernel, target: SmVersion) -> (Schedu
     let inspection = sass::inspect(tools, &Request::lowered(&lowered, target))
         .unwrap_or_else(|e| panic!("{} {target}: {e}", kernel.name));
     (schedule, inspection)
+}
+
+/// The machine code ptxas makes of a lowered kernel, in listing order.
+fn machine_code(tools: &Tools, lowered: &Lowered, target: SmVersion) -> Vec<sass::Instruction> {
+    let ptx = ktune_core::ptx::print(&lowered.ptx, target);
+    let report = ktune_build::ptxas::assemble(&tools.ptxas, &ptx, target)
+        .unwrap_or_else(|e| panic!("{}: {e}", lowered.ptx.entry));
+    let listing = sass::disassemble(&tools.nvdisasm, &report.cubin).expect("disassembles");
+    sass::parse(&listing).expect("parses")
 }
 
 /// What a schedule asks of the machine code's access widths.
@@ -436,11 +445,7 @@ fn loads_after_stores_take_the_read_only_path() {
         for schedule in [default, rows.clone()] {
             let lowered = lower::lower(&kernel, &schedule, target)
                 .unwrap_or_else(|e| panic!("{} {schedule:?}: {e}", kernel.name));
-            let ptx = ktune_core::ptx::print(&lowered.ptx, target);
-            let report = ktune_build::ptxas::assemble(&tools.ptxas, &ptx, target)
-                .unwrap_or_else(|e| panic!("{}: {e}", kernel.name));
-            let listing = sass::disassemble(&tools.nvdisasm, &report.cubin).expect("disassembles");
-            let instructions = sass::parse(&listing).expect("parses");
+            let instructions = machine_code(&tools, &lowered, target);
             let first_store = instructions
                 .iter()
                 .position(|i| i.opcode.name == "STG")
@@ -491,10 +496,7 @@ fn one_block_an_sm_lets_ptxas_load_fragments_ahead_of_their_mmas() {
             "{}: {inspection:?}",
             schedule.to_json()
         );
-        let ptx = ktune_core::ptx::print(&lowered.ptx, target);
-        let report = ktune_build::ptxas::assemble(&tools.ptxas, &ptx, target).expect("assembles");
-        let listing = sass::disassemble(&tools.nvdisasm, &report.cubin).expect("disassembles");
-        let instructions = sass::parse(&listing).expect("parses");
+        let instructions = machine_code(&tools, &lowered, target);
         let first_mma = instructions
             .iter()
             .position(|i| i.opcode.name == "HMMA")
