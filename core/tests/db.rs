@@ -304,6 +304,26 @@ fn contraction_knobs_out_of_range_are_reported_not_trusted() {
 }
 
 #[test]
+fn tensor_core_records_pass_with_or_without_the_register_hint() {
+    for min_blocks in [0, 1] {
+        let mut r = record("mm", 128, 10.0, 0.2, "2026-11-01T00:00:00Z");
+        r.schedule = Schedule::Mma(MmaTiles {
+            block_m: 128,
+            block_n: 128,
+            block_k: 32,
+            warp_m: 64,
+            warp_n: 64,
+            stages: 3,
+            group_m: 1,
+            split_k: 1,
+            min_blocks,
+        });
+        let db = Database::parse(&db_of(vec![r]).to_text()).unwrap();
+        assert_eq!(db.check(), vec![], "min_blocks = {min_blocks}");
+    }
+}
+
+#[test]
 fn records_are_checked_against_the_kernels() {
     let kernel = |body: &str| {
         let item: proc_macro2::TokenStream = format!(

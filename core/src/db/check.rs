@@ -219,7 +219,17 @@ fn knobs(schedule: &Schedule, target: SmVersion) -> Result<(), String> {
             check(tiles.threads())
         }
         Schedule::Mma(tiles) => {
-            nonzero(&schedule.knob_values())?;
+            // `min_blocks` may be 0: ptxas chooses.
+            nonzero(&[
+                tiles.block_m,
+                tiles.block_n,
+                tiles.block_k,
+                tiles.warp_m,
+                tiles.warp_n,
+                tiles.stages,
+                tiles.group_m,
+                tiles.split_k,
+            ])?;
             check(tiles.warps().saturating_mul(32))
         }
     }
