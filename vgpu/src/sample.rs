@@ -27,7 +27,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::numeric::tf32_rna;
-use crate::verify::{relative_tolerance, tf32_factors};
+use crate::verify::{allowance, relative_tolerance, tf32_factors};
 
 /// The dimensions of `kernel`'s output that a sample may fix (see the
 /// [module docs](self)), in the output's order.
@@ -157,16 +157,9 @@ impl Sample {
             .fold(0.0f32, f32::max)
             .max(f32::MIN_POSITIVE);
         let rel = relative_tolerance(kernel);
-        let base = |magnitude: f32| rel * magnitude + 0.1 * rel * scale;
         let tolerance = elements
             .values()
-            .map(|&(w, d)| {
-                if d.is_finite() {
-                    base(w.abs() + d) + d
-                } else {
-                    base(w.abs())
-                }
-            })
+            .map(|&(w, d)| allowance(rel, scale, w, Some(d)))
             .collect();
         Some(Sample {
             indices: elements.keys().copied().collect(),

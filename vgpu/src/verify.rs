@@ -274,13 +274,12 @@ impl Reference {
     ///
     /// If `index` is not an element of the output.
     pub fn tolerance(&self, index: usize) -> f32 {
-        let want = self.want[index].abs();
-        let base = |magnitude: f32| self.rel * magnitude + 0.1 * self.rel * self.scale;
-        match self.tf32.get(index) {
-            // An infinite output has no finite allowance: nothing more.
-            Some(&d) if d.is_finite() => base(want + d) + d,
-            _ => base(want),
-        }
+        allowance(
+            self.rel,
+            self.scale,
+            self.want[index],
+            self.tf32.get(index).copied(),
+        )
     }
 
     /// Lowers and checks one schedule point.
@@ -417,6 +416,19 @@ pub fn with_shape(kernel: &Kernel, sizes: &[(&str, u32)]) -> Result<Kernel, Shap
         dim.size = size;
     }
     Ok(out)
+}
+
+/// How far an element whose reference is `want` may be from it, with the
+/// kernel's relative tolerance `rel`, the output's `scale` and, with tf32
+/// factors, the element's difference `tf32` from the reference on rounded
+/// factors (see the [module docs](self)).
+pub(crate) fn allowance(rel: f32, scale: f32, want: f32, tf32: Option<f32>) -> f32 {
+    let base = |magnitude: f32| rel * magnitude + 0.1 * rel * scale;
+    match tf32 {
+        // An infinite output has no finite allowance: nothing more.
+        Some(d) if d.is_finite() => base(want.abs() + d) + d,
+        _ => base(want.abs()),
+    }
 }
 
 /// Random inputs for `kernel`, one vector per input, rounded to each
