@@ -261,8 +261,11 @@ impl Block<'_> {
                     base,
                     offset,
                 } => {
-                    let rows = self.matrix_rows(env, lanes.start, usize::from(n), base, offset)?;
+                    let (rows, wavefronts) =
+                        self.matrix_rows(env, lanes.start, usize::from(n), base, offset)?;
                     stats.shared_load_bytes += 16 * 8 * u64::from(n);
+                    stats.ldmatrix_wavefronts += wavefronts;
+                    stats.ldmatrix_matrices += u64::from(n);
                     let frags = fragment::ldmatrix(usize::from(n), trans, &rows);
                     for (lane, regs) in frags.iter().enumerate() {
                         for (dst, v) in dsts.iter().zip(regs).take(usize::from(n)) {
@@ -368,8 +371,10 @@ impl Block<'_> {
         }
     }
 
-    /// The rows an `ldmatrix` of `n` matrices reads: lane `l < 8n` of the
-    /// warp starting at thread `warp` addresses row `l`, 16 aligned bytes.
+    /// The rows an `ldmatrix` of `n` matrices reads (lane `l < 8n` of the
+    /// warp starting at thread `warp` addresses row `l`, 16 aligned bytes),
+    /// and the shared-memory wavefronts they take (see
+    /// [`Stats::ldmatrix_wavefronts`]).
     fn matrix_rows(
         &mut self,
         env: &BlockEnv<'_>,
@@ -377,11 +382,13 @@ impl Block<'_> {
         n: usize,
         base: Slot,
         offset: i64,
-    ) -> Result<[[u16; 8]; WARP], Fault> {
+    ) -> Result<([[u16; 8]; WARP], u64), Fault> {
         let mut rows = [[0u16; 8]; WARP];
+        let mut addresses = [0u64; WARP];
         for (lane, row) in rows.iter_mut().enumerate().take(8 * n) {
             let i = warp + lane;
             let addr = self.get(env, i, base)?.wrapping_add(offset as u64);
+            addresses[lane] = addr;
             match self.shared.load(i as u32, addr, 16) {
                 Ok(bytes) => {
                     for (v, pair) in row.iter_mut().zip(bytes.chunks_exact(2)) {
@@ -391,7 +398,20 @@ impl Block<'_> {
                 Err(kind) => return Err(self.fault(env, i, kind)),
             }
         }
-        Ok(rows)
+        let wavefronts = addresses[..8 * n]
+            .chunks_exact(8)
+            .map(|matrix| {
+                let mut distinct = matrix.to_vec();
+                distinct.sort_unstable();
+                distinct.dedup();
+                let mut per_group = [0u64; 8];
+                for addr in distinct {
+                    per_group[(addr / 16 % 8) as usize] += 1;
+                }
+                per_group.into_iter().max().unwrap_or(1)
+            })
+            .sum();
+        Ok((rows, wavefronts))
     }
 
     /// Register `slots` of every lane of the warp starting at thread `warp`.

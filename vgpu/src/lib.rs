@@ -185,6 +185,14 @@ pub struct Stats {
     pub mma_flops: u64,
     /// Of `mma_flops`, those of tf32 `mma`s (half the 16-bit rate).
     pub tf32_flops: u64,
+    /// Shared-memory wavefronts of `ldmatrix`, per warp instruction: each
+    /// 8×8 matrix takes as many as the most of its eight 16-byte rows
+    /// that share a 16-byte bank group (address / 16 mod 8), so one when
+    /// its rows cover the 32 banks, and an `ldmatrix.x4` at least four.
+    pub ldmatrix_wavefronts: u64,
+    /// `ldmatrix` warp instructions' matrices: the fewest wavefronts they
+    /// could take.
+    pub ldmatrix_matrices: u64,
 }
 
 /// How a run is limited.

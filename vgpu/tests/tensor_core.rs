@@ -159,6 +159,29 @@ fn ldmatrix_gives_the_documented_fragments() {
     }
 }
 
+/// The counter sees bank conflicts where there are some: lanes addressing
+/// rows `5l mod 32` (16 bytes apart) cover every bank group, lanes
+/// addressing rows `8l mod 32` put four distinct rows of each matrix in
+/// one group.
+#[test]
+fn the_wavefront_count_sees_bank_conflicts() {
+    for (spread, per_matrix) in [(5, 1), (8, 4)] {
+        let text = snippets::ldmatrix_spread(spread);
+        let (kernel, _) = parse(&text).unwrap_or_else(|e| panic!("{e}\n{text}"));
+        let launch = Launch {
+            grid: [1, 1, 1],
+            block: [32, 1, 1],
+            dynamic_shared_bytes: kernel.dynamic_shared_bytes,
+            workspace_bytes: 0,
+        };
+        let mut buffers = vec![vec![1u8; 512], vec![0u8; 512]];
+        let stats =
+            ktune_vgpu::run(&kernel, &launch, &mut buffers).unwrap_or_else(|f| panic!("{f}"));
+        assert_eq!(stats.ldmatrix_matrices, 4);
+        assert_eq!(stats.ldmatrix_wavefronts, 4 * per_matrix, "spread {spread}");
+    }
+}
+
 /// The matrix product the vgpu documents: each element `C[i][j]` then a
 /// chain of fmas in increasing k.
 fn fma_chain(a: &[f32], b: &[f32], c: &[f32], k: usize) -> Vec<f32> {

@@ -180,11 +180,24 @@ pub fn ldmatrix(count: usize, trans: bool, misaligned_lane: Option<u32>) -> Stri
         2,
         32,
         512,
-        &ldmatrix_body(count, trans, misaligned_lane),
+        &ldmatrix_body(count, trans, misaligned_lane, 5),
     )
 }
 
-fn ldmatrix_body(count: usize, trans: bool, misaligned_lane: Option<u32>) -> String {
+/// [`ldmatrix`] of 4 matrices with lane l giving the address of stored row
+/// `spread · l mod 32`: with `spread` 8, a matrix's eight lanes address
+/// four distinct rows 128 bytes apart, all in one bank group.
+pub fn ldmatrix_spread(spread: u32) -> String {
+    module(
+        &format!("ldmatrix_spread_{spread}"),
+        2,
+        32,
+        512,
+        &ldmatrix_body(4, false, None, spread),
+    )
+}
+
+fn ldmatrix_body(count: usize, trans: bool, misaligned_lane: Option<u32>, spread: u32) -> String {
     let regs: Vec<String> = (0..count).map(|i| format!("%r{}", 10 + i)).collect();
     let list = format!("{{{}}}", regs.join(", "));
     let store = match count {
@@ -210,7 +223,7 @@ fn ldmatrix_body(count: usize, trans: bool, misaligned_lane: Option<u32>) -> Str
 \tmad.lo.u32 %r6, %r1, 16, %r0;
 \tst.shared.v4.b32 [%r6], {{%r2, %r3, %r4, %r5}};
 \tbar.sync 0;
-\tmul.lo.u32 %r7, %r1, 5;
+\tmul.lo.u32 %r7, %r1, {spread};
 \tand.b32 %r8, %r7, 31;
 \tmad.lo.u32 %r9, %r8, 16, %r0;
 {skew}\tldmatrix.sync.aligned.m8n8.x{count}{}.shared.b16 {list}, [%r15];
@@ -224,7 +237,7 @@ fn ldmatrix_body(count: usize, trans: bool, misaligned_lane: Option<u32>) -> Str
 /// Bug: only lanes 0–15 execute the `ldmatrix` (it and the store of its
 /// result are guarded by `%tid.x < 16`, like a bounds-checked tile load).
 pub fn ldmatrix_divergent() -> String {
-    let body = ldmatrix_body(4, false, None)
+    let body = ldmatrix_body(4, false, None, 5)
         .replace(
             "\tldmatrix.sync",
             "\tsetp.lt.u32 %p0, %r1, 16;\n\t@%p0 ldmatrix.sync",
