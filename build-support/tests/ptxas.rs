@@ -218,6 +218,7 @@ fn suite() -> Vec<(Kernel, Vec<Schedule>)> {
             group_m: 1,
             split_k: 1,
             min_blocks: 0,
+            swizzle: 0,
         })
     };
     let tf32_points = vec![
@@ -311,6 +312,7 @@ fn suite() -> Vec<(Kernel, Vec<Schedule>)> {
                 group_m: 1,
                 split_k: 8,
                 min_blocks: 0,
+                swizzle: 0,
             }),
         ],
     ));

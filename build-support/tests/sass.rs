@@ -469,10 +469,10 @@ fn loads_after_stores_take_the_read_only_path() {
 }
 
 /// With `min_blocks = 1` (`.minnctapersm 1`), ptxas gives the bf16 matmul's
-/// default tile more registers and spends them loading a k-step's
-/// `ldmatrix` fragments ahead of its `mma`s; left to itself it fits three
-/// blocks an SM and loads each A fragment just before its eight `mma`s.
-/// Neither spills.
+/// default tile, in padded rows, more registers and spends them loading a
+/// k-step's `ldmatrix` fragments ahead of its `mma`s; left to itself it
+/// fits three blocks an SM and loads each A fragment just before its eight
+/// `mma`s. Neither spills.
 #[test]
 fn one_block_an_sm_lets_ptxas_load_fragments_ahead_of_their_mmas() {
     let tools = tools();
@@ -485,6 +485,7 @@ fn one_block_an_sm_lets_ptxas_load_fragments_ahead_of_their_mmas() {
     let [free, hinted] = [0, 1].map(|min_blocks| {
         let schedule = Schedule::Mma(MmaTiles {
             min_blocks,
+            swizzle: 0,
             ..default
         });
         let lowered = lower::lower(&kernel, &schedule, target)
@@ -522,5 +523,44 @@ fn one_block_an_sm_lets_ptxas_load_fragments_ahead_of_their_mmas() {
     assert_eq!(
         hinted.0.tensor_core_instructions,
         free.0.tensor_core_instructions
+    );
+}
+
+/// The bf16 default's swizzled rows cost its main loop nothing: the XOR of
+/// each lane's row key is taken once, before the loop, into one address
+/// register per class of fragments, and the loop runs the same
+/// instructions as with padded rows. The layout saves the padding's
+/// shared memory; neither spills.
+#[test]
+fn swizzled_rows_cost_the_main_loop_no_instructions() {
+    let tools = tools();
+    let kernel = bf16_matmul_bias_gelu();
+    let target = SmVersion::Sm90;
+    let Schedule::Mma(default) = lower::heuristic(&kernel, target) else {
+        panic!("the bf16 default is a tensor-core schedule")
+    };
+    assert_eq!(default.swizzle, 1);
+    let [padded, swizzled] = [0, 1].map(|swizzle| {
+        let schedule = Schedule::Mma(MmaTiles { swizzle, ..default });
+        let lowered = lower::lower(&kernel, &schedule, target)
+            .unwrap_or_else(|e| panic!("{}: {e}", schedule.to_json()));
+        let inspection = sass::inspect(&tools, &Request::lowered(&lowered, target))
+            .unwrap_or_else(|e| panic!("{}: {e}", schedule.to_json()));
+        assert!(
+            !inspection.spills(),
+            "{}: {inspection:?}",
+            schedule.to_json()
+        );
+        inspection
+    });
+    let main_loop = |i: &Inspection| i.main_loop.clone().expect("a main loop");
+    let (p, s) = (main_loop(&padded), main_loop(&swizzled));
+    assert_eq!(s.instructions, p.instructions, "{p:?}\n{s:?}");
+    assert_eq!(s.mix, p.mix);
+    assert!(
+        swizzled.shared.dynamic_bytes < padded.shared.dynamic_bytes,
+        "{:?} against {:?}",
+        swizzled.shared,
+        padded.shared
     );
 }

@@ -51,6 +51,11 @@
 //!   follow; what ptxas does with them (fragments loaded further ahead of
 //!   their `mma`s) the model does not see, so it never ranks such a point
 //!   above the same tiles without the hint: measurement decides.
+//!   Swizzled tiles (`swizzle = 1`) differ from padded ones only by the
+//!   padding's shared memory and a few lane-address registers: the model
+//!   does not count the shared-memory wavefronts of `cp.async` copies,
+//!   whose excess over padded rows is the reason for the swizzle, so that
+//!   too is for measurement.
 //! - **Split-K** (`split_k` above 1) multiplies a contraction's
 //!   blocks and divides each one's steps over `K`: a grid too small to
 //!   fill the SMs fills more of them. It costs the partial tiles' traffic
@@ -1101,6 +1106,7 @@ mod tests {
             group_m: 1,
             split_k: 1,
             min_blocks: 0,
+            swizzle: 0,
         })
     }
 
@@ -1163,6 +1169,7 @@ mod tests {
                 group_m: 1,
                 split_k,
                 min_blocks: 0,
+                swizzle: 0,
             })
         };
         let narrow = estimate(&k, &tile(16, 4), SmVersion::Sm90).unwrap();

@@ -131,6 +131,13 @@ pub struct MmaTiles {
     /// JSON form when 0.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub min_blocks: u32,
+    /// How 16-bit operand tiles lie in shared memory: 0, each row padded
+    /// by 16 bytes; 1, rows unpadded with their 16-byte chunks permuted by
+    /// an XOR of the row, so that rows start on 128-byte lines. Either way
+    /// `ldmatrix` reads are free of bank conflicts. Absent from the JSON
+    /// form when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub swizzle: u32,
 }
 
 fn one() -> u32 {
@@ -193,6 +200,7 @@ impl Class {
                 "group_m",
                 "split_k",
                 "min_blocks",
+                "swizzle",
             ],
         }
     }
@@ -254,6 +262,7 @@ impl Class {
                     group_m,
                     split_k,
                     min_blocks,
+                    swizzle,
                 ],
             ) => Schedule::Mma(MmaTiles {
                 block_m,
@@ -265,6 +274,7 @@ impl Class {
                 group_m,
                 split_k,
                 min_blocks,
+                swizzle,
             }),
             _ => return None,
         })
@@ -324,8 +334,10 @@ impl Schedule {
                 group_m,
                 split_k,
                 min_blocks,
+                swizzle,
             }) => vec![
                 block_m, block_n, block_k, warp_m, warp_n, stages, group_m, split_k, min_blocks,
+                swizzle,
             ],
         }
     }
@@ -406,11 +418,11 @@ mod tests {
     fn mma_split_k_defaults_to_one_and_is_written_only_when_set() {
         let old = r#"{"class":"mma","block_m":64,"block_n":64,"block_k":32,"warp_m":32,"warp_n":32,"stages":3,"group_m":8}"#;
         let parsed = Schedule::from_json(old).expect("a schedule written before split_k");
-        assert_eq!(parsed.knob_values(), [64, 64, 32, 32, 32, 3, 8, 1, 0]);
+        assert_eq!(parsed.knob_values(), [64, 64, 32, 32, 32, 3, 8, 1, 0, 0]);
         assert_eq!(parsed.to_json(), old);
         let split = Class::Mma
-            .schedule(&[64, 64, 32, 32, 32, 3, 1, 4, 0])
-            .expect("nine knobs");
+            .schedule(&[64, 64, 32, 32, 32, 3, 1, 4, 0, 0])
+            .expect("ten knobs");
         let json = split.to_json();
         assert!(json.ends_with(r#","stages":3,"split_k":4}"#), "{json}");
         assert_eq!(Schedule::from_json(&json).expect("round trip"), split);
@@ -420,14 +432,28 @@ mod tests {
     fn min_blocks_defaults_to_zero_and_is_written_only_when_set() {
         let old = r#"{"class":"mma","block_m":128,"block_n":128,"block_k":32,"warp_m":64,"warp_n":64,"stages":3,"split_k":2}"#;
         let parsed = Schedule::from_json(old).expect("a schedule written before min_blocks");
-        assert_eq!(parsed.knob_values(), [128, 128, 32, 64, 64, 3, 1, 2, 0]);
+        assert_eq!(parsed.knob_values(), [128, 128, 32, 64, 64, 3, 1, 2, 0, 0]);
         assert_eq!(parsed.to_json(), old);
         let hinted = Class::Mma
-            .schedule(&[128, 128, 32, 64, 64, 3, 1, 1, 1])
-            .expect("nine knobs");
+            .schedule(&[128, 128, 32, 64, 64, 3, 1, 1, 1, 0])
+            .expect("ten knobs");
         let json = hinted.to_json();
         assert!(json.ends_with(r#","stages":3,"min_blocks":1}"#), "{json}");
         assert_eq!(Schedule::from_json(&json).expect("round trip"), hinted);
+    }
+
+    #[test]
+    fn swizzle_defaults_to_zero_and_is_written_only_when_set() {
+        let old = r#"{"class":"mma","block_m":128,"block_n":128,"block_k":32,"warp_m":64,"warp_n":64,"stages":3,"min_blocks":1}"#;
+        let parsed = Schedule::from_json(old).expect("a schedule written before swizzle");
+        assert_eq!(parsed.knob_values(), [128, 128, 32, 64, 64, 3, 1, 1, 1, 0]);
+        assert_eq!(parsed.to_json(), old);
+        let swizzled = Class::Mma
+            .schedule(&[128, 128, 32, 64, 64, 3, 1, 1, 0, 1])
+            .expect("ten knobs");
+        let json = swizzled.to_json();
+        assert!(json.ends_with(r#","stages":3,"swizzle":1}"#), "{json}");
+        assert_eq!(Schedule::from_json(&json).expect("round trip"), swizzled);
     }
 
     #[test]

@@ -279,6 +279,7 @@ fn contraction_knobs_out_of_range_are_reported_not_trusted() {
         group_m: 1,
         split_k: 1,
         min_blocks: 0,
+        swizzle: 0,
     };
     let schedules = [
         Schedule::Matmul(simt),
@@ -304,8 +305,8 @@ fn contraction_knobs_out_of_range_are_reported_not_trusted() {
 }
 
 #[test]
-fn tensor_core_records_pass_with_or_without_the_register_hint() {
-    for min_blocks in [0, 1] {
+fn tensor_core_records_pass_with_or_without_the_register_hint_or_the_swizzle() {
+    for (min_blocks, swizzle) in [(0, 0), (1, 0), (0, 1), (1, 1)] {
         let mut r = record("mm", 128, 10.0, 0.2, "2026-11-01T00:00:00Z");
         r.schedule = Schedule::Mma(MmaTiles {
             block_m: 128,
@@ -317,9 +318,14 @@ fn tensor_core_records_pass_with_or_without_the_register_hint() {
             group_m: 1,
             split_k: 1,
             min_blocks,
+            swizzle,
         });
         let db = Database::parse(&db_of(vec![r]).to_text()).unwrap();
-        assert_eq!(db.check(), vec![], "min_blocks = {min_blocks}");
+        assert_eq!(
+            db.check(),
+            vec![],
+            "min_blocks = {min_blocks}, swizzle = {swizzle}"
+        );
     }
 }
 

@@ -320,6 +320,7 @@ fn space_reports_knobs_validity_and_the_models_ranking() {
         "vector_b",
         "split_k",
         "min_blocks",
+        "swizzle",
         "valid (",
         "rejected by:",
         "threads",

@@ -575,6 +575,7 @@ fn tf32_tiles() -> Schedule {
         group_m: 1,
         split_k: 1,
         min_blocks: 0,
+        swizzle: 0,
     })
 }
 

@@ -219,7 +219,8 @@ fn knobs(schedule: &Schedule, target: SmVersion) -> Result<(), String> {
             check(tiles.threads())
         }
         Schedule::Mma(tiles) => {
-            // `min_blocks` may be 0: ptxas chooses.
+            // `min_blocks` and `swizzle` may be 0: ptxas chooses, rows
+            // are padded.
             nonzero(&[
                 tiles.block_m,
                 tiles.block_n,

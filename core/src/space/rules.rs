@@ -60,6 +60,13 @@
 //!   instead of 168 and keeps more `ldmatrix` fragments ahead of their
 //!   `mma`s, at the cost of a resident block. Which wins is for
 //!   measurement: the heuristic model does not see it.
+//! - **Shared-memory layout** (`swizzle`, tensor-core contractions of
+//!   16-bit operands; tf32 fragments, read word by word, keep padded
+//!   rows): 0, rows padded by 16 bytes, and 1, unpadded rows whose 16-byte
+//!   chunks are XOR-permuted by row. Both keep `ldmatrix` free of bank
+//!   conflicts; swizzled rows also start on 128-byte lines, so a warp's
+//!   `cp.async` copies fill whole lines, and save the padding's shared
+//!   memory, for a few more address registers.
 
 use super::{Coverage, Family, Knob, Space};
 use crate::dtype::DType;
@@ -176,12 +183,22 @@ fn matmul(kernel: &Kernel, plan: &MatmulPlan, target: SmVersion) -> Space {
                 knob("group_m", groups(m.div_ceil(16), n.div_ceil(16))),
                 knob("split_k", split_k_values(kernel, plan, target)),
                 knob("min_blocks", vec![0, 1]),
+                knob("swizzle", swizzles(kernel, plan)),
             ],
         });
     }
     Space {
         families,
         coverage: Coverage::Tiles { n },
+    }
+}
+
+/// Shared-memory layouts of tensor-core tiles: padded rows (0), and for
+/// 16-bit operands, read by `ldmatrix`, XOR-swizzled rows (1).
+fn swizzles(kernel: &Kernel, plan: &MatmulPlan) -> Vec<u32> {
+    match kernel.input(plan.a.tensor).dtype {
+        DType::F16 | DType::Bf16 => vec![0, 1],
+        _ => vec![0],
     }
 }
 

@@ -3,7 +3,10 @@
 //!
 //! Each thread owns the same chunks of every tile: `passes` chunks, chunk
 //! `tid + pass · threads` in row-major order of the shared tile (so
-//! consecutive threads copy consecutive 16 bytes of a row, coalesced).
+//! consecutive threads copy consecutive 16 bytes of a row, coalesced),
+//! written where [`MmaStaging::chunk_offset`] puts it (swizzled tiles
+//! permute each row's chunks: a warp's 32 chunks still fill four whole
+//! 128-byte lines).
 //! Rows hold no more chunks than the block has threads: `k`-contiguous
 //! rows are `block_k ≤ 64` elements, at most 16 chunks; the others
 //! `block_x` elements, at most `block_x / 4` chunks (f32), while warp tiles
@@ -34,14 +37,12 @@ pub(super) struct Copier<'a> {
     staging: &'a MmaStaging,
     operand: &'a MatmulOperand,
     block_k: u32,
-    /// Rows between a thread's consecutive chunks.
-    rows_per_pass: u32,
     /// Per pass: where the chunk is read, in the current tile.
     access: Vec<Addr>,
     /// The distinct base registers of `access`, advanced once per tile.
     pointers: Vec<Reg>,
-    /// Shared address of pass 0's chunk in slot 0 (window included).
-    shared: Reg,
+    /// Per pass: where the chunk is written in slot 0 (window included).
+    shared: Vec<Addr>,
     /// Per pass: the chunk's `k` within the tile, when `k` can overhang.
     k_local: Vec<Option<Reg>>,
     /// Per pass: the bytes the chunk reads by its row (16 inside the
@@ -75,13 +76,10 @@ impl<'a> Copier<'a> {
         let (chunk, size) = (staging.chunk(), staging.element_bytes);
         let row_chunks = staging.row_chunks();
         let row = b.u32_op(ArithOp::Div, tile.tid, imm(row_chunks));
-        let col = b.u32_op(ArithOp::Rem, tile.tid, imm(row_chunks));
-        let col = b.u32_op(ArithOp::Mul, col, imm(chunk));
+        let col_chunk = b.u32_op(ArithOp::Rem, tile.tid, imm(row_chunks));
+        let col = b.u32_op(ArithOp::Mul, col_chunk, imm(chunk));
         let rows_per_pass = threads / row_chunks;
-
-        let shared = b.u32_mad(row, imm(staging.pitch), col);
-        let shared = b.u32_mad(shared, imm(size), smem);
-        let shared = b.u32_op(ArithOp::Add, shared, imm(staging.offset));
+        let shared = shared_addresses(b, staging, (row, col_chunk), rows_per_pass, smem);
 
         let (x_local, k_local) = if staging.k_major {
             (row, col)
@@ -176,7 +174,6 @@ impl<'a> Copier<'a> {
             staging,
             operand,
             block_k,
-            rows_per_pass,
             access,
             pointers,
             shared,
@@ -191,8 +188,7 @@ impl<'a> Copier<'a> {
     /// offset `slot` (a register), without committing them.
     pub fn issue(&self, b: &mut Builder, slot: Reg) {
         let s = self.staging;
-        let rows_per_pass = self.rows_per_pass;
-        let dst_base = b.u32_op(ArithOp::Add, self.shared, slot);
+        let mut in_slot: Vec<(Reg, Reg)> = Vec::new();
         let mut last_k: Option<(Reg, Reg)> = None;
         for pass in 0..s.passes {
             let k_bytes = match (self.k_local[pass as usize], self.k_end) {
@@ -211,12 +207,18 @@ impl<'a> Copier<'a> {
                 (Some(k), Some(x)) => Some(b.u32_op(ArithOp::Min, k, x)),
                 (k, x) => k.or(x),
             };
+            let Addr { base, offset } = self.shared[pass as usize];
+            let base = match in_slot.iter().find(|(from, _)| *from == base) {
+                Some(&(_, moved)) => moved,
+                None => {
+                    let moved = b.u32_op(ArithOp::Add, base, slot);
+                    in_slot.push((base, moved));
+                    moved
+                }
+            };
             let op = Op::CpAsync {
                 cache: CpAsyncCache::Cg,
-                dst: Addr {
-                    base: dst_base,
-                    offset: i64::from(pass * rows_per_pass * s.pitch * s.element_bytes),
-                },
+                dst: Addr { base, offset },
                 src: self.access[pass as usize],
                 bytes: 16,
                 src_bytes,
@@ -251,6 +253,63 @@ impl<'a> Copier<'a> {
             });
         }
     }
+}
+
+/// Where each pass's chunk lies in slot 0 (window included), for the
+/// thread whose first chunk is `col_chunk` of `row`: pass `p` writes the
+/// same chunk of row `row + p · rows_per_pass`.
+///
+/// Padded rows take an offset per pass from one register. Swizzled rows
+/// permute their chunks by the row's key, which moves on by
+/// `rows_per_pass / key_rows` per pass (`rows_per_pass` is a multiple of
+/// `key_rows`: both are powers of two, and a block's threads, at least a
+/// warp, cover at least a 128-byte line's rows); passes whose keys differ
+/// take a register each, at most `swizzle_width` of them.
+fn shared_addresses(
+    b: &mut Builder,
+    staging: &MmaStaging,
+    (row, col_chunk): (Reg, Reg),
+    rows_per_pass: u32,
+    smem: Reg,
+) -> Vec<Addr> {
+    let row_bytes = staging.pitch * staging.element_bytes;
+    let row_start = b.u32_mad(row, imm(row_bytes), smem);
+    let row_start = b.u32_op(ArithOp::Add, row_start, imm(staging.offset));
+    let at = |b: &mut Builder, chunk: Reg| b.u32_mad(chunk, imm(16), row_start);
+    let pass_offset = |pass: u32| i64::from(pass * rows_per_pass * row_bytes);
+    if !staging.swizzled {
+        let base = at(b, col_chunk);
+        return (0..staging.passes)
+            .map(|pass| Addr {
+                base,
+                offset: pass_offset(pass),
+            })
+            .collect();
+    }
+    let width = staging.swizzle_width();
+    let key = b.u32_op(ArithOp::Div, row, imm(staging.key_rows()));
+    let step = rows_per_pass / staging.key_rows();
+    let mut bases: Vec<(u32, Reg)> = Vec::new();
+    (0..staging.passes)
+        .map(|pass| {
+            let shift = (pass * step) % width;
+            let base = match bases.iter().find(|(s, _)| *s == shift) {
+                Some(&(_, base)) => base,
+                None => {
+                    let key = b.u32_op(ArithOp::Add, key, imm(shift));
+                    let key = b.u32_op(ArithOp::Rem, key, imm(width));
+                    let chunk = b.u32_op(ArithOp::Xor, col_chunk, key);
+                    let base = at(b, chunk);
+                    bases.push((shift, base));
+                    base
+                }
+            };
+            Addr {
+                base,
+                offset: pass_offset(pass),
+            }
+        })
+        .collect()
 }
 
 /// 16 where `x` is inside the extent, else 0: a chunk's source size.

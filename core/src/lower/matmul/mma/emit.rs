@@ -46,17 +46,34 @@ pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &MmaLayout) -> Lo
     let wm0 = b.u32_op(ArithOp::Mul, warp_m, imm(t.warp_m));
     let wn0 = b.u32_op(ArithOp::Mul, warp_n, imm(t.warp_n));
     let (a_lane, b_lane) = match layout.kind {
-        MmaKind::F16 | MmaKind::Bf16 => (
-            lane_address(&mut b, &layout.a, Side::A, lane, wm0, smem),
-            lane_address(&mut b, &layout.b, Side::B, lane, wn0, smem),
-        ),
+        MmaKind::F16 | MmaKind::Bf16 => {
+            let k_steps = t.block_k / 16;
+            (
+                lane_addresses(
+                    &mut b,
+                    (&layout.a, Side::A),
+                    lane,
+                    (wm0, t.warp_m),
+                    smem,
+                    k_steps,
+                ),
+                lane_addresses(
+                    &mut b,
+                    (&layout.b, Side::B),
+                    lane,
+                    (wn0, t.warp_n),
+                    smem,
+                    k_steps,
+                ),
+            )
+        }
         MmaKind::Tf32 => (
-            lane_word(&mut b, &layout.a, lane, wm0, smem),
-            lane_word(&mut b, &layout.b, lane, wn0, smem),
+            vec![lane_word(&mut b, &layout.a, lane, wm0, smem)],
+            vec![lane_word(&mut b, &layout.b, lane, wn0, smem)],
         ),
     };
 
-    let acc = main_loop(&mut b, layout, [&a, &bs], [a_lane, b_lane]);
+    let acc = main_loop(&mut b, layout, [&a, &bs], [&a_lane, &b_lane]);
 
     // Accumulator register 2h + e of tile (i, j) is output row
     // 16i + 8h + g, column 8j + 2t + e of the warp's sub-tile.
@@ -107,9 +124,28 @@ pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &MmaLayout) -> Lo
     )
 }
 
-/// The shared address (slot 0) this lane hands `ldmatrix.x4` for the
-/// 16×16 (`x` × `k`) fragment at the warp's origin `x0`, first k-step.
-fn lane_address(b: &mut Builder, s: &MmaStaging, side: Side, lane: Reg, x0: Reg, smem: Reg) -> Reg {
+/// The shared addresses (slot 0) this lane hands `ldmatrix.x4`, for the
+/// 16×16 (`x` × `k`) fragments of the warp's `warp_x`-wide tile at `x0`
+/// over `k_steps` k-steps: one register
+/// for padded rows, fragments at constant offsets from it
+/// ([`fragment_address`]).
+///
+/// Swizzled rows permute chunks by the lane's row key, which fragments
+/// 16 stored rows apart share (16 rows are `16 / key_rows` whole keys, a
+/// multiple of `swizzle_width`), so moving along the stored rows is a
+/// constant offset; moving `d` chunks along them is one when `d` is a
+/// multiple of `swizzle_width` (the XOR only touches the chunk's low
+/// bits). Fragments `2·step` chunks along (`step` the k-step, or for
+/// non-`k`-major tiles the fragment along `x`) take the register of
+/// `step % (swizzle_width / 2)`: one per class, as many as `steps` uses.
+fn lane_addresses(
+    b: &mut Builder,
+    (s, side): (&MmaStaging, Side),
+    lane: Reg,
+    (x0, warp_x): (Reg, u32),
+    smem: Reg,
+    k_steps: u32,
+) -> Vec<Reg> {
     let matrix = b.u32_op(ArithOp::Shr, lane, Operand::Int(3));
     let row = b.u32_op(ArithOp::And, lane, Operand::Int(7));
     let low = b.u32_op(ArithOp::And, matrix, Operand::Int(1));
@@ -129,9 +165,23 @@ fn lane_address(b: &mut Builder, s: &MmaStaging, side: Side, lane: Reg, x0: Reg,
     };
     let x = b.u32_op(ArithOp::Add, x, x0);
     let (stored_row, stored_col) = if s.k_major { (x, k) } else { (k, x) };
-    let element = b.u32_mad(stored_row, imm(s.pitch), stored_col);
-    let address = b.u32_mad(element, imm(2), smem);
-    b.u32_op(ArithOp::Add, address, imm(s.offset))
+    if !s.swizzled {
+        let element = b.u32_mad(stored_row, imm(s.pitch), stored_col);
+        let address = b.u32_mad(element, imm(2), smem);
+        return vec![b.u32_op(ArithOp::Add, address, imm(s.offset))];
+    }
+    let row_start = b.u32_mad(stored_row, imm(s.pitch * 2), smem);
+    let row_start = b.u32_op(ArithOp::Add, row_start, imm(s.offset));
+    let chunk = b.u32_op(ArithOp::Div, stored_col, imm(s.chunk()));
+    let key = b.u32_op(ArithOp::Div, stored_row, imm(s.key_rows()));
+    let key = b.u32_op(ArithOp::Rem, key, imm(s.swizzle_width()));
+    (0..s.lane_registers(warp_x, k_steps))
+        .map(|step| {
+            let chunk = offset(b, chunk, 2 * step);
+            let chunk = b.u32_op(ArithOp::Xor, chunk, key);
+            b.u32_mad(chunk, imm(16), row_start)
+        })
+        .collect()
 }
 
 /// The shared address (slot 0) of this lane's word of a tf32 fragment:
@@ -161,15 +211,23 @@ fn tf32_words<const N: usize>(b: &mut Builder, base: Reg, offsets: [i64; N]) -> 
     })
 }
 
-/// Byte offset of the 16×16 fragment `xt` (along `x`) at k-step `kk` from
-/// the first one.
-fn fragment_offset(s: &MmaStaging, xt: u32, kk: u32) -> i64 {
-    let (row, col) = if s.k_major {
-        (16 * xt, 16 * kk)
-    } else {
-        (16 * kk, 16 * xt)
-    };
-    i64::from((row * s.pitch + col) * 2)
+/// Where a lane reads the 16×16 fragment `xt` (along `x`) at k-step `kk`,
+/// from the lane's registers of [`lane_addresses`] (in some slot).
+fn fragment_address(s: &MmaStaging, lanes: &[Reg], xt: u32, kk: u32) -> Addr {
+    let (along_rows, step) = if s.k_major { (xt, kk) } else { (kk, xt) };
+    let row_bytes = s.pitch * 2;
+    if !s.swizzled {
+        return Addr {
+            base: lanes[0],
+            offset: i64::from(16 * along_rows * row_bytes + 32 * step),
+        };
+    }
+    let width = s.swizzle_width();
+    let class = step % (width / 2);
+    Addr {
+        base: lanes[class as usize],
+        offset: i64::from(16 * along_rows * row_bytes + (2 * step - 2 * class) * 16),
+    }
 }
 
 /// Accumulators: `[i][j]` is the m16n8 tile `i` along `m`, `j` along `n`.
@@ -180,7 +238,7 @@ fn main_loop(
     b: &mut Builder,
     layout: &MmaLayout,
     [a, bs]: [&Copier<'_>; 2],
-    [a_lane, b_lane]: [Reg; 2],
+    lanes: [&[Reg]; 2],
 ) -> Accumulators {
     let t = layout.tiles;
     let acc: Accumulators = (0..t.warp_m / 16)
@@ -202,27 +260,24 @@ fn main_loop(
         slot_bytes: layout.slot_bytes,
     };
     pipeline::ring(b, ring, issue, |b, slot| {
-        compute(b, layout, &acc, slot, [a_lane, b_lane]);
+        compute(b, layout, &acc, slot, lanes);
     });
     acc
 }
 
 /// One tile's `block_k / k` steps of fragment loads and `mma`s (`k` 16, or
 /// 8 for tf32), reading the slot at byte offset `slot`.
-fn compute(
-    b: &mut Builder,
-    layout: &MmaLayout,
-    acc: &Accumulators,
-    slot: Reg,
-    [a_lane, b_lane]: [Reg; 2],
-) {
+fn compute(b: &mut Builder, layout: &MmaLayout, acc: &Accumulators, slot: Reg, lanes: [&[Reg]; 2]) {
     let t = layout.tiles;
-    let a_base = b.u32_op(ArithOp::Add, a_lane, slot);
-    let b_base = b.u32_op(ArithOp::Add, b_lane, slot);
+    let [a_lanes, b_lanes] = lanes.map(|regs| -> Vec<Reg> {
+        regs.iter()
+            .map(|r| b.u32_op(ArithOp::Add, *r, slot))
+            .collect()
+    });
     for kk in 0..t.block_k / layout.kind.k() {
         let (a_frags, b_frags) = match layout.kind {
-            MmaKind::F16 | MmaKind::Bf16 => ldmatrix_fragments(b, layout, kk, [a_base, b_base]),
-            MmaKind::Tf32 => tf32_fragments(b, layout, kk, [a_base, b_base]),
+            MmaKind::F16 | MmaKind::Bf16 => ldmatrix_fragments(b, layout, kk, [&a_lanes, &b_lanes]),
+            MmaKind::Tf32 => tf32_fragments(b, layout, kk, [a_lanes[0], b_lanes[0]]),
         };
         for (row, a_frag) in acc.iter().zip(&a_frags) {
             for (c, b_frag) in row.iter().zip(&b_frags) {
@@ -241,25 +296,19 @@ fn ldmatrix_fragments(
     b: &mut Builder,
     layout: &MmaLayout,
     kk: u32,
-    [a_base, b_base]: [Reg; 2],
+    [a_lanes, b_lanes]: [&[Reg]; 2],
 ) -> Fragments {
     let t = layout.tiles;
     let a_frags = (0..t.warp_m / 16)
         .map(|i| {
-            let addr = Addr {
-                base: a_base,
-                offset: fragment_offset(&layout.a, i, kk),
-            };
+            let addr = fragment_address(&layout.a, a_lanes, i, kk);
             let r = b.ldmatrix(4, !layout.a.k_major, addr);
             [r[0], r[1], r[2], r[3]]
         })
         .collect();
     let b_frags = (0..t.warp_n / 16)
         .flat_map(|j| {
-            let addr = Addr {
-                base: b_base,
-                offset: fragment_offset(&layout.b, j, kk),
-            };
+            let addr = fragment_address(&layout.b, b_lanes, j, kk);
             let r = b.ldmatrix(4, !layout.b.k_major, addr);
             [[r[0], r[1]], [r[2], r[3]]]
         })

@@ -22,7 +22,16 @@ const REGISTER_BUDGET: u32 = 255;
 ///
 /// The tile is `block_x × block_k` (`x` is `m` for A, `n` for B), stored
 /// as `rows × pitch` elements of `element_bytes`: rows along the operand's
-/// non-contiguous dimension, `pitch = cols + pad` (see [`pad`]).
+/// non-contiguous dimension, `pitch = cols + pad` (see [`pad`]), or with
+/// `swizzled` rows unpadded (`pitch = cols`) and each row's 16-byte chunks
+/// permuted: chunk `c` of row `r` is stored at chunk `c ^ key`, `key =
+/// (r / key_rows) % swizzle_width`, the XOR touching only the chunk's low
+/// bits. An `ldmatrix` phase reads one chunk of eight consecutive rows
+/// (from a multiple of 8): their keys take `swizzle_width` distinct
+/// values, each shared by the `key_rows` rows that fill one 128-byte line
+/// side by side, so the eight chunks land in the eight 16-byte bank
+/// groups. Unpadded rows start on 128-byte lines or fill their part of
+/// one, so a warp's 32 consecutive 16-byte copies fill four whole lines.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct MmaStaging {
     /// Whether the operand is contiguous along `k` (rows are `x`).
@@ -42,6 +51,8 @@ pub(crate) struct MmaStaging {
     /// Whether only the first `rows · cols / 8` threads copy (the tile has
     /// fewer chunks than the block has threads).
     pub partial: bool,
+    /// Whether rows are unpadded and their chunks XOR-permuted.
+    pub swizzled: bool,
 }
 
 impl MmaStaging {
@@ -58,7 +69,34 @@ impl MmaStaging {
     pub fn row_chunks(&self) -> u32 {
         self.cols / self.chunk()
     }
+
+    /// Chunks of a row that the swizzle permutes among themselves: a
+    /// 128-byte line's worth, or the whole row when it is shorter.
+    pub fn swizzle_width(&self) -> u32 {
+        self.row_chunks().min(LINE_CHUNKS)
+    }
+
+    /// Consecutive rows that share a swizzle key: those of one 128-byte
+    /// line.
+    pub fn key_rows(&self) -> u32 {
+        LINE_CHUNKS / self.swizzle_width()
+    }
+
+    /// Address registers a lane keeps for its `ldmatrix` reads of a warp
+    /// tile `warp_x` wide over `k_steps` k-steps: one for padded rows;
+    /// swizzled, one per class of fragment steps along the stored rows
+    /// (the emitter's `lane_addresses`).
+    pub fn lane_registers(&self, warp_x: u32, k_steps: u32) -> u32 {
+        if !self.swizzled {
+            return 1;
+        }
+        let steps = if self.k_major { k_steps } else { warp_x / 16 };
+        steps.min(self.swizzle_width() / 2)
+    }
 }
+
+/// 16-byte chunks of a 128-byte line (the 32 banks once over).
+const LINE_CHUNKS: u32 = 8;
 
 /// Everything the emitter needs, derived from a checked schedule.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,6 +138,7 @@ impl MmaLayout {
             group_m,
             split_k,
             min_blocks,
+            swizzle,
         } = tiles;
         for (name, value, low, high) in [
             ("block_m", block_m, 16, 256),
@@ -128,6 +167,23 @@ impl MmaLayout {
                     "min_blocks = {min_blocks}; expected 0 (ptxas chooses the registers) or 1 (a thread may have as many as ptxas likes)"
                 ),
             ));
+        }
+        match (swizzle, kind) {
+            (0, _) | (1, MmaKind::F16 | MmaKind::Bf16) => {}
+            (1, MmaKind::Tf32) => {
+                return Err(Violation::new(
+                    Constraint::Operands,
+                    "swizzle = 1 permutes the 16-byte chunks `ldmatrix` reads; tf32 fragments are read word by word from padded rows".to_owned(),
+                ));
+            }
+            _ => {
+                return Err(Violation::new(
+                    Constraint::Range,
+                    format!(
+                        "swizzle = {swizzle}; expected 0 (padded rows) or 1 (XOR-swizzled rows)"
+                    ),
+                ));
+            }
         }
         check_group(group_m, block_m, kernel.extent(plan.m))?;
         let k_extent = kernel.extent(plan.k);
@@ -175,10 +231,13 @@ impl MmaLayout {
             ));
         }
         // Accumulators live throughout; one k-step's A and B fragments, the
-        // copy pointers (64-bit) and the addressing around them come on top.
+        // copy pointers (64-bit), the fragments' lane addresses and the
+        // addressing around them come on top.
         let accumulators = (warp_m / 16) * (warp_n / 8) * 4;
         let fragments = (warp_m / 16) * 4 + (warp_n / 8) * 2;
-        let registers = accumulators + fragments + 2 * (a.passes + b.passes) + 32;
+        let k_steps = block_k / kind.k();
+        let lanes = a.lane_registers(warp_m, k_steps) + b.lane_registers(warp_n, k_steps);
+        let registers = accumulators + fragments + 2 * (a.passes + b.passes) + lanes + 30;
         let budget = REGISTER_BUDGET.min(target.limits().registers_per_sm / threads);
         if registers > budget {
             return Err(Violation::new(
@@ -344,6 +403,7 @@ fn staging(
     } else {
         (tiles.block_k, block_x)
     };
+    let swizzled = tiles.swizzle == 1;
     let chunks = rows * cols / chunk;
     Ok(MmaStaging {
         k_major,
@@ -351,9 +411,14 @@ fn staging(
         block_x,
         rows,
         cols,
-        pitch: cols + pad(kind, k_major),
+        pitch: if swizzled {
+            cols
+        } else {
+            cols + pad(kind, k_major)
+        },
         offset: 0,
         passes: chunks.div_ceil(threads),
         partial: chunks < threads,
+        swizzled,
     })
 }

@@ -57,8 +57,16 @@
 //! fragment. The 8-element (16-byte) padding keeps rows 16-byte aligned
 //! for `cp.async` and `ldmatrix`, and shifts consecutive rows by four
 //! banks, so the eight rows an `ldmatrix` phase reads cover all 32 banks:
-//! conflict-free, at the cost of `8 / extent` more memory (an XOR swizzle
-//! would save that memory but costs address arithmetic per access).
+//! conflict-free, at the cost of `8 / extent` more memory.
+//!
+//! With `swizzle = 1` (16-bit operands) rows are unpadded and each row's
+//! 16-byte chunks are permuted by an XOR with a key of the row
+//! ([`layout::MmaStaging`]): `ldmatrix` is conflict-free as well, no
+//! memory is spent on padding, and rows start on 128-byte lines, so each
+//! warp's 32 `cp.async` copies fill four whole lines. Each lane takes its
+//! row's key once, before the loop: its `ldmatrix` addresses are a few
+//! registers (one per class of fragments that share the low bits of
+//! their chunk offset) plus constant offsets, as with padded rows.
 //!
 //! # Edges
 //!

@@ -39,6 +39,7 @@ fn tiles(block: (u32, u32, u32), warp: (u32, u32), stages: u32) -> MmaTiles {
         group_m: 1,
         split_k: 1,
         min_blocks: 0,
+        swizzle: 0,
     }
 }
 

@@ -1,0 +1,100 @@
+//! The tensor-core lowering's shared-memory layouts on the virtual GPU:
+//! padded and XOR-swizzled operand tiles, each operand contiguous along
+//! `k` or along its row, on a shape with edges in every dimension. Every
+//! point must compute the reference's result, and every `ldmatrix` must
+//! read its matrices without bank conflicts (one shared-memory wavefront
+//! per matrix, as the virtual GPU counts them).
+
+use ktune_core::ir::Kernel;
+use ktune_core::schedule::{MmaTiles, Schedule};
+use ktune_core::syntax::parse_kernel;
+use ktune_core::target::SmVersion;
+use ktune_vgpu::verify::verify;
+use quote::{format_ident, quote};
+
+/// `out[m][n] = Σ_k x·w` on `dtype` factors, A stored `(K, M)` when
+/// `a_transposed`, B stored `(N, K)` when `b_transposed`.
+fn gemm(dtype: &str, a_transposed: bool, b_transposed: bool) -> Kernel {
+    let t = format_ident!("{dtype}");
+    let (a_shape, a_read) = if a_transposed {
+        (quote!((K, M)), quote!(x[k][m]))
+    } else {
+        (quote!((M, K)), quote!(x[m][k]))
+    };
+    let (b_shape, b_read) = if b_transposed {
+        (quote!((N, K)), quote!(w[n][k]))
+    } else {
+        (quote!((K, N)), quote!(w[k][n]))
+    };
+    parse_kernel(
+        // Edges along M (a partial block row), N and K (a partial tile).
+        quote!(shape(M = 72, N = 88, K = 72)),
+        quote! {
+            fn gemm(x: Tensor<#t, #a_shape>, w: Tensor<#t, #b_shape>) -> Tensor<f32, (M, N)> {
+                compute(|m, n| sum(K, |k| #a_read * #b_read))
+            }
+        },
+    )
+    .expect("valid kernel")
+}
+
+/// Block tile (`block_m`, `block_n`, `block_k`) and warp tile.
+type Tile = ((u32, u32, u32), (u32, u32));
+
+/// Block and warp tiles covering rows of 2, 4, 8 and 16 chunks and warps
+/// of one to four fragments along each side.
+const TILES: [Tile; 6] = [
+    ((16, 16, 16), (16, 16)),
+    ((32, 64, 32), (16, 32)),
+    ((64, 32, 64), (32, 16)),
+    ((64, 64, 32), (32, 32)),
+    ((128, 64, 16), (64, 32)),
+    ((64, 128, 64), (64, 64)),
+];
+
+#[test]
+fn padded_and_swizzled_tiles_compute_the_product_and_read_fragments_without_conflicts() {
+    let target = SmVersion::Sm80;
+    let mut checked = 0;
+    for dtype in ["bf16", "f16"] {
+        for (a_transposed, b_transposed) in [(false, false), (false, true), (true, false)] {
+            let kernel = gemm(dtype, a_transposed, b_transposed);
+            for ((block_m, block_n, block_k), (warp_m, warp_n)) in TILES {
+                for swizzle in [0, 1] {
+                    let schedule = Schedule::Mma(MmaTiles {
+                        block_m,
+                        block_n,
+                        block_k,
+                        warp_m,
+                        warp_n,
+                        stages: 2,
+                        group_m: 1,
+                        split_k: 1,
+                        min_blocks: 0,
+                        swizzle,
+                    });
+                    let what =
+                        format!("{dtype} A^T {a_transposed} B^T {b_transposed} {schedule:?}");
+                    let verified = verify(&kernel, &schedule, target, 7)
+                        .unwrap_or_else(|e| panic!("{what}: {e}"));
+                    let stats = verified.stats;
+                    assert!(stats.ldmatrix_matrices > 0, "{what}");
+                    assert_eq!(
+                        stats.ldmatrix_wavefronts, stats.ldmatrix_matrices,
+                        "{what}: bank conflicts"
+                    );
+                    // Two stages of both tiles, unpadded when swizzled;
+                    // padded rows take 16 bytes more each.
+                    let unpadded = 2 * 2 * (block_m + block_n) * block_k;
+                    let rows = |x: u32, k_major: bool| if k_major { x } else { block_k };
+                    let padding =
+                        2 * 16 * (rows(block_m, !a_transposed) + rows(block_n, b_transposed));
+                    let expected = unpadded + if swizzle == 1 { 0 } else { padding };
+                    assert_eq!(stats.shared_bytes, expected, "{what}");
+                    checked += 1;
+                }
+            }
+        }
+    }
+    assert_eq!(checked, 2 * 3 * TILES.len() * 2);
+}
