@@ -12,7 +12,7 @@ use ktune_build::tune::{BOUNDED_CANDIDATES, Task};
 use ktune_core::ir::Kernel;
 use ktune_core::lower::{self, Launch, LowerError, Lowered};
 use ktune_core::model::Estimate;
-use ktune_core::schedule::Schedule;
+use ktune_core::schedule::{MmaTiles, Schedule};
 use ktune_core::{SmVersion, model, ptx, space};
 use rand::SeedableRng;
 use rand::rngs::SmallRng;
@@ -65,6 +65,10 @@ pub struct Plan {
     /// order: [`BOUNDED_CANDIDATES`] of the model's best points, spread
     /// over the knobs, less the default.
     pub bounded: Vec<Schedule>,
+    /// The default with its tensor-core layout and register knobs
+    /// (`swizzle`, `min_blocks`) flipped, one and both, where valid: an
+    /// A/B of the choices the heuristic model cannot make.
+    pub alternatives: Vec<Schedule>,
     /// `sample` points of the space other than the default, drawn with the
     /// seed and put in a seeded random order, the order they are screened
     /// in: when the time budget cuts screening short, what was screened is
@@ -93,6 +97,10 @@ impl Plan {
             .into_iter()
             .filter(|s| *s != default)
             .collect();
+        let alternatives = alternatives(&default)
+            .into_iter()
+            .filter(|s| valid.contains(s))
+            .collect();
         let others: Vec<Schedule> = valid.iter().filter(|p| **p != default).cloned().collect();
         let mut sample = space::sample(&others, sample, seed);
         sample.shuffle(&mut SmallRng::seed_from_u64(seed));
@@ -102,6 +110,7 @@ impl Plan {
             default,
             space_size: valid.len(),
             bounded,
+            alternatives,
             sample,
             kernel,
             valid,
@@ -123,6 +132,29 @@ impl Plan {
     }
 }
 
+/// `default` with `swizzle`, `min_blocks` or both flipped between 0 and 1
+/// (tensor-core points; none for others).
+fn alternatives(default: &Schedule) -> Vec<Schedule> {
+    let Schedule::Mma(t) = *default else {
+        return Vec::new();
+    };
+    let flip = |v: u32| u32::from(v == 0);
+    [
+        (flip(t.swizzle), t.min_blocks),
+        (t.swizzle, flip(t.min_blocks)),
+        (flip(t.swizzle), flip(t.min_blocks)),
+    ]
+    .into_iter()
+    .map(|(swizzle, min_blocks)| {
+        Schedule::Mma(MmaTiles {
+            swizzle,
+            min_blocks,
+            ..t
+        })
+    })
+    .collect()
+}
+
 /// The SM version ktune generates for a device of compute capability
 /// `(major, minor)`: its own, else the newest older one ktune knows (PTX
 /// for an older target runs on newer GPUs).
@@ -136,8 +168,8 @@ pub fn target_for(major: u32, minor: u32) -> Option<SmVersion> {
 /// What a dry run found.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct DryRun {
-    /// Schedules lowered (the default, the bounded search's candidates and
-    /// the sample of every case).
+    /// Schedules lowered (the default, its alternatives, the bounded
+    /// search's candidates and the sample of every case).
     pub lowered: usize,
     /// Of those, how many ptxas assembled (0 without ptxas).
     pub assembled: usize,
@@ -192,12 +224,14 @@ pub fn dry_run(
         )?;
         writeln!(
             out,
-            "  space: {} points; bounded search: {}; sample: {} (seed {seed})",
+            "  space: {} points; bounded search: {}; alternatives: {}; sample: {} (seed {seed})",
             plan.space_size,
             plan.bounded.len(),
+            plan.alternatives.len(),
             plan.sample.len()
         )?;
         let chosen = std::iter::once(("default", &plan.default))
+            .chain(plan.alternatives.iter().map(|s| ("altern.", s)))
             .chain(plan.bounded.iter().map(|s| ("bounded", s)))
             .chain(plan.sample.iter().map(|s| ("sample", s)));
         for (role, schedule) in chosen {
@@ -281,5 +315,43 @@ mod tests {
         assert_eq!(target_for(10, 0), Some(SmVersion::Sm90));
         assert_eq!(target_for(8, 7), Some(SmVersion::Sm86));
         assert_eq!(target_for(7, 5), None);
+    }
+
+    fn case(name: &str) -> &'static crate::cases::Case {
+        crate::cases::select(name).expect("a case")[0]
+    }
+
+    #[test]
+    fn the_defaults_alternatives_flip_the_layout_and_the_register_hint() {
+        let plan = Plan::new(case("bf16_gemm_4096"), SmVersion::Sm90, 0, 1).expect("a plan");
+        let Schedule::Mma(default) = plan.default else {
+            panic!("a tensor-core default: {:?}", plan.default)
+        };
+        let knobs: Vec<(u32, u32)> = plan
+            .alternatives
+            .iter()
+            .map(|s| match *s {
+                Schedule::Mma(t) => {
+                    let tiles = |t: MmaTiles| MmaTiles {
+                        swizzle: 0,
+                        min_blocks: 0,
+                        ..t
+                    };
+                    assert_eq!(tiles(t), tiles(default));
+                    (t.swizzle, t.min_blocks)
+                }
+                _ => panic!("{s:?}"),
+            })
+            .collect();
+        let (s, m) = (default.swizzle, default.min_blocks);
+        assert_eq!(knobs, [(1 - s, m), (s, 1 - m), (1 - s, 1 - m)]);
+        // tf32 tiles have one layout: only the hint flips.
+        let tf32 = case("sgemm_tf32_4096");
+        let plan = Plan::new(tf32, SmVersion::Sm90, 0, 1).expect("a plan");
+        assert_eq!(plan.alternatives.len(), 1, "{:?}", plan.alternatives);
+        // SIMT defaults have none.
+        let sgemm = case("sgemm_4096");
+        let plan = Plan::new(sgemm, SmVersion::Sm90, 0, 1).expect("a plan");
+        assert!(plan.alternatives.is_empty());
     }
 }

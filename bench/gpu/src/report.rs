@@ -95,6 +95,9 @@ pub struct CaseResult {
     pub searched: Option<Measured>,
     pub baseline_kind: Baseline,
     pub baseline: Option<Measured>,
+    /// What became of the default's alternatives (its layout and register
+    /// knobs flipped), screened like the bounded search's candidates.
+    pub alternatives: Sampled,
     /// What became of the bounded search's candidates.
     pub bounded: Sampled,
     pub sampled: Sampled,
@@ -124,6 +127,7 @@ impl CaseResult {
             searched: None,
             baseline_kind: case.kind.baseline(),
             baseline: None,
+            alternatives: Sampled::default(),
             bounded: Sampled::default(),
             sampled: Sampled::default(),
             search: Sampled::default(),
@@ -267,6 +271,7 @@ pub fn markdown(results: &Results) -> String {
             });
         let mut notes = Vec::new();
         for (list, name) in [
+            (&case.alternatives, "alternatives"),
             (&case.bounded, "bounded"),
             (&case.sampled, "sampled"),
             (&case.search, "search"),
@@ -310,7 +315,52 @@ pub fn markdown(results: &Results) -> String {
             notes.join("; "),
         );
     }
+    alternatives_table(&mut out, results);
     out
+}
+
+/// The default's screened alternatives beside the default, where any
+/// was screened: `default ms / alternative ms` (> 1: the alternative is
+/// faster).
+fn alternatives_table(out: &mut String, results: &Results) {
+    let rows: Vec<(&CaseResult, &Screened, f64)> = results
+        .cases
+        .iter()
+        .filter_map(|case| Some((case, case.default.as_ref()?.times.median_ms)))
+        .flat_map(|(case, default_ms)| {
+            case.alternatives
+                .screened
+                .iter()
+                .map(move |s| (case, s, default_ms))
+        })
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    out.push_str("
+The default's alternatives (screened), as default time / alternative time (> 1: the alternative is faster):
+
+");
+    out.push_str(
+        "| case | alternative | ms | default/alternative |
+|---|---|---|---|
+",
+    );
+    for (case, screened, default_ms) in rows {
+        let (ms, ratio) = match screened.median_ms {
+            Some(ms) => (format!("{ms:.3}"), format!("{:.2}", default_ms / ms)),
+            None => (
+                screened.excluded.clone().unwrap_or_default(),
+                "—".to_owned(),
+            ),
+        };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {ms} | {ratio} |",
+            case.name,
+            screened.schedule.to_json()
+        );
+    }
 }
 
 /// `unix_secs` as an ISO 8601 UTC date and time (`2026-11-29T12:00:00Z`).
@@ -348,9 +398,8 @@ fn baseline_name(baseline: Baseline) -> &'static str {
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_table_states_the_memory_probe_beside_the_models_assumption() {
-        let mut results = Results {
+    fn results() -> Results {
+        Results {
             tool: "ktune-bench",
             ktune_version: "0",
             generator_version: 1,
@@ -379,7 +428,22 @@ mod tests {
             },
             memory: None,
             cases: Vec::new(),
-        };
+        }
+    }
+
+    fn measured(ms: f32) -> Measured {
+        Measured {
+            schedule: None,
+            times: Times::from_ms(&[ms]).expect("one"),
+            tflops: 0.0,
+            gbps: 0.0,
+            check: None,
+        }
+    }
+
+    #[test]
+    fn the_table_states_the_memory_probe_beside_the_models_assumption() {
+        let mut results = results();
         assert!(!markdown(&results).contains("Reads:"));
         results.memory = Some(MemoryProbe {
             l2_read_bytes_per_s: 6.0e12,
@@ -417,14 +481,40 @@ mod tests {
     }
 
     #[test]
+    fn the_defaults_alternatives_are_set_beside_the_default() {
+        let mut results = results();
+        let mut case = CaseResult::new(&crate::cases::CASES[0]);
+        case.default = Some(measured(3.0));
+        let swizzled = Schedule::from_json(
+            r#"{"class":"mma","block_m":128,"block_n":128,"block_k":32,"warp_m":64,"warp_n":64,"stages":3,"swizzle":1}"#,
+        )
+        .expect("a schedule");
+        case.alternatives.screened = vec![
+            Screened {
+                schedule: swizzled.clone(),
+                median_ms: Some(2.0),
+                excluded: None,
+            },
+            Screened {
+                schedule: swizzled,
+                median_ms: None,
+                excluded: Some("wrong output".to_owned()),
+            },
+        ];
+        results.cases.push(case);
+        let table = markdown(&results);
+        assert!(
+            table.contains(r#","stages":3,"swizzle":1} | 2.000 | 1.50 |"#),
+            "{table}"
+        );
+        assert!(table.contains("| wrong output | — |"), "{table}");
+        assert!(table.contains("1 alternatives excluded"), "{table}");
+        results.cases[0].alternatives.screened.clear();
+        assert!(!markdown(&results).contains("alternatives (screened)"));
+    }
+
+    #[test]
     fn ratios_are_baseline_over_ktune() {
-        let measured = |ms: f32| Measured {
-            schedule: None,
-            times: Times::from_ms(&[ms]).expect("one"),
-            tflops: 0.0,
-            gbps: 0.0,
-            check: None,
-        };
         let mut case = CaseResult::new(&crate::cases::CASES[0]);
         case.default = Some(measured(4.0));
         case.tuned = Some(measured(1.0));

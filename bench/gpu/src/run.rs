@@ -235,6 +235,9 @@ impl Runner<'_> {
             Err(e) => result.errors.push(format!("default schedule: {e:#}")),
         }
 
+        let (alternatives, _) =
+            self.screen_all(kernel, &plan.alternatives, deadline, &mut bufs, &reference);
+        result.alternatives = alternatives;
         let (bounded, fastest) =
             self.screen_all(kernel, &plan.bounded, deadline, &mut bufs, &reference);
         result.bounded = bounded;
