@@ -473,31 +473,41 @@ fn loads_after_stores_take_the_read_only_path() {
 /// k-step's `ldmatrix` fragments ahead of its `mma`s; left to itself it
 /// fits three blocks an SM and loads each A fragment just before its eight
 /// `mma`s. Neither spills.
-#[test]
-fn one_block_an_sm_lets_ptxas_load_fragments_ahead_of_their_mmas() {
-    let tools = tools();
+/// The bf16 matmul's default tensor-core tiles on sm_90 with `change`
+/// made, lowered and inspected; it must not spill.
+fn bf16_default_with(
+    tools: &Tools,
+    change: impl Fn(MmaTiles) -> MmaTiles,
+) -> (MmaTiles, Lowered, Inspection) {
     let kernel = bf16_matmul_bias_gelu();
     let target = SmVersion::Sm90;
     let Schedule::Mma(default) = lower::heuristic(&kernel, target) else {
         panic!("the bf16 default is a tensor-core schedule")
     };
-    assert_eq!(default.min_blocks, 0);
+    let schedule = Schedule::Mma(change(default));
+    let lowered = lower::lower(&kernel, &schedule, target)
+        .unwrap_or_else(|e| panic!("{}: {e}", schedule.to_json()));
+    let inspection = sass::inspect(tools, &Request::lowered(&lowered, target))
+        .unwrap_or_else(|e| panic!("{}: {e}", schedule.to_json()));
+    assert!(
+        !inspection.spills(),
+        "{}: {inspection:?}",
+        schedule.to_json()
+    );
+    (default, lowered, inspection)
+}
+
+#[test]
+fn one_block_an_sm_lets_ptxas_load_fragments_ahead_of_their_mmas() {
+    let tools = tools();
     let [free, hinted] = [0, 1].map(|min_blocks| {
-        let schedule = Schedule::Mma(MmaTiles {
+        let (default, lowered, inspection) = bf16_default_with(&tools, |t| MmaTiles {
             min_blocks,
             swizzle: 0,
-            ..default
+            ..t
         });
-        let lowered = lower::lower(&kernel, &schedule, target)
-            .unwrap_or_else(|e| panic!("{}: {e}", schedule.to_json()));
-        let inspection = sass::inspect(&tools, &Request::lowered(&lowered, target))
-            .unwrap_or_else(|e| panic!("{}: {e}", schedule.to_json()));
-        assert!(
-            !inspection.spills(),
-            "{}: {inspection:?}",
-            schedule.to_json()
-        );
-        let instructions = machine_code(&tools, &lowered, target);
+        assert_eq!(default.min_blocks, 0);
+        let instructions = machine_code(&tools, &lowered, SmVersion::Sm90);
         let first_mma = instructions
             .iter()
             .position(|i| i.opcode.name == "HMMA")
@@ -534,23 +544,9 @@ fn one_block_an_sm_lets_ptxas_load_fragments_ahead_of_their_mmas() {
 #[test]
 fn swizzled_rows_cost_the_main_loop_no_instructions() {
     let tools = tools();
-    let kernel = bf16_matmul_bias_gelu();
-    let target = SmVersion::Sm90;
-    let Schedule::Mma(default) = lower::heuristic(&kernel, target) else {
-        panic!("the bf16 default is a tensor-core schedule")
-    };
-    assert_eq!(default.swizzle, 1);
     let [padded, swizzled] = [0, 1].map(|swizzle| {
-        let schedule = Schedule::Mma(MmaTiles { swizzle, ..default });
-        let lowered = lower::lower(&kernel, &schedule, target)
-            .unwrap_or_else(|e| panic!("{}: {e}", schedule.to_json()));
-        let inspection = sass::inspect(&tools, &Request::lowered(&lowered, target))
-            .unwrap_or_else(|e| panic!("{}: {e}", schedule.to_json()));
-        assert!(
-            !inspection.spills(),
-            "{}: {inspection:?}",
-            schedule.to_json()
-        );
+        let (default, _, inspection) = bf16_default_with(&tools, |t| MmaTiles { swizzle, ..t });
+        assert_eq!(default.swizzle, 1);
         inspection
     });
     let main_loop = |i: &Inspection| i.main_loop.clone().expect("a main loop");

@@ -428,32 +428,33 @@ mod tests {
         assert_eq!(Schedule::from_json(&json).expect("round trip"), split);
     }
 
+    /// `min_blocks` and `swizzle` default to 0 in schedules written before
+    /// them, and are written only when set.
     #[test]
-    fn min_blocks_defaults_to_zero_and_is_written_only_when_set() {
-        let old = r#"{"class":"mma","block_m":128,"block_n":128,"block_k":32,"warp_m":64,"warp_n":64,"stages":3,"split_k":2}"#;
-        let parsed = Schedule::from_json(old).expect("a schedule written before min_blocks");
-        assert_eq!(parsed.knob_values(), [128, 128, 32, 64, 64, 3, 1, 2, 0, 0]);
-        assert_eq!(parsed.to_json(), old);
-        let hinted = Class::Mma
-            .schedule(&[128, 128, 32, 64, 64, 3, 1, 1, 1, 0])
-            .expect("ten knobs");
-        let json = hinted.to_json();
-        assert!(json.ends_with(r#","stages":3,"min_blocks":1}"#), "{json}");
-        assert_eq!(Schedule::from_json(&json).expect("round trip"), hinted);
-    }
-
-    #[test]
-    fn swizzle_defaults_to_zero_and_is_written_only_when_set() {
-        let old = r#"{"class":"mma","block_m":128,"block_n":128,"block_k":32,"warp_m":64,"warp_n":64,"stages":3,"min_blocks":1}"#;
-        let parsed = Schedule::from_json(old).expect("a schedule written before swizzle");
-        assert_eq!(parsed.knob_values(), [128, 128, 32, 64, 64, 3, 1, 1, 1, 0]);
-        assert_eq!(parsed.to_json(), old);
-        let swizzled = Class::Mma
-            .schedule(&[128, 128, 32, 64, 64, 3, 1, 1, 0, 1])
-            .expect("ten knobs");
-        let json = swizzled.to_json();
-        assert!(json.ends_with(r#","stages":3,"swizzle":1}"#), "{json}");
-        assert_eq!(Schedule::from_json(&json).expect("round trip"), swizzled);
+    fn register_and_layout_knobs_default_to_zero_and_are_written_only_when_set() {
+        let cases = [
+            (
+                r#"{"class":"mma","block_m":128,"block_n":128,"block_k":32,"warp_m":64,"warp_n":64,"stages":3,"split_k":2}"#,
+                [128, 128, 32, 64, 64, 3, 1, 2, 0, 0],
+                [128, 128, 32, 64, 64, 3, 1, 1, 1, 0],
+                r#","stages":3,"min_blocks":1}"#,
+            ),
+            (
+                r#"{"class":"mma","block_m":128,"block_n":128,"block_k":32,"warp_m":64,"warp_n":64,"stages":3,"min_blocks":1}"#,
+                [128, 128, 32, 64, 64, 3, 1, 1, 1, 0],
+                [128, 128, 32, 64, 64, 3, 1, 1, 0, 1],
+                r#","stages":3,"swizzle":1}"#,
+            ),
+        ];
+        for (old, knobs, set, suffix) in cases {
+            let parsed = Schedule::from_json(old).expect("a schedule written before the knob");
+            assert_eq!(parsed.knob_values(), knobs);
+            assert_eq!(parsed.to_json(), old);
+            let with = Class::Mma.schedule(&set).expect("ten knobs");
+            let json = with.to_json();
+            assert!(json.ends_with(suffix), "{json}");
+            assert_eq!(Schedule::from_json(&json).expect("round trip"), with);
+        }
     }
 
     #[test]
