@@ -42,7 +42,8 @@ fn gemm(dtype: &str, a_transposed: bool, b_transposed: bool) -> Kernel {
 type Tile = ((u32, u32, u32), (u32, u32));
 
 /// Block and warp tiles covering rows of 2, 4, 8 and 16 chunks and warps
-/// of one to four fragments along each side.
+/// of one to four fragments along each side; the 16-deep ones also split
+/// `K` in two (five `k` tiles: slices of three and two).
 const TILES: [Tile; 6] = [
     ((16, 16, 16), (16, 16)),
     ((32, 64, 32), (16, 32)),
@@ -69,7 +70,7 @@ fn padded_and_swizzled_tiles_compute_the_product_and_read_fragments_without_conf
                         warp_n,
                         stages: 2,
                         group_m: 1,
-                        split_k: 1,
+                        split_k: if block_k == 16 { 2 } else { 1 },
                         min_blocks: 0,
                         swizzle,
                     });
