@@ -66,8 +66,9 @@ pub struct Plan {
     /// over the knobs, less the default.
     pub bounded: Vec<Schedule>,
     /// The default with its tensor-core layout and register knobs
-    /// (`swizzle`, `min_blocks`) flipped, one and both, where valid: an
-    /// A/B of the choices the heuristic model cannot make.
+    /// (`swizzle`, `min_blocks`) flipped, one and both, then with tiles
+    /// twice as deep in either layout, where valid: an A/B of the choices
+    /// the heuristic model cannot make.
     pub alternatives: Vec<Schedule>,
     /// `sample` points of the space other than the default, drawn with the
     /// seed and put in a seeded random order, the order they are screened
@@ -132,27 +133,36 @@ impl Plan {
     }
 }
 
-/// `default` with `swizzle`, `min_blocks` or both flipped between 0 and 1
-/// (tensor-core points; none for others).
+/// `default` with `swizzle`, `min_blocks` or both flipped between 0 and 1,
+/// then twice as deep (`block_k`, up to 64) in either layout: whole
+/// 128-byte rows of 16-bit `k`-contiguous operands per copy (tensor-core
+/// points; none for others).
 fn alternatives(default: &Schedule) -> Vec<Schedule> {
     let Schedule::Mma(t) = *default else {
         return Vec::new();
     };
     let flip = |v: u32| u32::from(v == 0);
-    [
+    let flips = [
         (flip(t.swizzle), t.min_blocks),
         (t.swizzle, flip(t.min_blocks)),
         (flip(t.swizzle), flip(t.min_blocks)),
     ]
-    .into_iter()
-    .map(|(swizzle, min_blocks)| {
-        Schedule::Mma(MmaTiles {
-            swizzle,
-            min_blocks,
-            ..t
+    .map(|(swizzle, min_blocks)| MmaTiles {
+        swizzle,
+        min_blocks,
+        ..t
+    });
+    let deeper = (t.block_k < 64)
+        .then(|| {
+            [t.swizzle, flip(t.swizzle)].map(|swizzle| MmaTiles {
+                block_k: 2 * t.block_k,
+                swizzle,
+                ..t
+            })
         })
-    })
-    .collect()
+        .into_iter()
+        .flatten();
+    flips.into_iter().chain(deeper).map(Schedule::Mma).collect()
 }
 
 /// The SM version ktune generates for a device of compute capability
@@ -322,30 +332,42 @@ mod tests {
     }
 
     #[test]
-    fn the_defaults_alternatives_flip_the_layout_and_the_register_hint() {
+    fn the_defaults_alternatives_flip_the_layout_and_the_register_hint_and_go_deeper() {
         let plan = Plan::new(case("bf16_gemm_4096"), SmVersion::Sm90, 0, 1).expect("a plan");
         let Schedule::Mma(default) = plan.default else {
             panic!("a tensor-core default: {:?}", plan.default)
         };
-        let knobs: Vec<(u32, u32)> = plan
+        let knobs: Vec<(u32, u32, u32)> = plan
             .alternatives
             .iter()
             .map(|s| match *s {
                 Schedule::Mma(t) => {
                     let tiles = |t: MmaTiles| MmaTiles {
+                        block_k: 0,
                         swizzle: 0,
                         min_blocks: 0,
                         ..t
                     };
                     assert_eq!(tiles(t), tiles(default));
-                    (t.swizzle, t.min_blocks)
+                    (t.block_k, t.swizzle, t.min_blocks)
                 }
                 _ => panic!("{s:?}"),
             })
             .collect();
-        let (s, m) = (default.swizzle, default.min_blocks);
-        assert_eq!(knobs, [(1 - s, m), (s, 1 - m), (1 - s, 1 - m)]);
-        // tf32 tiles have one layout: only the hint flips.
+        let (k, s, m) = (default.block_k, default.swizzle, default.min_blocks);
+        assert_eq!(
+            knobs,
+            [
+                (k, 1 - s, m),
+                (k, s, 1 - m),
+                (k, 1 - s, 1 - m),
+                (2 * k, s, m),
+                (2 * k, 1 - s, m)
+            ]
+        );
+        // tf32 tiles have one layout, and twice as deep their 32 copies
+        // a thread's pointers would take more registers than it has: only
+        // the hint flips.
         let tf32 = case("sgemm_tf32_4096");
         let plan = Plan::new(tf32, SmVersion::Sm90, 0, 1).expect("a plan");
         assert_eq!(plan.alternatives.len(), 1, "{:?}", plan.alternatives);
