@@ -45,7 +45,7 @@ fn the_agreement_check_needs_a_gpu_too_and_takes_no_cases() {
 }
 
 #[test]
-fn dry_run_lists_the_default_the_bounded_candidates_and_the_sample() {
+fn dry_run_lists_the_default_its_alternatives_the_bounded_candidates_and_the_sample() {
     let names = ["decode_m1", "softmax_8192x4096"];
     let output = bench()
         .args(["--dry-run", "--cases", &names.join(","), "--sample", "2"])
@@ -58,24 +58,30 @@ fn dry_run_lists_the_default_the_bounded_candidates_and_the_sample() {
         String::from_utf8_lossy(&output.stderr)
     );
     assert!(names.iter().all(|n| stdout.contains(n)), "{stdout}");
-    let bounded: usize = names
+    let plans: Vec<Plan> = names
         .iter()
         .map(|name| {
             let case = ktune_bench::cases::CASES
                 .iter()
                 .find(|c| c.name == *name)
                 .expect("a case");
-            Plan::new(case, SmVersion::Sm90, 2, 1)
-                .expect("parses")
-                .bounded
-                .len()
+            Plan::new(case, SmVersion::Sm90, 2, 1).expect("parses")
         })
-        .sum();
+        .collect();
+    let bounded: usize = plans.iter().map(|p| p.bounded.len()).sum();
+    // decode_m1's tensor-core default has alternatives; softmax's has none.
+    let alternatives: usize = plans.iter().map(|p| p.alternatives.len()).sum();
     assert!(bounded > 0);
+    assert!(alternatives > 0);
     assert_eq!(stdout.matches("  default ").count(), 2, "{stdout}");
+    assert_eq!(
+        stdout.matches("  altern. ").count(),
+        alternatives,
+        "{stdout}"
+    );
     assert_eq!(stdout.matches("  bounded ").count(), bounded, "{stdout}");
     assert_eq!(stdout.matches("  sample ").count(), 4, "{stdout}");
-    let lowered = format!("dry run: {} schedules lowered", 6 + bounded);
+    let lowered = format!("dry run: {} schedules lowered", 6 + alternatives + bounded);
     assert!(stdout.contains(&lowered), "{stdout}");
 }
 

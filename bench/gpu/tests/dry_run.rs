@@ -1,5 +1,5 @@
-//! The dry run over every case: each default, bounded-search candidate and
-//! sampled schedule lowers for sm_90 and, where ptxas is installed (`cargo
+//! The dry run over every case: each default, its alternatives, each
+//! bounded-search candidate and sampled schedule lowers for sm_90 and, where ptxas is installed (`cargo
 //! xtask test` installs it), assembles; and what each case's plan holds.
 //! Surveying and ranking a large space is the slow part of a plan (tens of
 //! seconds in a debug build), so each case is planned once per test.
@@ -12,7 +12,7 @@ use ktune_core::{SmVersion, model, space};
 use ktune_search::strategy::SCORE_BAND;
 
 #[test]
-fn every_case_lowers_and_assembles_its_default_bounded_candidates_and_sample() {
+fn every_case_lowers_and_assembles_its_default_alternatives_bounded_candidates_and_sample() {
     let cases: Vec<_> = CASES.iter().collect();
     let ptxas = ktune_build::ptxas::find();
     let mut listing = Vec::new();
@@ -41,7 +41,10 @@ fn every_case_lowers_and_assembles_its_default_bounded_candidates_and_sample() {
     let bounded = listing.matches("  bounded ").count();
     let per_case = (BOUNDED_CANDIDATES - 1) * CASES.len()..=BOUNDED_CANDIDATES * CASES.len();
     assert!(per_case.contains(&bounded), "{listing}");
-    let expected = 4 * CASES.len() + bounded;
+    // The tensor-core defaults' alternatives (see the plan's test).
+    let alternatives = listing.matches("  altern. ").count();
+    assert!(alternatives > 0, "{listing}");
+    let expected = 4 * CASES.len() + alternatives + bounded;
     assert_eq!(summary.lowered, expected, "{listing}");
     match ptxas {
         Some(_) => assert_eq!(summary.assembled, expected, "{listing}"),
