@@ -41,16 +41,18 @@ fn gemm(dtype: &str, a_transposed: bool, b_transposed: bool) -> Kernel {
 /// Block tile (`block_m`, `block_n`, `block_k`) and warp tile.
 type Tile = ((u32, u32, u32), (u32, u32));
 
-/// Block and warp tiles covering rows of 2, 4, 8 and 16 chunks and warps
-/// of one to four fragments along each side; the 16-deep ones also split
-/// `K` in two (five `k` tiles: slices of three and two).
-const TILES: [Tile; 6] = [
+/// Block and warp tiles covering rows of 2 to 32 chunks (a 256-wide row's
+/// copies change key from one pass to the next) and warps of one to eight
+/// fragments along each side; the 16-deep ones also split `K` in two (five
+/// `k` tiles: slices of three and two).
+const TILES: [Tile; 7] = [
     ((16, 16, 16), (16, 16)),
     ((32, 64, 32), (16, 32)),
     ((64, 32, 64), (32, 16)),
     ((64, 64, 32), (32, 32)),
     ((128, 64, 16), (64, 32)),
     ((64, 128, 64), (64, 64)),
+    ((64, 256, 32), (32, 128)),
 ];
 
 #[test]
