@@ -47,24 +47,12 @@ pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &MmaLayout) -> Lo
     let wn0 = b.u32_op(ArithOp::Mul, warp_n, imm(t.warp_n));
     let (a_lane, b_lane) = match layout.kind {
         MmaKind::F16 | MmaKind::Bf16 => {
-            let k_steps = t.block_k / 16;
+            let mut lanes = |operand, x0, warp_x| {
+                lane_addresses(&mut b, operand, lane, (x0, warp_x), smem, t.block_k / 16)
+            };
             (
-                lane_addresses(
-                    &mut b,
-                    (&layout.a, Side::A),
-                    lane,
-                    (wm0, t.warp_m),
-                    smem,
-                    k_steps,
-                ),
-                lane_addresses(
-                    &mut b,
-                    (&layout.b, Side::B),
-                    lane,
-                    (wn0, t.warp_n),
-                    smem,
-                    k_steps,
-                ),
+                lanes((&layout.a, Side::A), wm0, t.warp_m),
+                lanes((&layout.b, Side::B), wn0, t.warp_n),
             )
         }
         MmaKind::Tf32 => (
