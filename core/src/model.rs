@@ -339,26 +339,27 @@ fn rows(
     };
     let kept = (cache > 0).then(|| CachePlan::of(kernel, plan));
     let (cached, fill, kept_shared) = match (cache, &kept) {
-        (1, Some(kept)) => (kept.values_per_thread(threads_per_row, vector), 0, 0),
+        (1, Some(kept)) => (kept.values_per_thread(threads_per_row, vector), None, 0),
         (2, Some(kept)) => (
             0,
-            kept.fill_values(threads_per_row, vector),
+            Some(kept.fill_cost(kernel, threads_per_row, vector, target)),
             u64::from(rows_per_block) * kept.shared_bytes_per_row(),
         ),
-        _ => (0, 0, 0),
+        _ => (0, None, 0),
     };
     // Kept values are loaded all at once: a thread's whole share of the row
-    // is in flight; the fill of a row in shared memory has its iteration's
-    // loads in flight; otherwise one access per loop iteration.
+    // is in flight; the fill of a row in shared memory has its `cp.async`
+    // copies (the whole share) or its iteration's loads in flight;
+    // otherwise one access per loop iteration.
     let in_flight = match (cached, fill) {
-        (0, 0) => busy * f64::from(vector),
-        (0, fill) => f64::from(fill),
+        (0, None) => busy * f64::from(vector),
+        (0, Some(fill)) => f64::from(fill.in_flight),
         _ => (f64::from(length) / f64::from(threads_per_row * vector)).ceil() * f64::from(vector),
     };
     let threads = threads_per_row * rows_per_block;
     let usage = BlockUsage {
         threads,
-        registers: 32 + 4 * vector + cached + fill,
+        registers: 32 + 4 * vector + cached + fill.map_or(0, |f| f.registers),
         shared_bytes: (shared_bytes(threads_per_row, rows_per_block, 32, tree) + kept_shared)
             as u32,
     };

@@ -292,18 +292,10 @@ fn load_chunk(
     first: Reg,
     vector: u32,
 ) -> Vec<Reg> {
-    let t = kernel.input(k.pattern.tensor);
-    let strides = kernel.strides_of(t);
-    let mut at = env.clone();
-    let mut address = |b: &mut Builder, position: Reg| {
-        at.index.insert(k.position, position);
-        let flat = expr::flat_index(b, &at, &k.index, &strides);
-        let base = b.global_addr(env.inputs[k.pattern.tensor.0], flat, t.dtype.size());
-        Addr { base, offset: 0 }
-    };
+    let dtype = kernel.input(k.pattern.tensor).dtype;
     if k.index.last() == Some(&k.position) {
-        let addr = address(b, first);
-        return load_vec(b, env.input_space(), t.dtype, addr, vector);
+        let addr = chunk_address(b, kernel, k, env, first);
+        return load_vec(b, env.input_space(), dtype, addr, vector);
     }
     (0..vector)
         .map(|i| {
@@ -311,10 +303,21 @@ fn load_chunk(
                 0 => first,
                 _ => b.u32_op(ArithOp::Add, first, Operand::Int(i64::from(i))),
             };
-            let addr = address(b, position);
-            b.load(env.input_space(), t.dtype, addr)
+            let addr = chunk_address(b, kernel, k, env, position);
+            b.load(env.input_space(), dtype, addr)
         })
         .collect()
+}
+
+/// The global address of kept pattern `k`'s value at `position` in the row
+/// `env` binds.
+fn chunk_address(b: &mut Builder, kernel: &Kernel, k: &Kept, env: &Env, position: Reg) -> Addr {
+    let t = kernel.input(k.pattern.tensor);
+    let mut at = env.clone();
+    at.index.insert(k.position, position);
+    let flat = expr::flat_index(b, &at, &k.index, &kernel.strides_of(t));
+    let base = b.global_addr(env.inputs[k.pattern.tensor.0], flat, t.dtype.size());
+    Addr { base, offset: 0 }
 }
 
 /// A thread's slots along one extent: the first position of each slot

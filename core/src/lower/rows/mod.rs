@@ -49,6 +49,9 @@ pub(super) struct Shape {
     vector: u32,
     warp: u32,
     tree: Tree,
+    /// The target, whose instructions the fill of a row in shared memory
+    /// chooses between.
+    target: SmVersion,
     /// What the row keeps, and where (the `cache` knob).
     keep: Keep,
 }
@@ -193,6 +196,7 @@ pub(super) fn check(
         vector,
         warp: limits.warp_size,
         tree,
+        target,
         keep,
     };
     let shared = shape.shared_bytes();
@@ -491,10 +495,15 @@ mod tests {
     use crate::target::SmVersion;
 
     fn layernorm(r: u32, c: u32) -> Kernel {
+        layernorm_of(quote!(f32), r, c)
+    }
+
+    /// Layernorm without weights over rows of `c` values of type `dtype`.
+    fn layernorm_of(dtype: proc_macro2::TokenStream, r: u32, c: u32) -> Kernel {
         parse_kernel(
             quote!(shape(R = #r, C = #c)),
             quote! {
-                fn layernorm(x: Tensor<f32, (R, C)>) -> Tensor<f32, (R, C)> {
+                fn layernorm(x: Tensor<#dtype, (R, C)>) -> Tensor<f32, (R, C)> {
                     compute(|r, c| {
                         let mu = mean(C, |j| x[r][j]);
                         let var = mean(C, |j| (x[r][j] - mu) * (x[r][j] - mu));
@@ -707,30 +716,105 @@ mod tests {
             .collect()
     }
 
+    /// The `cp.async` copies of `l`: bytes each, and whether guarded.
+    fn async_copies(l: &Lowered) -> Vec<(u32, bool)> {
+        l.ptx
+            .body
+            .iter()
+            .filter_map(|i| match &i.op {
+                Op::CpAsync { bytes, .. } => Some((*bytes, i.guard.is_some())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn position(l: &Lowered, pred: impl Fn(&Op) -> bool) -> Option<usize> {
+        l.ptx.body.iter().position(|i| pred(&i.op))
+    }
+
     #[test]
     fn a_row_in_shared_memory_is_read_from_global_memory_once() {
         let k = layernorm(10, 1024);
         let l = lower(&k, &with(point(128, 3, 4), 2, 0), SmVersion::Sm80).expect("lowers");
-        // The fill: 1024 / 4 / 128 = 2 chunks per thread, both loaded
-        // before either is stored, in a loop that always has both in the
-        // row.
-        assert_eq!(global_loads(&l), [4, 4]);
+        // The fill: 1024 / 4 / 128 = 2 chunks per thread, each one 16-byte
+        // `cp.async`, in a loop that always has both in the row; nothing
+        // else reads global memory.
+        assert_eq!(async_copies(&l), [(16, false), (16, false)]);
+        assert!(global_loads(&l).is_empty());
         // Each pass, the variance's too (two loads of `x`), reads the row
         // once from shared memory; the tree reads one slot per reduction.
         assert_eq!(loads(&l, Space::Shared), [4, 1, 4, 1, 4]);
-        // The fill's stores, unguarded, and the warp leaders' slots.
+        // Only the warp leaders' slots are stored.
+        assert_eq!(shared_stores(&l), [(1, true), (1, true)]);
+        // A thread waits for all its copies, then the block at a barrier,
+        // before the first pass; then a barrier per reduction.
+        assert_eq!(count(&l, |op| matches!(op, Op::BarSync)), 1 + 2);
+        let wait = position(&l, |op| matches!(op, Op::CpAsyncWaitAll)).expect("a wait");
+        let barrier = position(&l, |op| matches!(op, Op::BarSync)).expect("a barrier");
+        let first_read = position(&l, |op| {
+            matches!(
+                op,
+                Op::Ld {
+                    space: Space::Shared,
+                    ..
+                }
+            )
+        })
+        .expect("a shared load");
+        assert_eq!(barrier, wait + 1);
+        assert!(barrier < first_read);
+        // The tree's two slot sets of 4 warps for 3 rows, then 3 rows of
+        // 1024 values.
+        assert_eq!(l.launch.dynamic_shared_bytes, 2 * 3 * 4 * 4 + 3 * 4096);
+        assert_eq!(l.ptx.dynamic_shared_bytes, l.launch.dynamic_shared_bytes);
+        assert_eq!(count(&l, |op| matches!(op, Op::Ret)), 1);
+
+        // An odd row, one value at a time: 1025 values over 128 threads
+        // are 9 chunks per thread, the 8 past the first guarded (the last
+        // of them lies past the row for all lanes but one).
+        let k = layernorm(10, 1025);
+        let l = lower(&k, &with(point(128, 2, 1), 2, 0), SmVersion::Sm80).expect("lowers");
+        let fill: Vec<bool> = async_copies(&l).iter().map(|c| c.1).collect();
+        assert_eq!(
+            fill,
+            [false, true, true, true, true, true, true, true, true]
+        );
+        assert!(async_copies(&l).iter().all(|c| c.0 == 4));
+        assert_eq!(loads(&l, Space::Shared), [1; 5]);
+        // Each row's 4100 bytes take 4112, so that the next row starts
+        // 16-byte aligned.
+        assert_eq!(l.launch.dynamic_shared_bytes, 2 * 2 * 4 * 4 + 2 * 4112);
+
+        // 1000 = 250 vectors over 128 threads: the second chunk of the
+        // fill is guarded; the passes loop over the 250 as without a
+        // cache.
+        let k = layernorm(10, 1000);
+        let l = lower(&k, &with(point(128, 1, 4), 2, 1), SmVersion::Sm90).expect("lowers");
+        assert_eq!(async_copies(&l), [(16, false), (16, true)]);
+        assert_eq!(
+            loads(&l, Space::Shared).iter().filter(|n| **n == 4).count(),
+            3
+        );
+        // A shared-memory tree: a barrier after the fill, then 1 + 7 per
+        // reduction.
+        assert_eq!(count(&l, |op| matches!(op, Op::BarSync)), 1 + 2 * (1 + 7));
+        assert_eq!(l.launch.dynamic_shared_bytes, 2 * 128 * 4 + 4000);
+    }
+
+    #[test]
+    fn a_16_bit_row_is_widened_through_registers_into_shared_memory() {
+        let k = layernorm_of(quote!(bf16), 10, 1024);
+        let l = lower(&k, &with(point(128, 3, 4), 2, 0), SmVersion::Sm90).expect("lowers");
+        // No `cp.async`: the row is stored as f32. Both chunks are loaded
+        // before either is stored, then the warp leaders' slots.
+        assert_eq!(async_copies(&l), []);
+        assert_eq!(count(&l, |op| matches!(op, Op::CpAsyncWaitAll)), 0);
+        assert_eq!(global_loads(&l), [4, 4]);
         assert_eq!(
             shared_stores(&l),
             [(4, false), (4, false), (1, true), (1, true)]
         );
-        // A barrier after the fill, one per reduction.
-        assert_eq!(count(&l, |op| matches!(op, Op::BarSync)), 1 + 2);
-        let fill_barrier = l
-            .ptx
-            .body
-            .iter()
-            .position(|i| matches!(i.op, Op::BarSync))
-            .expect("a barrier");
+        let barrier = position(&l, |op| matches!(op, Op::BarSync)).expect("a barrier");
         let last_global_load = l
             .ptx
             .body
@@ -745,44 +829,9 @@ mod tests {
                 )
             })
             .expect("a load");
-        assert!(last_global_load < fill_barrier);
-        // The tree's two slot sets of 4 warps for 3 rows, then 3 rows of
-        // 1024 values.
+        assert!(last_global_load < barrier);
+        assert_eq!(loads(&l, Space::Shared), [4, 1, 4, 1, 4]);
         assert_eq!(l.launch.dynamic_shared_bytes, 2 * 3 * 4 * 4 + 3 * 4096);
-        assert_eq!(l.ptx.dynamic_shared_bytes, l.launch.dynamic_shared_bytes);
-        assert_eq!(count(&l, |op| matches!(op, Op::Ret)), 1);
-
-        // An odd row, one value at a time: 1025 values over 128 threads
-        // are 9 chunks per thread, the 8 past the first guarded (the last
-        // of them lies past the row for all lanes but one).
-        let k = layernorm(10, 1025);
-        let l = lower(&k, &with(point(128, 2, 1), 2, 0), SmVersion::Sm80).expect("lowers");
-        assert_eq!(global_loads(&l), [1; 9]);
-        let fill: Vec<bool> = shared_stores(&l)[..9].iter().map(|s| s.1).collect();
-        assert_eq!(
-            fill,
-            [false, true, true, true, true, true, true, true, true]
-        );
-        assert_eq!(loads(&l, Space::Shared), [1; 5]);
-        // Each row's 4100 bytes take 4112, so that the next row starts
-        // 16-byte aligned.
-        assert_eq!(l.launch.dynamic_shared_bytes, 2 * 2 * 4 * 4 + 2 * 4112);
-
-        // 1000 = 250 vectors over 128 threads: the second chunk of the
-        // fill is guarded; the passes loop over the 250 as without a
-        // cache.
-        let k = layernorm(10, 1000);
-        let l = lower(&k, &with(point(128, 1, 4), 2, 1), SmVersion::Sm90).expect("lowers");
-        assert_eq!(global_loads(&l), [4, 4]);
-        assert_eq!(&shared_stores(&l)[..2], [(4, false), (4, true)]);
-        assert_eq!(
-            loads(&l, Space::Shared).iter().filter(|n| **n == 4).count(),
-            3
-        );
-        // A shared-memory tree: a barrier after the fill, then 1 + 7 per
-        // reduction.
-        assert_eq!(count(&l, |op| matches!(op, Op::BarSync)), 1 + 2 * (1 + 7));
-        assert_eq!(l.launch.dynamic_shared_bytes, 2 * 128 * 4 + 4000);
     }
 
     #[test]
@@ -792,7 +841,7 @@ mod tests {
         let one = with(point(512, 1, 1), 2, 0);
         let l = lower(&k, &one, SmVersion::Sm90).expect("fits 227 KiB");
         assert_eq!(l.launch.dynamic_shared_bytes, 2 * 16 * 4 + 201_040);
-        assert_eq!(global_loads(&l), [1; 16]);
+        assert_eq!(async_copies(&l).len(), 16);
         for (s, target) in [
             (one, SmVersion::Sm86),
             (with(point(512, 2, 1), 2, 0), SmVersion::Sm90),

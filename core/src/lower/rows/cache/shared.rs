@@ -13,22 +13,30 @@
 //! region; a point whose block needs more than the target allows breaks
 //! [`Constraint::SharedMemory`](crate::lower::Constraint).
 //!
-//! **Fill.** Each thread copies its chunks of `vector` values, up to
-//! [`FILL_VALUES`] of them per iteration: all the iteration's loads are
-//! issued before its first store, so a thread has that many values in
-//! flight (a load followed by its store would have one). Chunks past the
-//! row's end load a clamped (valid) position and skip their store.
+//! **Fill.** Each thread copies its chunks of `vector` values. On targets
+//! with `cp.async` (sm_80 and newer), a pattern of f32 values consecutive
+//! along the row is copied by `cp.async`, `4 · vector` bytes a copy: the
+//! copies need no registers, so a thread starts all of its share of the
+//! row before waiting for any (`cp.async.wait_all`, then the barrier), and
+//! the whole row is in flight at once. Other patterns (16-bit values,
+//! widened to f32 on the way, or values strided along the row) go through
+//! registers, up to [`FILL_VALUES`] values per iteration: all the
+//! iteration's loads are issued before its first store, so a thread has
+//! that many values in flight (a load followed by its store would have
+//! one). Either way, chunks past the row's end are skipped (a register
+//! load reads a clamped, valid position and skips its store).
 
 use std::collections::{HashMap, HashSet};
 
-use super::{CachePlan, load_chunk, slots};
+use super::{CachePlan, Kept, chunk_address, load_chunk, slots};
 use crate::dtype::DType;
 use crate::ir::{Expr, ExprId, Kernel};
 use crate::lower::elementwise::load_vec;
 use crate::lower::expr::Env;
 use crate::lower::rows::{Shape, chunk_start, clamped_chunk, strided_loop};
 use crate::ptx::Builder;
-use crate::ptx::inst::{Addr, ArithOp, Op, Operand, Reg, Space, Ty};
+use crate::ptx::inst::{Addr, ArithOp, CpAsyncCache, Op, Operand, Reg, Space, Ty};
+use crate::target::SmVersion;
 
 /// The most values a thread loads in one iteration of the fill before it
 /// stores them.
@@ -64,16 +72,54 @@ impl CachePlan {
         fill + passes
     }
 
-    /// The values a thread of a row of `threads_per_row` threads loads per
-    /// iteration of the fill, `vector` at a time: all of its share when
-    /// that is fewer than [`FILL_VALUES`].
-    pub fn fill_values(&self, threads_per_row: u32, vector: u32) -> u32 {
-        self.kept
+    /// What the fill of a row asks of each of its `threads_per_row`
+    /// threads, reading `vector` values at a time on `target`.
+    pub fn fill_cost(
+        &self,
+        kernel: &Kernel,
+        threads_per_row: u32,
+        vector: u32,
+        target: SmVersion,
+    ) -> FillCost {
+        let (copied, loaded): (Vec<&Kept>, Vec<&Kept>) = self
+            .kept
+            .iter()
+            .partition(|k| copies_async(kernel, k, target));
+        let registers = loaded
             .iter()
             .map(|k| fill_chunks(k.extent, threads_per_row, vector) * vector)
             .max()
-            .unwrap_or_default()
+            .unwrap_or_default();
+        let copies: u32 = copied
+            .iter()
+            .map(|k| slots(k.extent, threads_per_row, vector) * vector)
+            .sum();
+        FillCost {
+            registers,
+            in_flight: registers.max(copies),
+        }
     }
+}
+
+/// What the fill of a row in shared memory asks of each thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FillCost {
+    /// Registers holding values between their load and their store: one
+    /// iteration's values of the patterns copied through registers.
+    pub registers: u32,
+    /// Values in flight at once: a register iteration's, or the thread's
+    /// whole share of the patterns copied by `cp.async`, whichever is more.
+    pub in_flight: u32,
+}
+
+/// Whether the fill copies kept pattern `k` by `cp.async` on `target`:
+/// f32 values (shared memory holds f32, so 16-bit values are widened on
+/// the way, through registers), consecutive along the row, so that a
+/// chunk's `vector` values are one copy.
+fn copies_async(kernel: &Kernel, k: &Kept, target: SmVersion) -> bool {
+    target.has_async_copy()
+        && kernel.input(k.pattern.tensor).dtype == DType::F32
+        && k.index.last() == Some(&k.position)
 }
 
 /// Chunks a thread fills per iteration along an extent.
@@ -81,6 +127,14 @@ fn fill_chunks(extent: u32, threads_per_row: u32, vector: u32) -> u32 {
     (FILL_VALUES / vector)
         .min(slots(extent, threads_per_row, vector))
         .max(1)
+}
+
+/// Pushes `op`, guarded by `inside` when there is one.
+fn push_inside(b: &mut Builder, inside: Option<Reg>, op: Op) {
+    match inside {
+        Some(inside) => b.push_guarded(inside, false, op),
+        None => b.push(op),
+    }
 }
 
 /// The thread's row, filled into shared memory.
@@ -117,42 +171,53 @@ impl<'p> SharedRow<'p> {
             offsets.push(next);
             next += (k.extent * 4).next_multiple_of(ALIGN);
         }
+        let mut copied = false;
         for (k, &offset) in plan.kept.iter().zip(&offsets) {
             let chunks = k.extent / vector;
             let unroll = fill_chunks(k.extent, threads, vector);
             let whole = chunks.is_multiple_of(threads * unroll);
+            let asynchronous = copies_async(kernel, k, shape.target);
+            copied |= asynchronous;
             strided_loop(b, lane, chunks, threads * unroll, |b, chunk| {
-                let loaded: Vec<(Reg, Option<Reg>, Vec<Reg>)> = (0..unroll)
-                    .map(|u| {
-                        let chunk = match u {
-                            0 => chunk,
-                            _ => {
-                                b.u32_op(ArithOp::Add, chunk, Operand::Int(i64::from(u * threads)))
-                            }
+                let mut pending = Vec::with_capacity(unroll as usize);
+                for u in 0..unroll {
+                    let chunk = match u {
+                        0 => chunk,
+                        _ => b.u32_op(ArithOp::Add, chunk, Operand::Int(i64::from(u * threads))),
+                    };
+                    let (chunk, inside) = clamped_chunk(b, chunk, chunks, u > 0 && !whole);
+                    let first = chunk_start(b, chunk, vector);
+                    let dst = Addr {
+                        base: b.u32_mad(first, Operand::Int(4), row),
+                        offset: i64::from(offset),
+                    };
+                    if asynchronous {
+                        let copy = Op::CpAsync {
+                            cache: CpAsyncCache::Ca,
+                            dst,
+                            src: chunk_address(b, kernel, k, env, first),
+                            bytes: 4 * vector,
+                            src_bytes: None,
                         };
-                        let (chunk, inside) = clamped_chunk(b, chunk, chunks, u > 0 && !whole);
-                        let first = chunk_start(b, chunk, vector);
+                        push_inside(b, inside, copy);
+                    } else {
                         let values = load_chunk(b, kernel, k, env, first, vector);
-                        (first, inside, values)
-                    })
-                    .collect();
-                for (first, inside, values) in loaded {
-                    let base = b.u32_mad(first, Operand::Int(4), row);
+                        pending.push((dst, inside, values));
+                    }
+                }
+                for (dst, inside, values) in pending {
                     let store = Op::St {
                         space: Space::Shared,
                         ty: Ty::F32,
-                        addr: Addr {
-                            base,
-                            offset: i64::from(offset),
-                        },
+                        addr: dst,
                         srcs: values.into_iter().map(Operand::Reg).collect(),
                     };
-                    match inside {
-                        Some(inside) => b.push_guarded(inside, false, store),
-                        None => b.push(store),
-                    }
+                    push_inside(b, inside, store);
                 }
             });
+        }
+        if copied {
+            b.push(Op::CpAsyncWaitAll);
         }
         b.push(Op::BarSync);
         SharedRow { plan, row, offsets }
