@@ -53,6 +53,10 @@ pub struct Env {
     /// five reductions, 128 threads a row, spilled 4 bytes with read-only
     /// loads in its reduction passes.
     pub read_only_inputs: bool,
+    /// Per division whose divisor every element of a pass shares: the
+    /// divisor's reciprocal, evaluated once before the pass
+    /// ([`share_divisors`]); the division is then a multiplication.
+    pub reciprocals: HashMap<ExprId, Reg>,
 }
 
 impl Env {
@@ -62,6 +66,43 @@ impl Env {
             Space::GlobalReadOnly
         } else {
             Space::Global
+        }
+    }
+}
+
+/// Evaluates, once, the reciprocal of every divisor under `id` (through the
+/// lets `env` has not evaluated, not into reductions) that reads only
+/// `shared` index variables, so that each element's division by it is a
+/// multiplication: `x · RN(1/y)`, within 1.5 ulp of `x / y` while `1/y`
+/// is a normal f32 (`|y|` below 2¹²⁶), and the same infinities and NaNs.
+/// A division per element is a long sequence with a call to a slow path,
+/// which also keeps ptxas from unrolling the element loop around it.
+pub fn share_divisors(
+    b: &mut Builder,
+    k: &ir::Kernel,
+    env: &mut Env,
+    id: ExprId,
+    shared: &[VarId],
+) {
+    match k.expr(id).clone() {
+        Expr::Binary(BinaryOp::Div, x, y)
+            if k.free_vars(y).iter().all(|v| shared.contains(v))
+                && !env.reciprocals.contains_key(&id) =>
+        {
+            share_divisors(b, k, env, x, shared);
+            let y = emit(b, k, env, y).reg();
+            let one = b.f32_imm(1.0);
+            let r = b.f32_op(ArithOp::Div, one, y);
+            env.reciprocals.insert(id, r);
+        }
+        Expr::Let(l) if !env.lets.contains_key(&l) => {
+            share_divisors(b, k, env, k.let_(l).value, shared);
+        }
+        Expr::Let(_) | Expr::Reduce { .. } => {}
+        _ => {
+            for c in k.children(id) {
+                share_divisors(b, k, env, c, shared);
+            }
         }
     }
 }
@@ -100,6 +141,10 @@ pub fn emit(b: &mut Builder, k: &ir::Kernel, env: &mut Env, id: ExprId) -> Value
         Expr::Unary(op, a) => {
             let x = emit(b, k, env, a).reg();
             Value::Num(unary(b, op, x))
+        }
+        Expr::Binary(BinaryOp::Div, x, _) if env.reciprocals.contains_key(&id) => {
+            let x = emit(b, k, env, x).reg();
+            Value::Num(b.f32_op(ArithOp::Mul, x, env.reciprocals[&id]))
         }
         Expr::Binary(op, x, y) => {
             let x = emit(b, k, env, x).reg();

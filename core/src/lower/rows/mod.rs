@@ -312,8 +312,10 @@ pub(super) fn lower(
     }
     b.bra_if(inside, true, done);
 
-    // The output pass: its stores come between its loads.
+    // The output pass: its stores come between its loads; a division by
+    // a value of the row is a multiplication by its reciprocal.
     env.read_only_inputs = true;
+    expr::share_divisors(&mut b, kernel, &mut env, kernel.root, &plan.row_vars);
     match cache.as_ref().filter(|c| c.reads(kernel.root)) {
         Some(cache) => cache.outputs(&mut b, kernel, &env, out),
         None => {
@@ -489,7 +491,7 @@ mod tests {
 
     use crate::ir::Kernel;
     use crate::lower::{Constraint, LowerError, Lowered, lower};
-    use crate::ptx::inst::{Op, Space};
+    use crate::ptx::inst::{ArithOp, Op, Operand, Space};
     use crate::schedule::Schedule;
     use crate::syntax::parse_kernel;
     use crate::target::SmVersion;
@@ -857,6 +859,73 @@ mod tests {
                 }
                 other => panic!("{s:?} should not fit {target}: {other:?}"),
             }
+        }
+    }
+
+    #[test]
+    fn a_division_by_a_row_value_is_a_multiplication_by_its_reciprocal() {
+        let k = parse_kernel(
+            quote!(shape(R = 10, C = 1000)),
+            quote! {
+                fn softmax(x: Tensor<f32, (R, C)>) -> Tensor<f32, (R, C)> {
+                    compute(|r, c| {
+                        let mx = max(C, |j| x[r][j]);
+                        let s = sum(C, |j| exp(x[r][j] - mx));
+                        exp(x[r][c] - mx) / s / (x[r][c] + 2.0)
+                    })
+                }
+            },
+        )
+        .expect("valid kernel");
+        let divisions = |l: &Lowered| -> Vec<usize> {
+            l.ptx
+                .body
+                .iter()
+                .enumerate()
+                .filter(|(_, i)| {
+                    matches!(
+                        i.op,
+                        Op::Arith {
+                            op: ArithOp::Div,
+                            ..
+                        }
+                    )
+                })
+                .map(|(at, _)| at)
+                .collect()
+        };
+        let first_store = |l: &Lowered| {
+            position(l, |op| {
+                matches!(
+                    op,
+                    Op::St {
+                        space: Space::Global,
+                        ..
+                    }
+                )
+            })
+            .expect("a store")
+        };
+        // Elements a thread evaluates in one stretch of code: a chunk of 4
+        // in a loop, or with `cache = 1` its 2 slots of 4, unrolled.
+        for (cache, elements) in [(0, 4), (1, 8), (2, 4)] {
+            let l = lower(&k, &with(point(128, 1, 4), cache, 0), SmVersion::Sm90).expect("lowers");
+            // `1 / s` once, before the first store; the division by an
+            // element's own value stays, once per element.
+            let at = divisions(&l);
+            assert_eq!(at.len(), 1 + elements, "cache {cache}");
+            assert!(at[0] < first_store(&l) && at[1..].iter().all(|d| *d > at[0]));
+            let Op::Arith {
+                dst: reciprocal, ..
+            } = l.ptx.body[at[0]].op
+            else {
+                unreachable!("a division")
+            };
+            let products = count(
+                &l,
+                |op| matches!(op, Op::Arith { op: ArithOp::Mul, b, .. } if *b == Operand::Reg(reciprocal)),
+            );
+            assert_eq!(products, elements, "cache {cache}");
         }
     }
 
