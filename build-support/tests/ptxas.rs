@@ -383,6 +383,7 @@ fn rows_points() -> Vec<Schedule> {
                 vector,
                 cache,
                 tree,
+                online: 0,
             })
         })
     })

@@ -434,6 +434,7 @@ fn loads_after_stores_take_the_read_only_path() {
         vector: 1,
         cache: 1,
         tree: 0,
+        online: 0,
     };
     let target = SmVersion::Sm90;
     let mut checked = 0;

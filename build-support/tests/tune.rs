@@ -220,6 +220,20 @@ fn an_interrupted_search_resumes_from_its_journal() {
         &mut Progress::silent(),
     )
     .expect("something measured");
+    // One journal, for this code generator's version only: another
+    // version's code may run at another speed.
+    let files: Vec<String> = std::fs::read_dir(dir.path())
+        .expect("the journal's folder")
+        .map(|e| {
+            e.expect("an entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    assert_eq!(files.len(), 1, "{files:?}");
+    let version = format!("-g{}.jsonl", ktune_core::GENERATOR_VERSION);
+    assert!(files[0].ends_with(&version), "{files:?}");
 
     // The same search again: every point comes from the journal.
     let mut again = Fake::default();

@@ -23,10 +23,11 @@
 //!   shared memory (`cache = 2`), by the threads above or by as many as a
 //!   block may have (one row a block), when it fits the target's and the
 //!   model ([`crate::model`]) estimates that faster than reading it once
-//!   per pass (`cache = 0`) with either of those thread counts; shuffles
-//!   combine across warps (`tree =
-//!   0`: one barrier per reduction, where a shared-memory tree needs one
-//!   per level).
+//!   per pass (`cache = 0`) with either of those thread counts, where a
+//!   maximum and its sum of exponentials pair also in one pass for both
+//!   (`online = 1`); shuffles combine across warps (`tree = 0`: one
+//!   barrier per reduction, where a shared-memory tree needs one per
+//!   level).
 //! - **Matmul**: the matmul lowering's own heuristic
 //!   ([`crate::lower::matmul::heuristic`]).
 //! - **Generic**: 128 threads per block.
@@ -35,7 +36,7 @@
 
 use crate::ir::{Expr, Kernel};
 use crate::lower::classify::{OpClass, RowPlan, classify};
-use crate::lower::rows::CachePlan;
+use crate::lower::rows::{CachePlan, online};
 use crate::lower::validate;
 use crate::model::estimate;
 use crate::schedule::Schedule;
@@ -124,13 +125,15 @@ fn rows(kernel: &Kernel, plan: &RowPlan, target: SmVersion) -> Schedule {
     {
         rows_per_block /= 2;
     }
-    let point = |cache| Schedule::Rows {
+    let point_with = |cache, online| Schedule::Rows {
         threads_per_row,
         rows_per_block,
         vector,
         cache,
         tree: 0,
+        online,
     };
+    let point = |cache| point_with(cache, 0);
     let kept = CachePlan::of(kernel, plan);
     if kept.is_empty() {
         return point(0);
@@ -146,22 +149,32 @@ fn rows(kernel: &Kernel, plan: &RowPlan, target: SmVersion) -> Schedule {
     // once per pass (on the H200, layernorm over 4096 rows of 50257:
     // 1,024 threads a row 0.98 ms reading it per pass, 1.09 ms keeping it
     // in shared memory, 1.41 ms with 64 threads).
-    let widest = |cache| Schedule::Rows {
+    let widest = |cache, online| Schedule::Rows {
         threads_per_row: limits.max_threads_per_block,
         rows_per_block: 1,
         vector,
         cache,
         tree: 0,
+        online,
     };
-    [point(2), widest(2), widest(0)]
-        .into_iter()
-        .fold(point(0), |best, other| {
-            if faster(kernel, &other, &best, target) {
-                other
-            } else {
-                best
-            }
-        })
+    // Where a maximum and its sum of exponentials pair, reading the row
+    // once per pass takes one pass fewer with `online = 1`.
+    let online = u32::from(!online::pairs(kernel, plan).is_empty());
+    [
+        point(2),
+        widest(2, 0),
+        widest(0, 0),
+        point_with(0, online),
+        widest(0, online),
+    ]
+    .into_iter()
+    .fold(point(0), |best, other| {
+        if faster(kernel, &other, &best, target) {
+            other
+        } else {
+            best
+        }
+    })
 }
 
 /// Whether the model estimates `a` faster than `b` (and `a` is valid).
@@ -266,6 +279,7 @@ mod tests {
             vector: v,
             cache,
             tree: 0,
+            online: 0,
         };
         // 1000 elements over 32 threads, 4 at a time: 32 kept per thread.
         assert_eq!(heuristic(&softmax(8192, 1000), sm90), rows(32, 4, 4, 1));
@@ -283,10 +297,18 @@ mod tests {
             heuristic(&layernorm(4096, 50257), sm90),
             rows(1024, 1, 1, 0)
         );
-        // sm_86 blocks have 99 KiB: one read per pass.
+        // sm_86 blocks have 99 KiB: one read per pass, the maximum and the
+        // sum of exponentials in one.
         assert_eq!(
             heuristic(&softmax(4096, 50257), SmVersion::Sm86),
-            rows(512, 1, 1, 0)
+            Schedule::Rows {
+                threads_per_row: 512,
+                rows_per_block: 1,
+                vector: 1,
+                cache: 0,
+                tree: 0,
+                online: 1,
+            }
         );
         // 8192 one-thread rows: 64 blocks of 128 would leave SMs idle.
         assert_eq!(heuristic(&softmax(8192, 7), sm90), rows(1, 32, 1, 1));

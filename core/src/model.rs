@@ -11,13 +11,15 @@
 //!   resident threads keep in flight (loads each thread issues before it
 //!   needs the first, times resident threads) over the memory latency,
 //!   capped by the DRAM peak and by the width of each access (narrow loads
-//!   reach less of the peak). Rows add their extra passes over each row,
-//!   from L2 while the rows in flight across the GPU (every resident
-//!   block's) fit it and from DRAM otherwise, unless they keep the row:
+//!   reach less of the peak). Rows add their extra passes over each row
+//!   (a softmax's maximum and sum one pass with `online = 1`), from L2
+//!   while the rows in
+//!   flight across the GPU (every resident block's) fit it and from DRAM
+//!   otherwise, unless they keep the row:
 //!   in registers (`cache = 1`: one read, all of a thread's loads in
 //!   flight at once, but the kept values cost registers and so occupancy)
-//!   or in shared memory (`cache = 2`: one read, the fill's loads in
-//!   flight, but the block's rows cost shared memory, so occupancy, and
+//!   or in shared memory (`cache = 2`: one read, the fill's `cp.async`
+//!   copies or loads in flight, but the block's rows cost shared memory, so occupancy, and
 //!   the fill and the passes' reads cost shared-memory bandwidth once per
 //!   wave); and their reduction trees once per wave (shuffles and one
 //!   barrier across warps, or a barrier per level of a shared-memory
@@ -78,7 +80,7 @@ use crate::ir::Kernel;
 use crate::lower::classify::{OpClass, RowPlan, classify};
 use crate::lower::matmul::mma::{MmaLayout, MmaTiles};
 use crate::lower::matmul::{self, Layout, MatmulPlan, Split, Tiles};
-use crate::lower::rows::{CachePlan, shared_bytes};
+use crate::lower::rows::{CachePlan, online, shared_bytes};
 use crate::lower::{LowerError, validate};
 use crate::occupancy::{BlockUsage, Occupancy, occupancy};
 use crate::ptx::inst::MmaKind;
@@ -319,6 +321,7 @@ fn rows(
         vector,
         cache,
         tree,
+        online,
     } = *schedule
     else {
         unreachable!("a rows point")
@@ -363,10 +366,15 @@ fn rows(
         shared_bytes: (shared_bytes(threads_per_row, rows_per_block, 32, tree) + kept_shared)
             as u32,
     };
-    // Without a cache the passes after the first read the row again: from
-    // L2 while the rows in flight across the GPU (a row of the widest
-    // input each) fit it, else from DRAM.
-    let re_reads = (passes - 1.0).max(0.0) * row_bytes;
+    // Without a cache the passes after the first read the row again (a
+    // maximum and its sum of exponentials, with `online = 1`, in one
+    // pass): from L2 while the rows in flight across the GPU (a row of the
+    // widest input each) fit it, else from DRAM.
+    let paired = match online {
+        0 => 0.0,
+        _ => online::pairs(kernel, plan).len() as f64,
+    };
+    let re_reads = (passes - paired - 1.0).max(0.0) * row_bytes;
     let limits = target.limits();
     let blocks_per_sm = occupancy(usage, target).blocks_per_sm;
     let rows_in_flight =
@@ -876,6 +884,7 @@ mod tests {
             vector,
             cache: 0,
             tree: 0,
+            online: 0,
         }
     }
 
@@ -963,6 +972,7 @@ mod tests {
                 vector,
                 cache,
                 tree,
+                online: 0,
             },
             other => other,
         }

@@ -33,16 +33,22 @@ pub enum Schedule {
     /// rows_per_block` is a multiple of the warp size up to the target's
     /// limit, and `vector` is 1, 2 or 4 and divides every reduced extent.
     ///
-    /// `cache` (0 or 1): with 1, each thread loads the row elements it owns
-    /// once into registers and every pass over the row reads them there
-    /// (one pass over global memory; valid while they fit the registers);
-    /// with 0, each pass reads the row again. `tree` (0 or 1): how a row
-    /// spanning several warps combines its partial results: 0, butterfly
-    /// shuffles within each warp then one slot per warp in shared memory;
-    /// 1, a shared-memory tree over all the row's threads (valid only for
-    /// rows of more than one warp). Both default to 0, and are left out of
-    /// the JSON form when 0, so that schedules written before them keep
-    /// their meaning and their text. See [`crate::lower`]'s rows module.
+    /// `cache` (0, 1 or 2): with 1, each thread loads the row elements it
+    /// owns once into registers and every pass over the row reads them
+    /// there (one pass over global memory; valid while they fit the
+    /// registers); with 2, the block copies the row into shared memory
+    /// once and the passes read it there (valid while the block's rows fit
+    /// the target's shared memory); with 0, each pass reads the row again.
+    /// `tree` (0 or 1): how a row spanning several warps combines its
+    /// partial results: 0, butterfly shuffles within each warp then one
+    /// slot per warp in shared memory; 1, a shared-memory tree over all
+    /// the row's threads (valid only for rows of more than one warp).
+    /// `online` (0 or 1): with 1, a maximum and a later sum of `exp` of the
+    /// same value minus it (softmax's) are computed in one pass, the sum
+    /// rescaled as the maximum grows (valid only where such a pair exists,
+    /// with `cache = 0`). All three default to 0, and are left out of the
+    /// JSON form when 0, so that schedules written before them keep their
+    /// meaning and their text. See [`crate::lower`]'s rows module.
     Rows {
         threads_per_row: u32,
         rows_per_block: u32,
@@ -51,6 +57,8 @@ pub enum Schedule {
         cache: u32,
         #[serde(default, skip_serializing_if = "is_zero")]
         tree: u32,
+        #[serde(default, skip_serializing_if = "is_zero")]
+        online: u32,
     },
     /// Contractions: a `block_m × block_n` output tile per block, staged
     /// through shared memory `block_k` deep, `thread_m × thread_n` outputs per
@@ -185,6 +193,7 @@ impl Class {
                 "vector",
                 "cache",
                 "tree",
+                "online",
             ],
             Class::Matmul => &[
                 "block_m", "block_n", "block_k", "thread_m", "thread_n", "vector_a", "vector_b",
@@ -215,13 +224,14 @@ impl Class {
                 per_thread,
                 vector,
             },
-            (Class::Rows, &[threads_per_row, rows_per_block, vector, cache, tree]) => {
+            (Class::Rows, &[threads_per_row, rows_per_block, vector, cache, tree, online]) => {
                 Schedule::Rows {
                     threads_per_row,
                     rows_per_block,
                     vector,
                     cache,
                     tree,
+                    online,
                 }
             }
             (
@@ -308,7 +318,8 @@ impl Schedule {
                 vector,
                 cache,
                 tree,
-            } => vec![threads_per_row, rows_per_block, vector, cache, tree],
+                online,
+            } => vec![threads_per_row, rows_per_block, vector, cache, tree, online],
             Schedule::Matmul(Tiles {
                 block_m,
                 block_n,
@@ -387,17 +398,29 @@ mod tests {
                 vector: 4,
                 cache: 0,
                 tree: 0,
+                online: 0,
             }
         );
         assert_eq!(s.to_json(), old);
-        let one_pass = Class::Rows.schedule(&[64, 2, 4, 1, 1]).expect("five knobs");
+        let one_pass = Class::Rows
+            .schedule(&[64, 2, 4, 1, 1, 0])
+            .expect("six knobs");
         let json = one_pass.to_json();
         assert_eq!(
             json,
             r#"{"class":"rows","threads_per_row":64,"rows_per_block":2,"vector":4,"cache":1,"tree":1}"#
         );
         assert_eq!(Schedule::from_json(&json).expect("parses"), one_pass);
-        assert_eq!(one_pass.knob_values(), [64, 2, 4, 1, 1]);
+        assert_eq!(one_pass.knob_values(), [64, 2, 4, 1, 1, 0]);
+        let online = Class::Rows
+            .schedule(&[64, 2, 4, 0, 0, 1])
+            .expect("six knobs");
+        let json = online.to_json();
+        assert_eq!(
+            json,
+            r#"{"class":"rows","threads_per_row":64,"rows_per_block":2,"vector":4,"online":1}"#
+        );
+        assert_eq!(Schedule::from_json(&json).expect("parses"), online);
     }
 
     #[test]

@@ -139,6 +139,7 @@ fn other_schedules_round_trip() {
                 vector: 1,
                 cache: 0,
                 tree: 0,
+                online: 0,
             },
         ),
         (
@@ -149,6 +150,7 @@ fn other_schedules_round_trip() {
                 vector: 1,
                 cache: 1,
                 tree: 1,
+                online: 0,
             },
         ),
         (
@@ -159,6 +161,7 @@ fn other_schedules_round_trip() {
                 vector: 4,
                 cache: 0,
                 tree: 0,
+                online: 0,
             },
         ),
         (
@@ -169,6 +172,7 @@ fn other_schedules_round_trip() {
                 vector: 4,
                 cache: 1,
                 tree: 0,
+                online: 0,
             },
         ),
         (

@@ -89,6 +89,7 @@ fn a_correct_candidate_is_measured_with_an_estimate_from_its_run() {
         vector: 1,
         cache: 0,
         tree: 0,
+        online: 0,
     };
     assert_virtual(
         &worker
@@ -488,6 +489,7 @@ fn a_gpu_compares_big_kernels_with_the_heuristic_schedule() {
         vector: 1,
         cache: 0,
         tree: 0,
+        online: 0,
     };
     assert!(worker.measure(&job, &other).is_ok());
     match worker.measure_injected(&job, &other, Injection::WrongStore) {

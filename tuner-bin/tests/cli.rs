@@ -359,7 +359,8 @@ fn space_reports_knobs_validity_and_the_models_ranking() {
             "rows_per_block",
             "vector",
             "cache",
-            "tree"
+            "tree",
+            "online"
         ]
     );
     // The default reads each row of 384 once: 32 threads, 4 at a time,

@@ -58,7 +58,8 @@ const SAMPLE_SPLIT: usize = 12;
 /// SIMT family the contraction entries already cover.
 const SAMPLE_SIMT_OF_MMA: usize = 4;
 /// Rows points sampled besides for each of `cache = 1`, `cache = 2`,
-/// `tree = 1` and each cache with it, when the space has them.
+/// `tree = 1` and each cache with it, and `online = 1` with each tree, when
+/// the space has them.
 const SAMPLE_ROWS_KNOB: usize = 6;
 
 const DTYPES: [&str; 3] = ["f32", "f16", "bf16"];
@@ -686,10 +687,13 @@ pub fn points(kernel: &Kernel, seed: u64) -> Vec<(Schedule, SmVersion)> {
     let (simt_staged, rest): (Vec<Schedule>, Vec<Schedule>) = rest.into_iter().partition(staged);
     let (tensor_walks, simt_walks): (Vec<Schedule>, Vec<Schedule>) =
         walks.into_iter().partition(|s| s.kind() == Class::Mma);
-    let mut rows_knobs: [Vec<Schedule>; 5] = Default::default();
+    let mut rows_knobs: [Vec<Schedule>; 7] = Default::default();
     let mut simt = Vec::new();
     for s in rest {
         match s {
+            Schedule::Rows {
+                tree, online: 1, ..
+            } => rows_knobs[5 + tree as usize].push(s),
             Schedule::Rows { cache, tree, .. } if cache + tree > 0 => {
                 rows_knobs[(cache + 3 * tree - 1) as usize].push(s);
             }
@@ -796,6 +800,9 @@ pub struct Report<E> {
     pub shared_row: usize,
     /// Rows runs that combine a row's warps with a shared-memory tree.
     pub shared_tree: usize,
+    /// Rows runs that compute a maximum and its sum of exponentials in
+    /// one pass.
+    pub online: usize,
     /// What the check returned for the runs that failed.
     pub failures: Vec<E>,
 }
@@ -810,7 +817,7 @@ pub fn run<E: Send>(
 ) -> Report<E> {
     let jobs = shaped(catalogue);
     let next = AtomicUsize::new(0);
-    let counts: [AtomicUsize; 10] = Default::default();
+    let counts: [AtomicUsize; 11] = Default::default();
     let failures = Mutex::new(Vec::new());
     std::thread::scope(|scope| {
         for _ in 0..workers.max(1) {
@@ -850,6 +857,7 @@ pub fn run<E: Send>(
         one_pass,
         shared_row,
         shared_tree,
+        online,
     ] = counts.map(AtomicUsize::into_inner);
     Report {
         kernels: catalogue.len(),
@@ -862,6 +870,7 @@ pub fn run<E: Send>(
         one_pass,
         shared_row,
         shared_tree,
+        online,
         failures: failures.into_inner().unwrap_or_else(|e| e.into_inner()),
     }
 }
@@ -869,13 +878,18 @@ pub fn run<E: Send>(
 /// Which of [`Report`]'s counts a run of `schedule` adds to, in the order
 /// `run` keeps them: every run, tensor cores, SIMT grouped, tensor-core
 /// grouped, pipelined SIMT, SIMT split, tensor-core split, one pass, row
-/// in shared memory, shared-memory tree.
-fn families(schedule: &Schedule) -> [bool; 10] {
+/// in shared memory, shared-memory tree, online softmax.
+fn families(schedule: &Schedule) -> [bool; 11] {
     let tensor = schedule.kind() == Class::Mma;
     let grouped = grouped(schedule);
-    let (cache, tree) = match *schedule {
-        Schedule::Rows { cache, tree, .. } => (cache, tree == 1),
-        _ => (0, false),
+    let (cache, tree, online) = match *schedule {
+        Schedule::Rows {
+            cache,
+            tree,
+            online,
+            ..
+        } => (cache, tree == 1, online == 1),
+        _ => (0, false, false),
     };
     [
         true,
@@ -888,6 +902,7 @@ fn families(schedule: &Schedule) -> [bool; 10] {
         cache == 1,
         cache == 2,
         tree,
+        online,
     ]
 }
 
@@ -930,6 +945,11 @@ impl<E> fmt::Display for Report<E> {
             f,
             "of which rows with a shared-memory tree: {} schedule points",
             self.shared_tree
+        )?;
+        writeln!(
+            f,
+            "of which rows with a maximum and its sum of exponentials in one pass: {} schedule points",
+            self.online
         )?;
         write!(
             f,

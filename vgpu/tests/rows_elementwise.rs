@@ -1,7 +1,8 @@
 //! The elementwise and rows lowerings on the virtual GPU: every point of a
 //! small grid of knobs (each either rejected as invalid, with a reason, or
 //! run; rows in one pass, from registers or shared memory, or several,
-//! with either cross-warp tree), odd
+//! with either cross-warp tree, a softmax's maximum and sum in one of
+//! them or two), odd
 //! shapes (rows of 1, 7, 1025 elements; row counts no block size divides),
 //! f32/f16/bf16, random inputs and poisoned outputs, against a direct f32
 //! interpretation of the IR ([`ktune_core::interp::evaluate`]).
@@ -70,13 +71,16 @@ fn rows_grid() -> Vec<Schedule> {
         for vector in [1, 2, 4] {
             for cache in [0, 1, 2] {
                 for &tree in trees {
-                    out.push(Schedule::Rows {
-                        threads_per_row,
-                        rows_per_block,
-                        vector,
-                        cache,
-                        tree,
-                    });
+                    for online in [0, 1] {
+                        out.push(Schedule::Rows {
+                            threads_per_row,
+                            rows_per_block,
+                            vector,
+                            cache,
+                            tree,
+                            online,
+                        });
+                    }
                 }
             }
         }
@@ -187,6 +191,29 @@ fn softmax_every_dtype() {
                 (-3.0, 3.0),
             );
         }
+    }
+    assert!(ran > 100, "only {ran} points ran");
+}
+
+/// Softmax of scores of which about half are −∞ (`log` of 0), as masked
+/// attention scores are: in one pass (`online = 1`), a thread whose first
+/// chunks are all −∞ must keep a sum of 0, not NaN.
+#[test]
+fn softmax_of_masked_scores() {
+    let grid = rows_grid();
+    let mut ran = 0;
+    for (r, c) in [(9u32, 64u32), (2, 1000), (5, 1025)] {
+        let k = kernel(
+            &format!("shape(R = {r}, C = {c})"),
+            "fn masked(x: Tensor<f32, (R, C)>) -> Tensor<f32, (R, C)> {
+                compute(|r, c| {
+                    let mx = max(C, |j| log(relu(x[r][j])));
+                    let s = sum(C, |j| exp(log(relu(x[r][j])) - mx));
+                    exp(log(relu(x[r][c])) - mx) / s
+                })
+            }",
+        );
+        ran += check(&k, &grid, u64::from(r * 1000 + c), (-1.0, 1.0));
     }
     assert!(ran > 100, "only {ran} points ran");
 }

@@ -63,6 +63,11 @@ fn every_kernel_class_and_dtype_over_many_points_and_shapes() {
         report.shared_tree
     );
     assert!(
+        report.online >= 100,
+        "only {} online softmax points ran",
+        report.online
+    );
+    assert!(
         report.staged >= 200,
         "only {} pipelined SIMT points ran",
         report.staged

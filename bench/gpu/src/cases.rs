@@ -337,6 +337,17 @@ pub const CASES: &[Case] = &[
         tiny: &[("R", 3), ("C", 1025)],
         allow_tf32: false,
     },
+    // Rows longer than shared memory holds (a vocabulary of 128256, as
+    // Llama 3's): read once per pass, the maximum and the sum in one.
+    Case {
+        name: "softmax_4096x128256",
+        group: "norm",
+        kind: Kind::Softmax,
+        source: SOFTMAX,
+        shape: &[("R", 4096), ("C", 128256)],
+        tiny: &[("R", 3), ("C", 2049)],
+        allow_tf32: false,
+    },
     Case {
         name: "layernorm_8192x4096",
         group: "norm",

@@ -133,11 +133,37 @@ impl Plan {
     }
 }
 
-/// `default` with `swizzle`, `min_blocks` or both flipped between 0 and 1,
-/// then twice as deep (`block_k`, up to 64) in either layout: whole
-/// 128-byte rows of 16-bit `k`-contiguous operands per copy (tensor-core
-/// points; none for others).
+/// For a tensor-core `default`: it with `swizzle`, `min_blocks` or both
+/// flipped between 0 and 1, then twice as deep (`block_k`, up to 64) in
+/// either layout: whole 128-byte rows of 16-bit `k`-contiguous operands
+/// per copy. For a rows `default` that reads the row once per pass: it
+/// with `online` flipped, and with the row kept in shared memory
+/// (`cache = 2`); for one that keeps the row: it read once per pass, the
+/// maximum and its sum in one (`online = 1`). None for others. The caller
+/// keeps the valid ones.
 fn alternatives(default: &Schedule) -> Vec<Schedule> {
+    if let Schedule::Rows {
+        threads_per_row,
+        rows_per_block,
+        vector,
+        cache,
+        tree,
+        online,
+    } = *default
+    {
+        let rows = |cache, online| Schedule::Rows {
+            threads_per_row,
+            rows_per_block,
+            vector,
+            cache,
+            tree,
+            online,
+        };
+        return match cache {
+            0 => vec![rows(0, u32::from(online == 0)), rows(2, 0)],
+            _ => vec![rows(0, 1)],
+        };
+    }
     let Schedule::Mma(t) = *default else {
         return Vec::new();
     };

@@ -6,10 +6,10 @@ use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 
-use ktune_core::canon;
 use ktune_core::db::Gpu;
 use ktune_core::ir::Kernel;
 use ktune_core::schedule::Schedule;
+use ktune_core::{GENERATOR_VERSION, canon};
 use serde::{Deserialize, Serialize};
 
 use super::Timing;
@@ -63,7 +63,9 @@ impl Journal {
     }
 
     /// The journal of `kernel` on `gpu` under `dir`, with what it holds.
-    /// Lines that do not parse (a run killed mid-write) are skipped.
+    /// Lines that do not parse (a run killed mid-write) are skipped. Its
+    /// file is named after the code generator's version too: what another
+    /// version's code measured answers nothing.
     pub fn open(dir: &Path, kernel: &Kernel, gpu: &Gpu) -> Journal {
         let shape: Vec<String> = kernel.dims.iter().map(|d| d.size.to_string()).collect();
         let device: String = gpu
@@ -72,7 +74,7 @@ impl Journal {
             .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
             .collect();
         let path = dir.join(format!(
-            "{}-{}-{}-{}.jsonl",
+            "{}-{}-{}-{}-g{GENERATOR_VERSION}.jsonl",
             kernel.name,
             &canon::checksum(kernel)[..12],
             shape.join("x"),

@@ -299,7 +299,8 @@ fn poly(b: &mut Builder, x: Reg, coefficients: &[f32]) -> Reg {
     acc
 }
 
-fn exp(b: &mut Builder, x: Reg) -> Reg {
+/// `e^x`, as `2^(x · log₂ e)` (`ex2.approx`).
+pub fn exp(b: &mut Builder, x: Reg) -> Reg {
     let t = b.f32_op(ArithOp::Mul, x, Operand::F32(LOG2_E));
     b.f32_unary(UnaryOp::Ex2, t)
 }

@@ -217,6 +217,7 @@ fn dispatch(
             vector,
             cache,
             tree,
+            online,
         } => match classify::classify(kernel) {
             OpClass::Rows(plan) => {
                 let knobs = rows::Knobs {
@@ -225,6 +226,7 @@ fn dispatch(
                     vector,
                     cache,
                     tree,
+                    online,
                 };
                 if emit {
                     rows::lower(kernel, &plan, knobs, target).map(Some)

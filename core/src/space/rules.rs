@@ -23,7 +23,11 @@
 //!   0 and 1 (shuffles then shared memory, or a shared-memory tree, across
 //!   warps); a row within one warp has no cross-warp combine, so its
 //!   `tree = 1` points are [`Constraint::Range`](crate::lower::Constraint)
-//!   rejections.
+//!   rejections. `online` 0 and 1 where a maximum is followed by a sum of
+//!   exponentials of differences from it (softmax), which one pass can
+//!   compute together, 0 otherwise; with `cache` above 0 the row is read
+//!   from global memory once already, so those `online = 1` points are
+//!   `Range` rejections.
 //! - **Contraction tiles**: `block_m`, `block_n` powers of two from 16 (or
 //!   the extent rounded up, when smaller: decode shapes) to the extent
 //!   rounded up, at most 256; `block_k` from 8 to 64 likewise along `K`;
@@ -74,7 +78,7 @@ use crate::ir::Kernel;
 use crate::lower::classify::{OpClass, classify};
 use crate::lower::elementwise::{MAX_PER_THREAD, VECTOR_WIDTHS};
 use crate::lower::matmul::{MAX_STAGES, MatmulPlan, mma, split_k_values};
-use crate::lower::rows::CachePlan;
+use crate::lower::rows::{CachePlan, online};
 use crate::schedule::Class;
 use crate::target::SmVersion;
 
@@ -128,6 +132,14 @@ pub(super) fn space(kernel: &Kernel, target: SmVersion) -> Space {
                             },
                         ),
                         knob("tree", vec![0, 1]),
+                        knob(
+                            "online",
+                            if online::pairs(kernel, &plan).is_empty() {
+                                vec![0]
+                            } else {
+                                vec![0, 1]
+                            },
+                        ),
                     ],
                 }],
                 coverage: Coverage::Rows(u64::from(rows)),

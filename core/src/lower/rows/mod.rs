@@ -22,14 +22,22 @@
 //! row, however long, as long as the block's rows fit the target's shared
 //! memory.
 //!
+//! With `online = 1` ([`online`]), a maximum and a later sum of `exp` of
+//! the same value minus it (softmax's) share one pass over global memory,
+//! the sum rescaled as the maximum grows: softmax reads a row twice
+//! instead of three times without keeping it.
+//!
 //! Every thread executes every shuffle and barrier: a row past the last one
 //! computes on a clamped (valid) row index and only skips the final stores.
 
 mod cache;
 mod combine;
+pub mod online;
 
 pub use cache::CachePlan;
 pub use combine::shared_bytes;
+
+use std::collections::HashMap;
 
 use super::classify::{RowPlan, RowStep};
 use super::elementwise::{bind_vars, check_vector, emit_consecutive_with, store_vec};
@@ -54,6 +62,9 @@ pub(super) struct Shape {
     target: SmVersion,
     /// What the row keeps, and where (the `cache` knob).
     keep: Keep,
+    /// The maximum and sum pairs computed in one pass (the `online`
+    /// knob): none with `online = 0`.
+    pairs: Vec<online::Pair>,
 }
 
 /// What a row keeps of the tensors more than one pass reads, and where.
@@ -106,6 +117,7 @@ pub(super) struct Knobs {
     pub vector: u32,
     pub cache: u32,
     pub tree: u32,
+    pub online: u32,
 }
 
 pub(super) fn check(
@@ -120,6 +132,7 @@ pub(super) fn check(
         vector,
         cache,
         tree,
+        online,
     } = knobs;
     let limits = target.limits();
     if !threads_per_row.is_power_of_two() || threads_per_row > limits.max_threads_per_block {
@@ -158,6 +171,35 @@ pub(super) fn check(
             ),
         ));
     }
+    let pairs = match (online, cache) {
+        (0, _) => Vec::new(),
+        (1, 0) => {
+            let pairs = online::pairs(kernel, plan);
+            if pairs.is_empty() {
+                return Err(Violation::new(
+                    Constraint::Range,
+                    "online 1 pairs nothing: no maximum is followed by a sum of `exp` of a value minus it",
+                ));
+            }
+            pairs
+        }
+        (1, _) => {
+            return Err(Violation::new(
+                Constraint::Range,
+                format!(
+                    "online 1 saves a read of the row from global memory; with cache {cache} the row is read from there once already"
+                ),
+            ));
+        }
+        _ => {
+            return Err(Violation::new(
+                Constraint::Range,
+                format!(
+                    "online {online}; expected 0 (a pass per reduction) or 1 (a maximum and its sum of exponentials in one pass)"
+                ),
+            ));
+        }
+    };
     let block = threads_per_row.saturating_mul(rows_per_block);
     check_block(block, target)?;
     for r in plan.reductions() {
@@ -198,6 +240,7 @@ pub(super) fn check(
         tree,
         target,
         keep,
+        pairs,
     };
     let shared = shape.shared_bytes();
     if shared > u64::from(limits.max_shared_per_block) {
@@ -284,23 +327,35 @@ pub(super) fn lower(
         }
         Keep::Nothing | Keep::Registers(_) => None,
     };
+    // Sums computed in one pass with their maximum, until their step.
+    let mut fused: HashMap<ExprId, Reg> = HashMap::new();
     for step in &plan.steps {
         match *step {
             RowStep::Reduce(id) => {
-                let value = match cache.as_ref().filter(|c| c.reads(id)) {
-                    Some(cache) => {
-                        let partial = cache.partial(&mut b, kernel, &env, id);
-                        combined(&mut b, kernel, &mut combiner, id, partial)
+                let pair = shape.pairs.iter().find(|p| p.max == id);
+                let value = match (fused.remove(&id), pair) {
+                    (Some(sum), _) => sum,
+                    (None, Some(&pair)) => {
+                        let (max, sum) =
+                            online::reduce(&mut b, kernel, &env, &shape, lane, &mut combiner, pair);
+                        fused.insert(pair.sum, sum);
+                        max
                     }
-                    None => cooperative_reduce(
-                        &mut b,
-                        kernel,
-                        &mut env,
-                        (&shape, row.as_ref()),
-                        lane,
-                        &mut combiner,
-                        id,
-                    ),
+                    (None, None) => match cache.as_ref().filter(|c| c.reads(id)) {
+                        Some(cache) => {
+                            let partial = cache.partial(&mut b, kernel, &env, id);
+                            combined(&mut b, kernel, &mut combiner, id, partial)
+                        }
+                        None => cooperative_reduce(
+                            &mut b,
+                            kernel,
+                            &mut env,
+                            (&shape, row.as_ref()),
+                            lane,
+                            &mut combiner,
+                            id,
+                        ),
+                    },
                 };
                 env.reduced.insert(id, value);
             }
@@ -492,7 +547,7 @@ mod tests {
     use crate::ir::Kernel;
     use crate::lower::{Constraint, LowerError, Lowered, lower};
     use crate::ptx::inst::{ArithOp, Op, Operand, Space};
-    use crate::schedule::Schedule;
+    use crate::schedule::{Class, Schedule};
     use crate::syntax::parse_kernel;
     use crate::target::SmVersion;
 
@@ -524,6 +579,7 @@ mod tests {
             vector,
             cache: 0,
             tree: 0,
+            online: 0,
         }
     }
 
@@ -540,6 +596,7 @@ mod tests {
                 vector,
                 cache,
                 tree,
+                online: 0,
             },
             other => other,
         }
@@ -927,6 +984,96 @@ mod tests {
             );
             assert_eq!(products, elements, "cache {cache}");
         }
+    }
+
+    fn softmax(r: u32, c: u32) -> Kernel {
+        parse_kernel(
+            quote!(shape(R = #r, C = #c)),
+            quote! {
+                fn softmax(x: Tensor<f32, (R, C)>) -> Tensor<f32, (R, C)> {
+                    compute(|r, c| {
+                        let mx = max(C, |j| x[r][j]);
+                        let s = sum(C, |j| exp(x[r][j] - mx));
+                        exp(x[r][c] - mx) / s
+                    })
+                }
+            },
+        )
+        .expect("valid kernel")
+    }
+
+    fn online(s: Schedule) -> Schedule {
+        match s {
+            Schedule::Rows {
+                threads_per_row,
+                rows_per_block,
+                vector,
+                cache,
+                tree,
+                ..
+            } => Schedule::Rows {
+                threads_per_row,
+                rows_per_block,
+                vector,
+                cache,
+                tree,
+                online: 1,
+            },
+            other => other,
+        }
+    }
+
+    #[test]
+    fn online_softmax_reads_the_row_twice() {
+        let k = softmax(10, 1000);
+        let exps = |l: &Lowered| {
+            count(l, |op| {
+                matches!(
+                    op,
+                    Op::Unary {
+                        op: crate::ptx::inst::UnaryOp::Ex2,
+                        ..
+                    }
+                )
+            })
+        };
+        let two_pass = lower(&k, &point(128, 1, 4), SmVersion::Sm90).expect("lowers");
+        assert_eq!(global_loads(&two_pass), [4, 4, 4]);
+        // The sum's 4 exponentials a chunk, the outputs' 4.
+        assert_eq!(exps(&two_pass), 4 + 4);
+        for tree in [0, 1] {
+            let l = lower(
+                &k,
+                &online(with(point(128, 1, 4), 0, tree)),
+                SmVersion::Sm90,
+            )
+            .expect("lowers");
+            // The maximum and the sum read a chunk once; the outputs again.
+            assert_eq!(global_loads(&l), [4, 4]);
+            // A chunk's 4 terms and its rescaling, the rescaling to the
+            // row's maximum, the outputs' 4.
+            assert_eq!(exps(&l), 4 + 1 + 1 + 4);
+            // Still one combine per reduction: across warps, a barrier
+            // each (shuffles) or one per level and one to start (a tree).
+            let barriers = if tree == 0 { 2 } else { 2 * (1 + 7) };
+            assert_eq!(count(&l, |op| matches!(op, Op::BarSync)), barriers);
+        }
+    }
+
+    #[test]
+    fn online_needs_a_pair_and_a_row_read_per_pass() {
+        let reason = invalid(&layernorm(4, 64), online(point(32, 1, 1)), SmVersion::Sm90);
+        assert!(reason.contains("online 1 pairs nothing"), "{reason}");
+        for cache in [1, 2] {
+            let s = online(with(point(32, 1, 1), cache, 0));
+            let reason = invalid(&softmax(4, 64), s, SmVersion::Sm90);
+            assert!(reason.contains(&format!("with cache {cache}")), "{reason}");
+        }
+        let s = Class::Rows
+            .schedule(&[32, 1, 1, 0, 0, 2])
+            .expect("six knobs");
+        let reason = invalid(&softmax(4, 64), s, SmVersion::Sm90);
+        assert!(reason.contains("online 2; expected 0"), "{reason}");
     }
 
     #[test]
