@@ -367,7 +367,7 @@ fn rows(
             as u32,
     };
     // Without a cache the passes after the first read the row again (a
-    // maximum and its sum of exponentials, with `online = 1`, in one
+    // pair of reductions, with `online = 1`, in one
     // pass): from L2 while the rows in flight across the GPU (a row of the
     // widest input each) fit it, else from DRAM.
     let paired = match online {

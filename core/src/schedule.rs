@@ -45,8 +45,9 @@ pub enum Schedule {
     /// the row's threads (valid only for rows of more than one warp).
     /// `online` (0 or 1): with 1, a maximum and a later sum of `exp` of the
     /// same value minus it (softmax's) are computed in one pass, the sum
-    /// rescaled as the maximum grows (valid only where such a pair exists,
-    /// with `cache = 0`). All three default to 0, and are left out of the
+    /// rescaled as the maximum grows, and so are a mean and a later sum or
+    /// mean of squared differences from it (valid only where such a pair
+    /// exists, with `cache = 0`). All three default to 0, and are left out of the
     /// JSON form when 0, so that schedules written before them keep their
     /// meaning and their text. See [`crate::lower`]'s rows module.
     Rows {

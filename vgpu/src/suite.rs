@@ -800,8 +800,8 @@ pub struct Report<E> {
     pub shared_row: usize,
     /// Rows runs that combine a row's warps with a shared-memory tree.
     pub shared_tree: usize,
-    /// Rows runs that compute a maximum and its sum of exponentials in
-    /// one pass.
+    /// Rows runs that compute two reductions in one pass (`online = 1`:
+    /// softmax's maximum and sum, a mean and variance).
     pub online: usize,
     /// What the check returned for the runs that failed.
     pub failures: Vec<E>,
@@ -878,7 +878,7 @@ pub fn run<E: Send>(
 /// Which of [`Report`]'s counts a run of `schedule` adds to, in the order
 /// `run` keeps them: every run, tensor cores, SIMT grouped, tensor-core
 /// grouped, pipelined SIMT, SIMT split, tensor-core split, one pass, row
-/// in shared memory, shared-memory tree, online softmax.
+/// in shared memory, shared-memory tree, two reductions in one pass.
 fn families(schedule: &Schedule) -> [bool; 11] {
     let tensor = schedule.kind() == Class::Mma;
     let grouped = grouped(schedule);
@@ -948,7 +948,7 @@ impl<E> fmt::Display for Report<E> {
         )?;
         writeln!(
             f,
-            "of which rows with a maximum and its sum of exponentials in one pass: {} schedule points",
+            "of which rows with two reductions in one pass (online = 1): {} schedule points",
             self.online
         )?;
         write!(

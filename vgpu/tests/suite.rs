@@ -64,7 +64,7 @@ fn every_kernel_class_and_dtype_over_many_points_and_shapes() {
     );
     assert!(
         report.online >= 100,
-        "only {} online softmax points ran",
+        "only {} points ran two reductions in one pass",
         report.online
     );
     assert!(

@@ -136,33 +136,40 @@ impl Plan {
 /// For a tensor-core `default`: it with `swizzle`, `min_blocks` or both
 /// flipped between 0 and 1, then twice as deep (`block_k`, up to 64) in
 /// either layout: whole 128-byte rows of 16-bit `k`-contiguous operands
-/// per copy. For a rows `default` that reads the row once per pass: it
-/// with `online` flipped, and with the row kept in shared memory
-/// (`cache = 2`); for one that keeps the row: it read once per pass, the
-/// maximum and its sum in one (`online = 1`). None for others. The caller
+/// per copy. For a rows `default`: its row read once per pass, with two
+/// reductions in one pass where they pair (`online = 1`) or not, or kept
+/// in shared memory (`cache = 2`), at its own threads per row and at a
+/// block's most (1024, one row a block: the layernorm default over rows of
+/// 50257 until `online`), other than itself. None for others. The caller
 /// keeps the valid ones.
 fn alternatives(default: &Schedule) -> Vec<Schedule> {
     if let Schedule::Rows {
         threads_per_row,
         rows_per_block,
         vector,
-        cache,
         tree,
-        online,
+        ..
     } = *default
     {
-        let rows = |cache, online| Schedule::Rows {
-            threads_per_row,
-            rows_per_block,
-            vector,
-            cache,
-            tree,
-            online,
-        };
-        return match cache {
-            0 => vec![rows(0, u32::from(online == 0)), rows(2, 0)],
-            _ => vec![rows(0, 1)],
-        };
+        let shapes = [(threads_per_row, rows_per_block), (1024, 1)];
+        let variants = [(0, 0), (0, 1), (2, 0)];
+        let mut out: Vec<Schedule> = Vec::new();
+        for (threads_per_row, rows_per_block) in shapes {
+            for (cache, online) in variants {
+                let s = Schedule::Rows {
+                    threads_per_row,
+                    rows_per_block,
+                    vector,
+                    cache,
+                    tree,
+                    online,
+                };
+                if s != *default && !out.contains(&s) {
+                    out.push(s);
+                }
+            }
+        }
+        return out;
     }
     let Schedule::Mma(t) = *default else {
         return Vec::new();
@@ -401,5 +408,38 @@ mod tests {
         let sgemm = case("sgemm_4096");
         let plan = Plan::new(sgemm, SmVersion::Sm90, 0, 1).expect("a plan");
         assert!(plan.alternatives.is_empty());
+    }
+
+    #[test]
+    fn a_rows_defaults_alternatives_read_keep_or_pair_at_its_width_and_the_widest() {
+        let knobs = |s: &Schedule| match *s {
+            Schedule::Rows {
+                threads_per_row,
+                cache,
+                online,
+                ..
+            } => (threads_per_row, cache, online),
+            _ => panic!("{s:?}"),
+        };
+        // Layernorm over rows of 50257: by default 512 threads a row, the
+        // mean and variance in one pass.
+        let plan = Plan::new(case("layernorm_4096x50257"), SmVersion::Sm90, 0, 1).expect("a plan");
+        assert_eq!(knobs(&plan.default), (512, 0, 1));
+        let alternatives: Vec<_> = plan.alternatives.iter().map(knobs).collect();
+        assert_eq!(
+            alternatives,
+            [
+                (512, 0, 0),
+                (512, 2, 0),
+                (1024, 0, 0),
+                (1024, 0, 1),
+                (1024, 2, 0)
+            ]
+        );
+        // Rows of 128256 do not fit shared memory: no `cache = 2`.
+        let plan = Plan::new(case("softmax_4096x128256"), SmVersion::Sm90, 0, 1).expect("a plan");
+        assert_eq!(knobs(&plan.default), (512, 0, 1));
+        let alternatives: Vec<_> = plan.alternatives.iter().map(knobs).collect();
+        assert_eq!(alternatives, [(512, 0, 0), (1024, 0, 0), (1024, 0, 1)]);
     }
 }

@@ -24,7 +24,8 @@
 //!   warps); a row within one warp has no cross-warp combine, so its
 //!   `tree = 1` points are [`Constraint::Range`](crate::lower::Constraint)
 //!   rejections. `online` 0 and 1 where a maximum is followed by a sum of
-//!   exponentials of differences from it (softmax), which one pass can
+//!   exponentials of differences from it (softmax), or a mean by a sum or
+//!   mean of squared differences from it (a variance), which one pass can
 //!   compute together, 0 otherwise; with `cache` above 0 the row is read
 //!   from global memory once already, so those `online = 1` points are
 //!   `Range` rejections.

@@ -13,9 +13,12 @@
 //! aside (a *pattern*). Patterns that more than one pass reads are kept:
 //! softmax's `x[r][·]`, read by its max, its sum and its outputs, is one
 //! pattern read three times, so the row is read once instead of three
-//! times. This is the single-pass property of online softmax or Welford's
-//! algorithm, had generically from the IR: nothing matches softmax, and any
-//! row computation with several passes gets it. A row whose tensors are
+//! times. This is the single read that online softmax or Welford's
+//! algorithm give, had generically from the IR: nothing matches softmax,
+//! and any row computation with several passes gets it, at the cost of
+//! registers or shared memory; `online` ([`super::online`]) instead saves
+//! one read without keeping anything, for the two shapes it recognises.
+//! A row whose tensors are
 //! each read by one pass has nothing to keep, and `cache` 1 and 2 are out
 //! of range there (the space offers them only where they apply).
 //!

@@ -24,8 +24,10 @@
 //!
 //! With `online = 1` ([`online`]), a maximum and a later sum of `exp` of
 //! the same value minus it (softmax's) share one pass over global memory,
-//! the sum rescaled as the maximum grows: softmax reads a row twice
-//! instead of three times without keeping it.
+//! the sum rescaled as the maximum grows, and so do a mean and a later sum
+//! or mean of squared differences from it (a variance, Welford's way):
+//! softmax and layernorm read a row twice instead of three times without
+//! keeping it.
 //!
 //! Every thread executes every shuffle and barrier: a row past the last one
 //! computes on a clamped (valid) row index and only skips the final stores.
@@ -62,8 +64,8 @@ pub(super) struct Shape {
     target: SmVersion,
     /// What the row keeps, and where (the `cache` knob).
     keep: Keep,
-    /// The maximum and sum pairs computed in one pass (the `online`
-    /// knob): none with `online = 0`.
+    /// The pairs of reductions computed in one pass (the `online` knob):
+    /// none with `online = 0`.
     pairs: Vec<online::Pair>,
 }
 
@@ -178,7 +180,7 @@ pub(super) fn check(
             if pairs.is_empty() {
                 return Err(Violation::new(
                     Constraint::Range,
-                    "online 1 pairs nothing: no maximum is followed by a sum of `exp` of a value minus it",
+                    "online 1 pairs nothing: no maximum is followed by a sum of `exp` of a value minus it, nor a mean by a sum or mean of squared differences from it",
                 ));
             }
             pairs
@@ -195,7 +197,7 @@ pub(super) fn check(
             return Err(Violation::new(
                 Constraint::Range,
                 format!(
-                    "online {online}; expected 0 (a pass per reduction) or 1 (a maximum and its sum of exponentials in one pass)"
+                    "online {online}; expected 0 (a pass per reduction) or 1 (softmax's maximum and sum, or a mean and variance, in one pass)"
                 ),
             ));
         }
@@ -327,19 +329,20 @@ pub(super) fn lower(
         }
         Keep::Nothing | Keep::Registers(_) => None,
     };
-    // Sums computed in one pass with their maximum, until their step.
+    // Second reductions computed in one pass with their first, until
+    // their step.
     let mut fused: HashMap<ExprId, Reg> = HashMap::new();
     for step in &plan.steps {
         match *step {
             RowStep::Reduce(id) => {
-                let pair = shape.pairs.iter().find(|p| p.max == id);
+                let pair = shape.pairs.iter().find(|p| p.first == id);
                 let value = match (fused.remove(&id), pair) {
                     (Some(sum), _) => sum,
                     (None, Some(&pair)) => {
-                        let (max, sum) =
+                        let (first, second) =
                             online::reduce(&mut b, kernel, &env, &shape, lane, &mut combiner, pair);
-                        fused.insert(pair.sum, sum);
-                        max
+                        fused.insert(pair.second, second);
+                        first
                     }
                     (None, None) => match cache.as_ref().filter(|c| c.reads(id)) {
                         Some(cache) => {
@@ -546,7 +549,7 @@ mod tests {
 
     use crate::ir::Kernel;
     use crate::lower::{Constraint, LowerError, Lowered, lower};
-    use crate::ptx::inst::{ArithOp, Op, Operand, Space};
+    use crate::ptx::inst::{ArithOp, Op, Operand, Space, Ty};
     use crate::schedule::{Class, Schedule};
     use crate::syntax::parse_kernel;
     use crate::target::SmVersion;
@@ -1061,8 +1064,35 @@ mod tests {
     }
 
     #[test]
+    fn a_mean_and_variance_read_the_row_once_together() {
+        let k = layernorm(10, 1000);
+        let two_pass = lower(&k, &point(128, 3, 4), SmVersion::Sm90).expect("lowers");
+        // The mean, the variance (two loads of `x`), the outputs.
+        assert_eq!(global_loads(&two_pass), [4, 4, 4, 4]);
+        let l = lower(&k, &online(point(128, 3, 4)), SmVersion::Sm90).expect("lowers");
+        // The thread's first chunk, for its shift; the pass; the outputs.
+        assert_eq!(global_loads(&l), [4, 4, 4]);
+        // Still one combine per reduction, a barrier each across warps.
+        assert_eq!(count(&l, |op| matches!(op, Op::BarSync)), 2);
+        // Per value: its difference from the shift, added to the sum and,
+        // squared, to the sum of squares (one fused multiply-add).
+        // Then `n·K + a`, `n·c + 2a` and `c·(n·c + 2a) + b`.
+        let fmas = |l: &Lowered| count(l, |op| matches!(op, Op::Mad { ty: Ty::F32, .. }));
+        assert_eq!(fmas(&l) - fmas(&two_pass), 4 + 3);
+    }
+
+    #[test]
     fn online_needs_a_pair_and_a_row_read_per_pass() {
-        let reason = invalid(&layernorm(4, 64), online(point(32, 1, 1)), SmVersion::Sm90);
+        let share = parse_kernel(
+            quote!(shape(R = 4, C = 64)),
+            quote! {
+                fn share(x: Tensor<f32, (R, C)>) -> Tensor<f32, (R, C)> {
+                    compute(|r, c| x[r][c] / sum(C, |j| x[r][j]))
+                }
+            },
+        )
+        .expect("valid kernel");
+        let reason = invalid(&share, online(point(32, 1, 1)), SmVersion::Sm90);
         assert!(reason.contains("online 1 pairs nothing"), "{reason}");
         for cache in [1, 2] {
             let s = online(with(point(32, 1, 1), cache, 0));

@@ -1,25 +1,32 @@
-//! Online softmax (`online = 1`): a row's maximum and its sum of
-//! exponentials of differences from that maximum, computed in one pass
-//! over the row instead of two.
+//! One pass for two reductions (`online = 1`): a reduction whose body
+//! subtracts an earlier reduction's value from the same value that one
+//! reduced, computed beside it instead of in a pass of its own. Two shapes
+//! pair, both found in the IR, not by name:
 //!
-//! Softmax with `cache = 0` reads a row three times: for its maximum `m`,
-//! for `s = Σ exp(x − m)`, and for its outputs. The first two fold into one
-//! pass (Milakov and Gimelshein's online normaliser): each thread keeps a
-//! running maximum `m_t` and a sum `s_t` of `exp(x − m_t)`, which it
-//! rescales by `exp(m_old − m_new)` when a chunk of `vector` values raises
-//! the maximum (once per chunk, not per value). Across the row the maxima
-//! combine first; then each thread rescales its sum to the row's maximum,
-//! and the sums combine. Rows too long to keep (more than shared memory
-//! holds) are then read twice, the second time from L2 while the rows in
-//! flight fit it.
+//! - **Softmax** (Milakov and Gimelshein's online normaliser): a `max` of
+//!   some value `v(j)`, and a later `sum` whose body is `exp(v'(k) − m)`,
+//!   where `m` is the maximum (directly, or a let bound to it) and `v'` is
+//!   `v` with the sum's variable in place of the maximum's (softmax,
+//!   log-softmax, cross-entropy). Each thread keeps a running maximum
+//!   `m_t` and a sum `s_t` of `exp(x − m_t)`, which it rescales by
+//!   `exp(m_old − m_new)` when a chunk of `vector` values raises the
+//!   maximum (once per chunk, not per value). Across the row the maxima
+//!   combine first; then each thread rescales its sum to the row's
+//!   maximum, and the sums combine. A sum of anything else (`exp(2·x −
+//!   m)`) has terms that may overflow where the two-pass form's do not,
+//!   and is left to two passes.
+//! - **Variance** (the parallel form of Welford's algorithm): a `mean` of
+//!   `v(j)`, and a later `sum` or `mean` of `(v'(k) − μ) · (v'(k) − μ)`,
+//!   with `μ` the mean (layernorm, standardisation). Each thread shifts its
+//!   values by the first of them, `K_t`, and sums `a_t = Σ (x − K_t)` and
+//!   `b_t = Σ (x − K_t)²` over its `n_t` values. Across the row, `Σ (n_t
+//!   K_t + a_t)` gives the mean `μ`; then with `c_t = K_t − μ`, each
+//!   thread's `b_t + c_t (2 a_t + n_t c_t)` is exactly its `Σ (x − μ)²`,
+//!   and those combine. The shift keeps the sums of squares small: `K_t`
+//!   is one of the thread's own values, so no sum cancels what it adds.
 //!
-//! **What pairs.** A `max` of some value `v(j)`, and a later `sum` whose
-//! body is `exp(v'(k) − m)`, where `m` is the maximum (directly, or a let
-//! bound to it) and `v'` is `v` with the sum's variable in place of the
-//! maximum's: the shape of softmax, log-softmax and cross-entropy, found
-//! in the IR, not by name. A sum of anything else (`exp(2·x − m)`) has
-//! terms that may overflow where the two-pass form's do not, and is left
-//! to two passes.
+//! Rows too long to keep (more than shared memory holds) are then read
+//! once fewer: softmax twice instead of three times, layernorm likewise.
 //!
 //! **Infinities.** A running maximum of −∞ (a thread whose values so far
 //! are all −∞, as in masked scores) is taken as 0 where it is subtracted,
@@ -36,51 +43,76 @@ use crate::lower::expr::{self, Env};
 use crate::ptx::Builder;
 use crate::ptx::inst::{ArithOp, Cmp, Op, Operand, Reg, RegClass, Ty};
 
-/// A maximum and the sum of exponentials that one pass computes with it.
+/// Two reductions one pass computes together.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Pair {
-    pub max: ExprId,
-    pub sum: ExprId,
+    /// The reduction whose value the second subtracts.
+    pub first: ExprId,
+    pub second: ExprId,
+    pub kind: Kind,
+}
+
+/// The two shapes that pair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A maximum, then a sum of `exp` of differences from it.
+    Softmax,
+    /// A mean, then a sum or mean of squared differences from it.
+    Variance,
 }
 
 /// The pairs among `plan`'s reductions, each reduction in at most one.
 pub fn pairs(kernel: &Kernel, plan: &RowPlan) -> Vec<Pair> {
     let reductions: Vec<ExprId> = plan.reductions().collect();
     let mut out: Vec<Pair> = Vec::new();
-    for (i, &max) in reductions.iter().enumerate() {
+    for (i, &first) in reductions.iter().enumerate() {
         let Expr::Reduce {
-            op: ReduceOp::Max,
-            var: max_var,
+            op,
+            var: first_var,
             body: value,
-        } = *kernel.expr(max)
+        } = *kernel.expr(first)
         else {
             continue;
         };
-        if kernel.contains_reduce(value) {
+        let kind = match op {
+            ReduceOp::Max => Kind::Softmax,
+            ReduceOp::Mean => Kind::Variance,
+            ReduceOp::Sum | ReduceOp::Min => continue,
+        };
+        if kernel.contains_reduce(value) || out.iter().any(|p| p.second == first) {
             continue;
         }
-        let partner = reductions[i + 1..].iter().copied().find(|&sum| {
-            let Expr::Reduce {
-                op: ReduceOp::Sum,
-                var: sum_var,
-                body,
-            } = *kernel.expr(sum)
-            else {
+        // The difference of the same value and the first's, in the second's
+        // terms.
+        let difference = |id: ExprId, var: VarId| match *kernel.expr(id) {
+            Expr::Binary(BinaryOp::Sub, term, subtrahend) => {
+                names(kernel, subtrahend, first) && same(kernel, (value, first_var), (term, var))
+            }
+            _ => false,
+        };
+        let partner = reductions[i + 1..].iter().copied().find(|&second| {
+            let Expr::Reduce { op, var, body } = *kernel.expr(second) else {
                 return false;
             };
-            let Expr::Unary(UnaryOp::Exp, difference) = *kernel.expr(body) else {
-                return false;
+            let shaped = match (kind, op, kernel.expr(body)) {
+                (Kind::Softmax, ReduceOp::Sum, &Expr::Unary(UnaryOp::Exp, d)) => difference(d, var),
+                (
+                    Kind::Variance,
+                    ReduceOp::Sum | ReduceOp::Mean,
+                    &Expr::Binary(BinaryOp::Mul, d, e),
+                ) => difference(d, var) && same(kernel, (d, var), (e, var)),
+                _ => false,
             };
-            let Expr::Binary(BinaryOp::Sub, term, subtrahend) = *kernel.expr(difference) else {
-                return false;
-            };
-            kernel.extent(sum_var) == kernel.extent(max_var)
-                && names(kernel, subtrahend, max)
-                && same(kernel, (value, max_var), (term, sum_var))
-                && out.iter().all(|p| p.sum != sum)
+            shaped
+                && kernel.extent(var) == kernel.extent(first_var)
+                && out.iter().all(|p| p.second != second)
         });
-        if let Some(sum) = partner {
-            out.push(Pair { max, sum });
+        if let Some(second) = partner {
+            out.push(Pair {
+                first,
+                second,
+                kind,
+            });
         }
     }
     out
@@ -128,8 +160,8 @@ fn same(kernel: &Kernel, (a, va): (ExprId, VarId), (b, vb): (ExprId, VarId)) -> 
     }
 }
 
-/// Computes `pair`'s maximum and sum in one pass over the row, reading it
-/// from global memory; every thread of the row gets both.
+/// Computes `pair`'s two values in one pass over the row, reading it from
+/// global memory; every thread of the row gets both.
 pub(super) fn reduce(
     b: &mut Builder,
     kernel: &Kernel,
@@ -139,46 +171,158 @@ pub(super) fn reduce(
     combiner: &mut Combiner,
     pair: Pair,
 ) -> (Reg, Reg) {
-    let Expr::Reduce { var, body, .. } = *kernel.expr(pair.max) else {
-        unreachable!("a maximum")
+    let Expr::Reduce { var, body, .. } = *kernel.expr(pair.first) else {
+        unreachable!("a reduction")
     };
-    let vector = shape.vector;
+    let pass = Pass {
+        kernel,
+        env,
+        var,
+        body,
+        vector: shape.vector,
+    };
+    match pair.kind {
+        Kind::Softmax => softmax(b, &pass, shape, lane, combiner),
+        Kind::Variance => {
+            let Expr::Reduce { op, .. } = *kernel.expr(pair.second) else {
+                unreachable!("a reduction")
+            };
+            variance(b, &pass, shape, lane, combiner, op)
+        }
+    }
+}
+
+/// The first reduction's loop over the row.
+struct Pass<'a> {
+    kernel: &'a Kernel,
+    env: &'a Env,
+    var: VarId,
+    body: ExprId,
+    vector: u32,
+}
+
+impl Pass<'_> {
+    /// Emits the thread's loop over its chunks of the row; `fold` gets each
+    /// chunk's `vector` values of the first reduction's body.
+    fn walk(
+        &self,
+        b: &mut Builder,
+        shape: &Shape,
+        lane: Reg,
+        mut fold: impl FnMut(&mut Builder, Vec<Reg>),
+    ) {
+        strided_loop(
+            b,
+            lane,
+            self.kernel.extent(self.var) / self.vector,
+            shape.threads_per_row,
+            |b, chunk| {
+                let values = self.chunk(b, chunk);
+                fold(b, values);
+            },
+        );
+    }
+
+    /// The body's values at chunk `chunk`'s positions.
+    fn chunk(&self, b: &mut Builder, chunk: Reg) -> Vec<Reg> {
+        let mut element = self.env.clone();
+        let first = chunk_start(b, chunk, self.vector);
+        element.index.insert(self.var, first);
+        emit_consecutive_with(
+            b,
+            self.kernel,
+            &mut element,
+            self.body,
+            Some(self.var),
+            self.vector,
+            Vec::new(),
+        )
+    }
+}
+
+/// A maximum and its sum of exponentials.
+fn softmax(
+    b: &mut Builder,
+    pass: &Pass<'_>,
+    shape: &Shape,
+    lane: Reg,
+    combiner: &mut Combiner,
+) -> (Reg, Reg) {
     let max = b.f32_imm(f32::NEG_INFINITY);
     let sum = b.f32_imm(0.0);
-    strided_loop(
-        b,
-        lane,
-        kernel.extent(var) / vector,
-        shape.threads_per_row,
-        |b, chunk| {
-            let mut element = env.clone();
-            let first = chunk_start(b, chunk, vector);
-            element.index.insert(var, first);
-            let values =
-                emit_consecutive_with(b, kernel, &mut element, body, Some(var), vector, Vec::new());
-            let raised = copy(b, max);
-            for &v in &values {
-                expr::fold_into(b, ReduceOp::Max, raised, v);
-            }
-            rescale(b, sum, max, raised);
-            let origin = finite_or_zero(b, raised);
-            for v in values {
-                let shifted = b.f32_op(ArithOp::Sub, v, origin);
-                let term = expr::exp(b, shifted);
-                expr::fold_into(b, ReduceOp::Sum, sum, term);
-            }
-            b.push(Op::Mov {
-                ty: Ty::F32,
-                dst: max,
-                src: raised.into(),
-            });
-        },
-    );
+    pass.walk(b, shape, lane, |b, values| {
+        let raised = copy(b, max);
+        for &v in &values {
+            expr::fold_into(b, ReduceOp::Max, raised, v);
+        }
+        rescale(b, sum, max, raised);
+        let origin = finite_or_zero(b, raised);
+        for v in values {
+            let shifted = b.f32_op(ArithOp::Sub, v, origin);
+            let term = expr::exp(b, shifted);
+            expr::fold_into(b, ReduceOp::Sum, sum, term);
+        }
+        b.push(Op::Mov {
+            ty: Ty::F32,
+            dst: max,
+            src: raised.into(),
+        });
+    });
     let own = copy(b, max);
     let row_max = combiner.combine(b, ReduceOp::Max, max);
     rescale(b, sum, own, row_max);
     let row_sum = combiner.combine(b, ReduceOp::Sum, sum);
     (row_max, row_sum)
+}
+
+/// A mean and its sum (`op` `Sum`) or mean of squared differences.
+fn variance(
+    b: &mut Builder,
+    pass: &Pass<'_>,
+    shape: &Shape,
+    lane: Reg,
+    combiner: &mut Combiner,
+    op: ReduceOp,
+) -> (Reg, Reg) {
+    let extent = pass.kernel.extent(pass.var);
+    let chunks = extent / pass.vector;
+    // The shift: the thread's first value, or for a thread without values
+    // (more threads than chunks) the row's last, which it then counts 0
+    // times.
+    let first = b.u32_op(ArithOp::Min, lane, Operand::Int(i64::from(chunks - 1)));
+    let shift = pass.chunk(b, first)[0];
+    let (count, sum, squares) = (b.f32_imm(0.0), b.f32_imm(0.0), b.f32_imm(0.0));
+    pass.walk(b, shape, lane, |b, values| {
+        for v in &values {
+            let d = b.f32_op(ArithOp::Sub, *v, shift);
+            expr::fold_into(b, ReduceOp::Sum, sum, d);
+            b.push(Op::Mad {
+                ty: Ty::F32,
+                dst: squares,
+                a: d.into(),
+                b: d.into(),
+                c: squares.into(),
+            });
+        }
+        b.push(Op::Arith {
+            op: ArithOp::Add,
+            ty: Ty::F32,
+            dst: count,
+            a: count.into(),
+            b: Operand::F32(pass.vector as f32),
+        });
+    });
+    // Σ (x − K) + n K over the thread's values, then the row's mean.
+    let total = b.f32_fma(count, shift, sum);
+    let row_total = combiner.combine(b, ReduceOp::Sum, total);
+    let mean = expr::finish_reduce(b, ReduceOp::Mean, row_total, extent);
+    // Σ (x − μ)² = b + c (2a + n c), c = K − μ.
+    let c = b.f32_op(ArithOp::Sub, shift, mean);
+    let twice = b.f32_op(ArithOp::Add, sum, sum);
+    let inner = b.f32_fma(count, c, twice);
+    let own = b.f32_fma(c, inner, squares);
+    let row_squares = combiner.combine(b, ReduceOp::Sum, own);
+    (mean, expr::finish_reduce(b, op, row_squares, extent))
 }
 
 /// `sum ← sum · exp(old − new)`: a sum of exponentials relative to maximum
@@ -298,5 +442,49 @@ mod tests {
             }),
             0
         );
+    }
+
+    #[test]
+    fn a_mean_pairs_with_a_sum_or_mean_of_squared_differences_from_it() {
+        // Layernorm's variance, a sum of squares, a mean of both tensors.
+        assert_eq!(
+            paired(quote! {
+                let mu = mean(C, |j| x[r][j]);
+                let var = mean(C, |j| (x[r][j] - mu) * (x[r][j] - mu));
+                (x[r][c] - mu) * rsqrt(var + 0.00001)
+            }),
+            1
+        );
+        assert_eq!(
+            paired(quote! {
+                let mu = mean(C, |j| x[r][j] + y[r][j]);
+                let ss = sum(C, |k| (x[r][k] + y[r][k] - mu) * (x[r][k] + y[r][k] - mu));
+                ss + x[r][c]
+            }),
+            1
+        );
+        // Differences of two values, from a sum rather than a mean, a
+        // product of the difference with something else, a maximum of the
+        // squares.
+        for body in [
+            quote! {
+                let mu = mean(C, |j| x[r][j]);
+                mean(C, |j| (x[r][j] - mu) * (y[r][j] - mu)) + x[r][c]
+            },
+            quote! {
+                let s = sum(C, |j| x[r][j]);
+                mean(C, |j| (x[r][j] - s) * (x[r][j] - s)) + x[r][c]
+            },
+            quote! {
+                let mu = mean(C, |j| x[r][j]);
+                mean(C, |j| (x[r][j] - mu) * x[r][j]) + x[r][c]
+            },
+            quote! {
+                let mu = mean(C, |j| x[r][j]);
+                max(C, |j| (x[r][j] - mu) * (x[r][j] - mu)) + x[r][c]
+            },
+        ] {
+            assert_eq!(paired(body.clone()), 0, "{body}");
+        }
     }
 }
