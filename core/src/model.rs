@@ -17,7 +17,8 @@
 //!   flight across the GPU (every resident block's) fit it and from DRAM
 //!   otherwise, unless they keep the row:
 //!   in registers (`cache = 1`: one read, all of a thread's loads in
-//!   flight at once, but the kept values cost registers and so occupancy)
+//!   flight at once, but the kept values cost registers and so occupancy,
+//!   and each pass folds them one after another, once per wave)
 //!   or in shared memory (`cache = 2`: one read, the fill's `cp.async`
 //!   copies or loads in flight, but the block's rows cost shared memory, so occupancy, and
 //!   the fill and the passes' reads cost shared-memory bandwidth once per
@@ -131,6 +132,16 @@ const MMA_SYNC_SM90: f64 = 0.6;
 /// A pass's loop iteration over a row kept in shared memory: a shared
 /// load, the arithmetic waiting on it and the loop's branch.
 const SHARED_ITERATION_CYCLES: f64 = 80.0;
+/// A pass's cycles per value a thread keeps in registers (`cache = 1`):
+/// the dependent chain of the pass's fold. Fitted to the three H200 visits
+/// (`ktune-bench --fit`): with 8, the model's pick among the measured
+/// points of `softmax_8192x4096` goes from 1.56× and 1.57× the fastest to
+/// 1.01× and 1.00× (second and third visits), `layernorm_8192x4096`'s from
+/// 1.32× to 1.01× and 1.02×, the demo's layernorm from 4.65× to 1.05×;
+/// their rank correlations rise from 0.40–0.69 to 0.62–0.78, the demo
+/// layernorm's from −0.03 to 0.50. With 16, the first visit's softmax pick
+/// falls to 1.29×.
+const KEPT_VALUE_CYCLES: f64 = 8.0;
 /// Latency of a global load that hits L2.
 const L2_LATENCY_S: f64 = 300e-9;
 /// Cycles of one shuffle step of a reduction tree, and of a barrier.
@@ -401,6 +412,13 @@ fn rows(
     // With a long row a block holds most of an SM's shared memory, so few
     // warps hide those waits (on the H200, 4096 rows of 50257: 1,024
     // threads a row 1.07 ms, 512 1.69 ms, 256 2.91 ms, 128 5.45 ms).
+    // A row kept in registers is loaded at once, then every pass folds a
+    // thread's values one after another, with the warps it has left to
+    // hide that (as many values a thread keeps, as few warps an SM holds).
+    let kept_cycles = match (cache, &kept) {
+        (1, Some(kept)) => f64::from(kept.passes().0) * f64::from(cached) * KEPT_VALUE_CYCLES,
+        _ => 0.0,
+    };
     let shared_cycles = match (cache, &kept) {
         (2, Some(kept)) => {
             let resident = f64::from(blocks_per_sm.max(1));
@@ -424,7 +442,7 @@ fn rows(
             l2_bytes,
             in_flight_per_thread: in_flight * elem,
             access_efficiency: access_efficiency(f64::from(vector) * elem),
-            serial_cycles: passes * tree_cycles + shared_cycles,
+            serial_cycles: passes * tree_cycles + shared_cycles + kept_cycles,
             cached_per_thread: cached,
         },
     )
