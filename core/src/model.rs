@@ -42,7 +42,8 @@
 //!   [`Hardware::tensor_flops_per_sm_clock`] (tf32:
 //!   [`Hardware::tf32_flops_per_sm_clock`], half of it; derated on sm_90, whose peak
 //!   needs `wgmma`: `mma.sync` reaches about [`MMA_SYNC_SM90`] of it there,
-//!   which is why cuBLAS outruns this path on H100), the shared-memory
+//!   which is why cuBLAS outruns this path on H100; and only with
+//!   [`MMA_WARPS_PER_SCHEDULER`] warps a scheduler), the shared-memory
 //!   bytes the fragment reads (`ldmatrix`, or tf32's 32-bit loads) and
 //!   `cp.async` writes, instruction issue (tf32 adds a load and a `cvt` per
 //!   fragment register), and
@@ -132,6 +133,16 @@ const MMA_SYNC_SM90: f64 = 0.6;
 /// A pass's loop iteration over a row kept in shared memory: a shared
 /// load, the arithmetic waiting on it and the loop's branch.
 const SHARED_ITERATION_CYCLES: f64 = 80.0;
+/// Warps a scheduler needs to keep the tensor cores fed with `mma.sync`:
+/// with fewer, the `mma` rate falls in proportion. Fitted to the H200
+/// visits (`ktune-bench --fit`): with 2, the model's pick among the
+/// measured points of `llm_4096x11008x4096` goes from 1.51× and 1.50× the
+/// fastest to 1.22× (second and third visits), `matmul_bias_gelu_bf16`'s
+/// from 1.54× and 1.53× to 1.11× and 1.10×, the batched product's from
+/// 1.17× and 1.27× to 1.04× and 1.14×, the demo's `ffn_up` from 1.75× to
+/// 1.24×, with the first visit unchanged (its fastest tiles had 8 warps an
+/// SM and more); with 4, the first visit's bf16 pick falls to 1.71×.
+const MMA_WARPS_PER_SCHEDULER: f64 = 2.0;
 /// A pass's cycles per value a thread keeps in registers (`cache = 1`):
 /// the dependent chain of the pass's fold. Fitted to the three H200 visits
 /// (`ktune-bench --fit`): with 8, the model's pick among the measured
@@ -841,8 +852,12 @@ fn tensor_core(
     let copies = f64::from(layout.a.passes + layout.b.passes);
     let issue_cycles = warps * (mmas + fragment_reads + 3.0 * copies + 16.0) / ISSUE_PER_CLOCK;
 
+    // A scheduler with fewer than `MMA_WARPS_PER_SCHEDULER` warps waits
+    // out its fragment loads between `mma`s.
     let sm_blocks = f64::from(block.resident);
-    let compute = sm_blocks * mma_cycles.max(issue_cycles);
+    let per_scheduler = sm_blocks * warps / SCHEDULERS;
+    let fed = (per_scheduler / MMA_WARPS_PER_SCHEDULER).min(1.0);
+    let compute = sm_blocks * mma_cycles.max(issue_cycles) / fed;
     let shared = sm_blocks * shared_cycles;
     // `stages - 1` tiles are in flight while one is computed; with one
     // stage nothing overlaps the copies.

@@ -129,6 +129,36 @@ fn the_models_pick_on_rows_kept_in_registers_is_near_the_fastest_measured() {
 }
 
 #[test]
+fn the_models_pick_on_large_tensor_core_products_counts_the_warps_feeding_them() {
+    // The LLM shape, fused or not, the batched product and the demo's
+    // `ffn_up` (second and third visits): 1.17× to 1.75× the fastest
+    // measured point while a block of 4 warps alone on an SM was taken to
+    // keep the tensor cores as busy as 8; 1.04× to 1.24× since a scheduler
+    // with one warp feeds them half the time.
+    let second = h200_second_visit();
+    let third = h200_third_visit();
+    let products: Vec<&CaseFit> = second
+        .iter()
+        .chain(&third)
+        .filter(|f| {
+            f.case.starts_with("llm_")
+                || f.case.starts_with("bmm_")
+                || f.case == "matmul_bias_gelu_bf16"
+                || f.case == "demo_ffn_up"
+        })
+        .collect();
+    assert_eq!(products.len(), 7);
+    for f in products {
+        assert!(
+            f.pick_over_best <= 1.25,
+            "{}: the model's pick is {:.2}× the fastest measured",
+            f.case,
+            f.pick_over_best
+        );
+    }
+}
+
+#[test]
 fn the_models_pick_on_the_long_tail_is_near_the_fastest_measured() {
     // The SIMT shapes of the third visit: 1.75×, 2.14× and 1.35× the
     // fastest measured point while every SM's warps were taken to keep all
