@@ -175,6 +175,41 @@ fn other_schedules_round_trip() {
                 online: 0,
             },
         ),
+        // Two reductions in one pass (−∞ immediates), and a row filled into
+        // shared memory by `cp.async`.
+        (
+            "softmax",
+            Schedule::Rows {
+                threads_per_row: 64,
+                rows_per_block: 2,
+                vector: 1,
+                cache: 0,
+                tree: 1,
+                online: 1,
+            },
+        ),
+        (
+            "layernorm",
+            Schedule::Rows {
+                threads_per_row: 32,
+                rows_per_block: 1,
+                vector: 4,
+                cache: 0,
+                tree: 0,
+                online: 1,
+            },
+        ),
+        (
+            "softmax",
+            Schedule::Rows {
+                threads_per_row: 128,
+                rows_per_block: 1,
+                vector: 1,
+                cache: 2,
+                tree: 0,
+                online: 0,
+            },
+        ),
         (
             "matmul_bias_gelu",
             Schedule::Matmul(Tiles {
