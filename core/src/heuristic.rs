@@ -281,6 +281,24 @@ mod tests {
             tree: 0,
             online: 0,
         };
+        let online = |s: Schedule| match s {
+            Schedule::Rows {
+                threads_per_row,
+                rows_per_block,
+                vector,
+                cache,
+                tree,
+                ..
+            } => Schedule::Rows {
+                threads_per_row,
+                rows_per_block,
+                vector,
+                cache,
+                tree,
+                online: 1,
+            },
+            other => other,
+        };
         // 1000 elements over 32 threads, 4 at a time: 32 kept per thread.
         assert_eq!(heuristic(&softmax(8192, 1000), sm90), rows(32, 4, 4, 1));
         // 99 and 50 values per thread: too many for registers, but a row
@@ -296,27 +314,13 @@ mod tests {
         // the variance in one pass (unmeasured).
         assert_eq!(
             heuristic(&layernorm(4096, 50257), sm90),
-            Schedule::Rows {
-                threads_per_row: 512,
-                rows_per_block: 1,
-                vector: 1,
-                cache: 0,
-                tree: 0,
-                online: 1,
-            }
+            online(rows(512, 1, 1, 0))
         );
         // sm_86 blocks have 99 KiB: one read per pass, the maximum and the
         // sum of exponentials in one.
         assert_eq!(
             heuristic(&softmax(4096, 50257), SmVersion::Sm86),
-            Schedule::Rows {
-                threads_per_row: 512,
-                rows_per_block: 1,
-                vector: 1,
-                cache: 0,
-                tree: 0,
-                online: 1,
-            }
+            online(rows(512, 1, 1, 0))
         );
         // 8192 one-thread rows: 64 blocks of 128 would leave SMs idle.
         assert_eq!(heuristic(&softmax(8192, 7), sm90), rows(1, 32, 1, 1));

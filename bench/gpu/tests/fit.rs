@@ -29,6 +29,19 @@ fn h200_third_visit() -> Vec<CaseFit> {
     run("2026-11-30-h200-3")
 }
 
+/// Asserts that the model's pick among each case's measured points is at
+/// most `limit` times the fastest of them.
+fn assert_picks_within<'a>(fits: impl IntoIterator<Item = &'a CaseFit>, limit: f64) {
+    for f in fits {
+        assert!(
+            f.pick_over_best <= limit,
+            "{}: the model's pick is {:.2}× the fastest measured",
+            f.case,
+            f.pick_over_best
+        );
+    }
+}
+
 #[test]
 fn every_case_of_the_h200_run_is_fitted() {
     let fits = h200();
@@ -118,14 +131,7 @@ fn the_models_pick_on_rows_kept_in_registers_is_near_the_fastest_measured() {
         })
         .collect();
     assert_eq!(rows.len(), 6);
-    for f in rows {
-        assert!(
-            f.pick_over_best <= 1.05,
-            "{}: the model's pick is {:.2}× the fastest measured",
-            f.case,
-            f.pick_over_best
-        );
-    }
+    assert_picks_within(rows, 1.05);
 }
 
 #[test]
@@ -148,14 +154,7 @@ fn the_models_pick_on_large_tensor_core_products_counts_the_warps_feeding_them()
         })
         .collect();
     assert_eq!(products.len(), 7);
-    for f in products {
-        assert!(
-            f.pick_over_best <= 1.25,
-            "{}: the model's pick is {:.2}× the fastest measured",
-            f.case,
-            f.pick_over_best
-        );
-    }
+    assert_picks_within(products, 1.25);
 }
 
 #[test]

@@ -708,21 +708,7 @@ mod tests {
             .iter()
             .position(|i| matches!(i.op, Op::Shfl { .. }))
             .expect("a shuffle");
-        let last_load = l
-            .ptx
-            .body
-            .iter()
-            .rposition(|i| {
-                matches!(
-                    i.op,
-                    Op::Ld {
-                        space: Space::Global | Space::GlobalReadOnly,
-                        ..
-                    }
-                )
-            })
-            .expect("a load");
-        assert!(last_load < first_shuffle);
+        assert!(last_global_load(&l) < first_shuffle);
         assert_eq!(count(&l, |op| matches!(op, Op::Bra { .. })), 1);
         assert_eq!(count(&l, |op| matches!(op, Op::BarSync)), 2);
 
@@ -792,6 +778,23 @@ mod tests {
 
     fn position(l: &Lowered, pred: impl Fn(&Op) -> bool) -> Option<usize> {
         l.ptx.body.iter().position(|i| pred(&i.op))
+    }
+
+    /// Where `l`'s last load from global memory is.
+    fn last_global_load(l: &Lowered) -> usize {
+        l.ptx
+            .body
+            .iter()
+            .rposition(|i| {
+                matches!(
+                    i.op,
+                    Op::Ld {
+                        space: Space::Global | Space::GlobalReadOnly,
+                        ..
+                    }
+                )
+            })
+            .expect("a load")
     }
 
     #[test]
@@ -877,21 +880,7 @@ mod tests {
             [(4, false), (4, false), (1, true), (1, true)]
         );
         let barrier = position(&l, |op| matches!(op, Op::BarSync)).expect("a barrier");
-        let last_global_load = l
-            .ptx
-            .body
-            .iter()
-            .rposition(|i| {
-                matches!(
-                    i.op,
-                    Op::Ld {
-                        space: Space::Global | Space::GlobalReadOnly,
-                        ..
-                    }
-                )
-            })
-            .expect("a load");
-        assert!(last_global_load < barrier);
+        assert!(last_global_load(&l) < barrier);
         assert_eq!(loads(&l, Space::Shared), [4, 1, 4, 1, 4]);
         assert_eq!(l.launch.dynamic_shared_bytes, 2 * 3 * 4 * 4 + 3 * 4096);
     }
