@@ -42,7 +42,7 @@
 //!   [`Hardware::tensor_flops_per_sm_clock`] (tf32:
 //!   [`Hardware::tf32_flops_per_sm_clock`], half of it; derated on sm_90, whose peak
 //!   needs `wgmma`: `mma.sync` reaches about [`MMA_SYNC_SM90`] of it there,
-//!   which is why cuBLAS outruns this path on H100; and only with
+//!   which is why cuBLAS outruns this path on H100; and there only with
 //!   [`MMA_WARPS_PER_SCHEDULER`] warps a scheduler), the shared-memory
 //!   bytes the fragment reads (`ldmatrix`, or tf32's 32-bit loads) and
 //!   `cp.async` writes, instruction issue (tf32 adds a load and a `cvt` per
@@ -133,8 +133,11 @@ const MMA_SYNC_SM90: f64 = 0.6;
 /// A pass's loop iteration over a row kept in shared memory: a shared
 /// load, the arithmetic waiting on it and the loop's branch.
 const SHARED_ITERATION_CYCLES: f64 = 80.0;
-/// Warps a scheduler needs to keep the tensor cores fed with `mma.sync`:
-/// with fewer, the `mma` rate falls in proportion. Fitted to the H200
+/// Warps a scheduler needs to keep sm_90's tensor cores fed with
+/// `mma.sync`: with fewer, the `mma` rate falls in proportion. Only on
+/// sm_90, where it was measured: the other targets' tensor cores are
+/// slower against the same fragment loads, and no run says how many warps
+/// they need. Fitted to the H200
 /// visits (`ktune-bench --fit`): with 2, the model's pick among the
 /// measured points of `llm_4096x11008x4096` goes from 1.51× and 1.50× the
 /// fastest to 1.22× (second and third visits), `matmul_bias_gelu_bf16`'s
@@ -852,11 +855,14 @@ fn tensor_core(
     let copies = f64::from(layout.a.passes + layout.b.passes);
     let issue_cycles = warps * (mmas + fragment_reads + 3.0 * copies + 16.0) / ISSUE_PER_CLOCK;
 
-    // A scheduler with fewer than `MMA_WARPS_PER_SCHEDULER` warps waits
-    // out its fragment loads between `mma`s.
+    // On sm_90, a scheduler with fewer than `MMA_WARPS_PER_SCHEDULER` warps
+    // waits out its fragment loads between `mma`s.
     let sm_blocks = f64::from(block.resident);
     let per_scheduler = sm_blocks * warps / SCHEDULERS;
-    let fed = (per_scheduler / MMA_WARPS_PER_SCHEDULER).min(1.0);
+    let fed = match target {
+        SmVersion::Sm90 => (per_scheduler / MMA_WARPS_PER_SCHEDULER).min(1.0),
+        _ => 1.0,
+    };
     let compute = sm_blocks * mma_cycles.max(issue_cycles) / fed;
     let shared = sm_blocks * shared_cycles;
     // `stages - 1` tiles are in flight while one is computed; with one
