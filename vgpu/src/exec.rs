@@ -250,7 +250,7 @@ fn step(
                 Un::AbsF => a & 0x7fff_ffff,
                 Un::SqrtF => bits(f(a).sqrt()),
                 Un::RsqrtF => bits(numeric::rsqrt_approx(f(a))),
-                Un::RcpF => bits(1.0 / f(a)),
+                Un::RcpF | Un::RcpApproxF => bits(1.0 / f(a)),
                 Un::Ex2F => bits(numeric::ex2_approx(f(a))),
                 Un::Lg2F => bits(numeric::lg2_approx(f(a))),
                 Un::Neg32 => u64::from((a as u32).wrapping_neg()),

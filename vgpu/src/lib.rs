@@ -127,8 +127,9 @@
 //! order -0.0 below +0.0; `cvt` rounds to nearest even into floats (via the `half` crate for
 //! f16/bf16) and truncates with saturation into integers (NaN → 0).
 //! `rsqrt.approx`, `ex2.approx` and `lg2.approx` are computed in f64 and
-//! rounded once, so they are correctly rounded here but differ from a GPU
-//! by up to 2 ulp: compare their results with a tolerance. NaN payloads are
+//! rounded once, and `rcp.approx` as `rcp.rn`, so they are correctly
+//! rounded here but differ from a GPU by up to 2 ulp: compare their results
+//! with a tolerance. NaN payloads are
 //! not modelled (a GPU returns the canonical NaN `0x7fffffff`, which this
 //! does only for `min`/`max` of two NaNs and for f16/bf16 conversions):
 //! compare NaNs with `is_nan`. `cvt.rna.tf32.f32` rounds to nearest, ties

@@ -380,8 +380,9 @@ fn f32_unary_operations() {
             );
         }
     }
-    let approx: [(UnaryOp, Reference); 3] = [
+    let approx: [(UnaryOp, Reference); 4] = [
         (UnaryOp::Rsqrt, |a| 1.0 / a.sqrt()),
+        (UnaryOp::RcpApprox, |a| 1.0 / a),
         (UnaryOp::Ex2, f64::exp2),
         (UnaryOp::Lg2, f64::log2),
     ];

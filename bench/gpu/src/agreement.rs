@@ -31,6 +31,10 @@ pub fn inexact(kernel: &ptx::Kernel) -> Option<&'static str> {
         Op::Unary {
             op: UnaryOp::Rsqrt, ..
         } => Some("rsqrt.approx"),
+        Op::Unary {
+            op: UnaryOp::RcpApprox,
+            ..
+        } => Some("rcp.approx"),
         Op::Mma { .. } => Some("mma.sync"),
         _ => None,
     })

@@ -73,10 +73,14 @@ impl Env {
 /// Evaluates, once, the reciprocal of every divisor under `id` (through the
 /// lets `env` has not evaluated, not into reductions) that reads only
 /// `shared` index variables, so that each element's division by it is a
-/// multiplication: `x · RN(1/y)`, within 1.5 ulp of `x / y` while `1/y`
-/// is a normal f32 (`|y|` below 2¹²⁶), and the same infinities and NaNs.
-/// A division per element is a long sequence with a call to a slow path,
-/// which also keeps ptxas from unrolling the element loop around it.
+/// multiplication: `x · rcp.approx(y)`, within 2 ulp of `x / y` while
+/// `1/y` is a normal f32 (`|y|` below 2¹²⁶), and the same infinities and
+/// NaNs. A division per element is a long sequence with a call to a slow
+/// path, which also keeps ptxas from unrolling the element loop around it;
+/// the reciprocal is `rcp.approx`, not `rcp.rn`, because a single call to
+/// the slow path in a kernel is enough for ptxas to cap a small kernel at
+/// 32 registers (a peeled softmax row of 128 threads spilled at 32, and
+/// takes 37 without the call).
 pub fn share_divisors(
     b: &mut Builder,
     k: &ir::Kernel,
@@ -91,8 +95,7 @@ pub fn share_divisors(
         {
             share_divisors(b, k, env, x, shared);
             let y = emit(b, k, env, y).reg();
-            let one = b.f32_imm(1.0);
-            let r = b.f32_op(ArithOp::Div, one, y);
+            let r = b.f32_unary(UnaryOp::RcpApprox, y);
             env.reciprocals.insert(id, r);
         }
         Expr::Let(l) if !env.lets.contains_key(&l) => {

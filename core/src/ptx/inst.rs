@@ -136,6 +136,10 @@ pub enum UnaryOp {
     Rsqrt,
     /// `rcp.rn.f32`
     Rcp,
+    /// `rcp.approx.f32`: within 1 ulp across the full range, subnormals,
+    /// zeros and infinities included. Unlike `rcp.rn` and `div.rn`, no call
+    /// to a slow path, which caps a small kernel's registers.
+    RcpApprox,
     /// `ex2.approx.f32`: relative error at most 2^-22 (2 ulp).
     Ex2,
     /// `lg2.approx.f32`: absolute error at most 2^-22.6 near 1.

@@ -551,7 +551,7 @@ impl<'t> Parser<'t> {
                         a: operand(1)?,
                         b: operand(2)?,
                     }
-                } else if let Some(op) = unary_op(name) {
+                } else if let Some(op) = unary_op(name, parts.get(1).copied()) {
                     arity(2)?;
                     Op::Unary {
                         op,
@@ -767,8 +767,11 @@ fn arith_op(name: &str) -> Option<ArithOp> {
     Some(op)
 }
 
-fn unary_op(name: &str) -> Option<UnaryOp> {
+/// The unary operation `name` (an instruction's first part) names, given its
+/// second part: `rcp.rn` and `rcp.approx` differ.
+fn unary_op(name: &str, qualifier: Option<&str>) -> Option<UnaryOp> {
     let op = match name {
+        "rcp" if qualifier == Some("approx") => UnaryOp::RcpApprox,
         "neg" => UnaryOp::Neg,
         "abs" => UnaryOp::Abs,
         "sqrt" => UnaryOp::Sqrt,

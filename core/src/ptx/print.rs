@@ -177,6 +177,7 @@ fn unary_name(op: UnaryOp, t: Ty) -> String {
         UnaryOp::Sqrt => "sqrt.rn",
         UnaryOp::Rsqrt => "rsqrt.approx",
         UnaryOp::Rcp => "rcp.rn",
+        UnaryOp::RcpApprox => "rcp.approx",
         UnaryOp::Ex2 => "ex2.approx",
         UnaryOp::Lg2 => "lg2.approx",
         UnaryOp::Not => "not",

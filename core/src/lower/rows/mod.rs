@@ -549,7 +549,7 @@ mod tests {
 
     use crate::ir::Kernel;
     use crate::lower::{Constraint, LowerError, Lowered, lower};
-    use crate::ptx::inst::{ArithOp, Op, Operand, Space, Ty};
+    use crate::ptx::inst::{ArithOp, Op, Operand, Reg, Space, Ty, UnaryOp};
     use crate::schedule::{Class, Schedule};
     use crate::syntax::parse_kernel;
     use crate::target::SmVersion;
@@ -955,21 +955,34 @@ mod tests {
             })
             .expect("a store")
         };
+        let reciprocals = |l: &Lowered| -> Vec<(usize, Reg)> {
+            l.ptx
+                .body
+                .iter()
+                .enumerate()
+                .filter_map(|(at, i)| match i.op {
+                    Op::Unary {
+                        op: UnaryOp::RcpApprox,
+                        dst,
+                        ..
+                    } => Some((at, dst)),
+                    _ => None,
+                })
+                .collect()
+        };
         // Elements a thread evaluates in one stretch of code: a chunk of 4
         // in a loop, or with `cache = 1` its 2 slots of 4, unrolled.
         for (cache, elements) in [(0, 4), (1, 8), (2, 4)] {
             let l = lower(&k, &with(point(128, 1, 4), cache, 0), SmVersion::Sm90).expect("lowers");
             // `1 / s` once, before the first store; the division by an
             // element's own value stays, once per element.
-            let at = divisions(&l);
-            assert_eq!(at.len(), 1 + elements, "cache {cache}");
-            assert!(at[0] < first_store(&l) && at[1..].iter().all(|d| *d > at[0]));
-            let Op::Arith {
-                dst: reciprocal, ..
-            } = l.ptx.body[at[0]].op
-            else {
-                unreachable!("a division")
+            let [(at, reciprocal)] = reciprocals(&l)[..] else {
+                panic!("cache {cache}: not one reciprocal")
             };
+            let divisions = divisions(&l);
+            assert!(at < first_store(&l), "cache {cache}");
+            assert!(divisions.iter().all(|d| *d > at), "cache {cache}");
+            assert_eq!(divisions.len(), elements, "cache {cache}");
             let products = count(
                 &l,
                 |op| matches!(op, Op::Arith { op: ArithOp::Mul, b, .. } if *b == Operand::Reg(reciprocal)),
