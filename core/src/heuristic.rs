@@ -9,7 +9,8 @@
 //!   leaves at least [`WAVES`] full waves of blocks over the target's SMs, so
 //!   large outputs get more independent loads per thread and small ones keep
 //!   every SM busy.
-//! - **Rows**: the vector width as above for the reduced extents; threads per
+//! - **Rows**: the vector width as above for the reduced extents (or 4 for
+//!   a row read once per pass, peeled, where the model prefers it); threads per
 //!   row from the row length `L` (the longest reduction or the row's element
 //!   count): about 8 elements per thread for short rows (`L ≤ 256`, sub-warp
 //!   groups), a warp up to `L = 1024`, then about 32 elements per thread up
@@ -125,7 +126,7 @@ fn rows(kernel: &Kernel, plan: &RowPlan, target: SmVersion) -> Schedule {
     {
         rows_per_block /= 2;
     }
-    let point_with = |cache, online| Schedule::Rows {
+    let point_in = |vector, cache, online| Schedule::Rows {
         threads_per_row,
         rows_per_block,
         vector,
@@ -133,6 +134,7 @@ fn rows(kernel: &Kernel, plan: &RowPlan, target: SmVersion) -> Schedule {
         tree: 0,
         online,
     };
+    let point_with = |cache, online| point_in(vector, cache, online);
     let point = |cache| point_with(cache, 0);
     let kept = CachePlan::of(kernel, plan);
     if kept.is_empty() {
@@ -149,7 +151,7 @@ fn rows(kernel: &Kernel, plan: &RowPlan, target: SmVersion) -> Schedule {
     // once per pass (on the H200, layernorm over 4096 rows of 50257:
     // 1,024 threads a row 0.98 ms reading it per pass, 1.09 ms keeping it
     // in shared memory, 1.41 ms with 64 threads).
-    let widest = |cache, online| Schedule::Rows {
+    let widest_in = |vector, cache, online| Schedule::Rows {
         threads_per_row: limits.max_threads_per_block,
         rows_per_block: 1,
         vector,
@@ -157,8 +159,11 @@ fn rows(kernel: &Kernel, plan: &RowPlan, target: SmVersion) -> Schedule {
         tree: 0,
         online,
     };
+    let widest = |cache, online| widest_in(vector, cache, online);
     // Where two reductions pair (softmax's, a mean and variance), reading the row
-    // once per pass takes one pass fewer with `online = 1`.
+    // once per pass takes one pass fewer with `online = 1`. A row that 4
+    // does not divide is read 4 values at a time from its first aligned
+    // position when read once per pass (peeled; invalid where it cannot be).
     let online = u32::from(!online::pairs(kernel, plan).is_empty());
     [
         point(2),
@@ -166,6 +171,8 @@ fn rows(kernel: &Kernel, plan: &RowPlan, target: SmVersion) -> Schedule {
         widest(0, 0),
         point_with(0, online),
         widest(0, online),
+        point_in(4, 0, online),
+        widest_in(4, 0, online),
     ]
     .into_iter()
     .fold(point(0), |best, other| {
@@ -301,27 +308,27 @@ mod tests {
         };
         // 1000 elements over 32 threads, 4 at a time: 32 kept per thread.
         assert_eq!(heuristic(&softmax(8192, 1000), sm90), rows(32, 4, 4, 1));
-        // 99 and 50 values per thread: too many for registers, but a row
-        // of 201 KB fits sm_90's shared memory, and is read from DRAM once,
-        // by a block of 1024 threads (on the H200, 4096 such rows: 0.67 ms,
-        // against 0.83 ms with 512).
-        assert_eq!(heuristic(&softmax(8192, 50257), sm90), rows(1024, 1, 1, 2));
-        assert_eq!(heuristic(&softmax(4096, 50257), sm90), rows(1024, 1, 1, 2));
+        // 99 and 50 values per thread: too many for registers. A row of
+        // 201 KB fits sm_90's shared memory, read from DRAM once by a block
+        // of 1024 threads (on the H200, 4096 such rows: 0.67 ms, against
+        // 0.83 ms with 512), but one block an SM waits on its own loads.
+        // Read once per pass, the maximum and the sum of exponentials in
+        // one, 4 values at a time (the rows peeled: 50257 is odd), blocks
+        // of 512 threads keep two rows an SM in flight: the model estimates
+        // 0.50 ms, the output pass's second read included (unmeasured).
+        let peeled = online(rows(512, 1, 4, 0));
+        assert_eq!(heuristic(&softmax(8192, 50257), sm90), peeled);
+        assert_eq!(heuristic(&softmax(4096, 50257), sm90), peeled);
+        // Eight rows leave most SMs idle whichever way: a single read of
+        // each row from DRAM decides.
         assert_eq!(heuristic(&softmax(8, 50257), sm90), rows(1024, 1, 1, 2));
         // Layernorm's weights make each pass over a row in shared memory
         // wait on L2: reading the row once per pass is faster (on the H200,
-        // 1024 threads: 0.98 ms, against 1.09 ms keeping it), the mean and
-        // the variance in one pass (unmeasured).
-        assert_eq!(
-            heuristic(&layernorm(4096, 50257), sm90),
-            online(rows(512, 1, 1, 0))
-        );
-        // sm_86 blocks have 99 KiB: one read per pass, the maximum and the
-        // sum of exponentials in one.
-        assert_eq!(
-            heuristic(&softmax(4096, 50257), SmVersion::Sm86),
-            online(rows(512, 1, 1, 0))
-        );
+        // 1024 threads one value at a time: 0.98 ms, against 1.09 ms
+        // keeping it), the mean and the variance in one pass.
+        assert_eq!(heuristic(&layernorm(4096, 50257), sm90), peeled);
+        // sm_86 blocks have 99 KiB: the row cannot be kept.
+        assert_eq!(heuristic(&softmax(4096, 50257), SmVersion::Sm86), peeled);
         // 8192 one-thread rows: 64 blocks of 128 would leave SMs idle.
         assert_eq!(heuristic(&softmax(8192, 7), sm90), rows(1, 32, 1, 1));
         assert_eq!(heuristic(&softmax(8192, 64), sm90), rows(8, 16, 4, 1));

@@ -218,6 +218,81 @@ fn softmax_of_masked_scores() {
     assert!(ran > 100, "only {ran} points ran");
 }
 
+/// Rows that `vector` does not divide are peeled (`rows::peel`): their
+/// chunks start at each row's first aligned position, so rows of 1025 and
+/// 259 start at each alignment in turn, and rows of 9 have one chunk of 4
+/// and up to 5 leftovers (two chunks and one leftover when aligned).
+/// Every point of the grid is valid and runs, with 16-bit rows too; a
+/// misaligned vector access would fault.
+#[test]
+fn peeled_rows() {
+    let mut grid = Vec::new();
+    for (threads_per_row, rows_per_block) in
+        [(1, 32), (2, 16), (8, 4), (32, 3), (128, 1), (1024, 1)]
+    {
+        for vector in [2, 4] {
+            for online in [0, 1] {
+                grid.push(Schedule::Rows {
+                    threads_per_row,
+                    rows_per_block,
+                    vector,
+                    cache: 0,
+                    tree: u32::from(threads_per_row > 32),
+                    online,
+                });
+            }
+        }
+    }
+    let mut ran = 0;
+    for (r, c) in [(5u32, 1025u32), (7, 259), (6, 9)] {
+        let shape = format!("shape(R = {r}, C = {c})");
+        let kernels = [
+            softmax("f32", r, c),
+            softmax("bf16", r, c),
+            kernel(
+                &shape,
+                "fn layernorm(x: Tensor<f32, (R, C)>, g: Tensor<f32, (C,)>, b: Tensor<f32, (C,)>)
+                    -> Tensor<f32, (R, C)>
+                {
+                    compute(|r, c| {
+                        let mu = mean(C, |j| x[r][j]);
+                        let var = mean(C, |j| (x[r][j] - mu) * (x[r][j] - mu));
+                        (x[r][c] - mu) * rsqrt(var + 0.00001) * g[c] + b[c]
+                    })
+                }",
+            ),
+            kernel(
+                &shape,
+                "fn row_stats(x: Tensor<f16, (R, C)>) -> Tensor<f32, (R,)> {
+                    compute(|r| sum(C, |j| x[r][j]) * min(C, |j| x[r][j]))
+                }",
+            ),
+        ];
+        for k in &kernels {
+            // `row_stats` has no pair of reductions for `online = 1`.
+            let points: Vec<Schedule> = grid
+                .iter()
+                .filter(|p| k.name != "row_stats" || matches!(p, Schedule::Rows { online: 0, .. }))
+                .cloned()
+                .collect();
+            for point in &points {
+                assert!(
+                    lower(k, point, SmVersion::Sm80).is_ok(),
+                    "{} ({r}×{c}): {}",
+                    k.name,
+                    point.to_json()
+                );
+            }
+            ran += check(k, &points, u64::from(r * 31 + c), (-2.0, 2.0));
+        }
+    }
+    // Three shapes: three kernels with the whole grid, one with half.
+    assert!(
+        ran >= 3 * (3 * grid.len() + grid.len() / 2),
+        "only {ran} points ran"
+    );
+}
+
 #[test]
 fn layernorm_with_affine() {
     let grid = rows_grid();

@@ -140,8 +140,9 @@ impl Plan {
 /// reductions in one pass where they pair (`online = 1`) or not, or kept
 /// in shared memory (`cache = 2`), at its own threads per row and at a
 /// block's most (1024, one row a block: the layernorm default over rows of
-/// 50257 until `online`), other than itself. None for others. The caller
-/// keeps the valid ones.
+/// 50257 until `online`), each at its vector width and one value at a
+/// time (a peeled row's default against its row read unpeeled), other
+/// than itself. None for others. The caller keeps the valid ones.
 fn alternatives(default: &Schedule) -> Vec<Schedule> {
     if let Schedule::Rows {
         threads_per_row,
@@ -156,16 +157,18 @@ fn alternatives(default: &Schedule) -> Vec<Schedule> {
         let mut out: Vec<Schedule> = Vec::new();
         for (threads_per_row, rows_per_block) in shapes {
             for (cache, online) in variants {
-                let s = Schedule::Rows {
-                    threads_per_row,
-                    rows_per_block,
-                    vector,
-                    cache,
-                    tree,
-                    online,
-                };
-                if s != *default && !out.contains(&s) {
-                    out.push(s);
+                for vector in [vector, 1] {
+                    let s = Schedule::Rows {
+                        threads_per_row,
+                        rows_per_block,
+                        vector,
+                        cache,
+                        tree,
+                        online,
+                    };
+                    if s != *default && !out.contains(&s) {
+                        out.push(s);
+                    }
                 }
             }
         }
@@ -415,31 +418,49 @@ mod tests {
         let knobs = |s: &Schedule| match *s {
             Schedule::Rows {
                 threads_per_row,
+                vector,
                 cache,
                 online,
                 ..
-            } => (threads_per_row, cache, online),
+            } => (threads_per_row, vector, cache, online),
             _ => panic!("{s:?}"),
         };
         // Layernorm over rows of 50257: by default 512 threads a row, the
-        // mean and variance in one pass.
+        // mean and variance in one pass, the row peeled for 4-wide loads;
+        // a row kept in shared memory is not peeled.
         let plan = Plan::new(case("layernorm_4096x50257"), SmVersion::Sm90, 0, 1).expect("a plan");
-        assert_eq!(knobs(&plan.default), (512, 0, 1));
+        assert_eq!(knobs(&plan.default), (512, 4, 0, 1));
         let alternatives: Vec<_> = plan.alternatives.iter().map(knobs).collect();
         assert_eq!(
             alternatives,
             [
-                (512, 0, 0),
-                (512, 2, 0),
-                (1024, 0, 0),
-                (1024, 0, 1),
-                (1024, 2, 0)
+                (512, 4, 0, 0),
+                (512, 1, 0, 0),
+                (512, 1, 0, 1),
+                (512, 1, 2, 0),
+                (1024, 4, 0, 0),
+                (1024, 1, 0, 0),
+                (1024, 4, 0, 1),
+                (1024, 1, 0, 1),
+                (1024, 1, 2, 0)
             ]
         );
-        // Rows of 128256 do not fit shared memory: no `cache = 2`.
+        // Rows of 128256 do not fit shared memory: no `cache = 2`; 4
+        // divides them.
         let plan = Plan::new(case("softmax_4096x128256"), SmVersion::Sm90, 0, 1).expect("a plan");
-        assert_eq!(knobs(&plan.default), (512, 0, 1));
+        assert_eq!(knobs(&plan.default), (512, 4, 0, 1));
         let alternatives: Vec<_> = plan.alternatives.iter().map(knobs).collect();
-        assert_eq!(alternatives, [(512, 0, 0), (1024, 0, 0), (1024, 0, 1)]);
+        assert_eq!(
+            alternatives,
+            [
+                (512, 4, 0, 0),
+                (512, 1, 0, 0),
+                (512, 1, 0, 1),
+                (1024, 4, 0, 0),
+                (1024, 1, 0, 0),
+                (1024, 4, 0, 1),
+                (1024, 1, 0, 1)
+            ]
+        );
     }
 }

@@ -220,7 +220,7 @@ pub(super) fn emit_consecutive_with(
         let uses = index.iter().filter(|v| **v == var).count();
         let access = match uses {
             0 => Access::Broadcast,
-            1 if index.last() == Some(&var) => Access::Vector,
+            1 if index.last() == Some(&var) && !env.scalar_loads.contains(&load) => Access::Vector,
             _ => Access::Scalar,
         };
         match access {

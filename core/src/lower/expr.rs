@@ -1,7 +1,7 @@
 //! Emits the instructions that evaluate one IR expression for one output
 //! element (or one row), shared by every schedule.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crate::ir::{self, BinaryOp, CmpOp, Expr, ExprId, LetId, LogicOp, ReduceOp, VarId};
 use crate::ptx::Builder;
@@ -57,6 +57,10 @@ pub struct Env {
     /// divisor's reciprocal, evaluated once before the pass
     /// ([`share_divisors`]); the division is then a multiplication.
     pub reciprocals: HashMap<ExprId, Reg>,
+    /// Loads that a chunk of consecutive elements reads one element at a
+    /// time although they run along the chunk: their rows do not start
+    /// aligned as the chunk does (a peeled row's, `rows::peel`).
+    pub scalar_loads: HashSet<ExprId>,
 }
 
 impl Env {

@@ -134,6 +134,14 @@ impl Violation {
             reason: reason.into(),
         }
     }
+
+    /// The violation, with why it was not worked around.
+    pub fn because(self, why: &str) -> Violation {
+        Violation {
+            reason: format!("{}; {why}", self.reason),
+            ..self
+        }
+    }
 }
 
 /// The PTX entry name of a kernel.

@@ -74,6 +74,12 @@ impl From<Reg> for Operand {
     }
 }
 
+impl From<u32> for Operand {
+    fn from(value: u32) -> Operand {
+        Operand::Int(i64::from(value))
+    }
+}
+
 /// Special registers read with `mov`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Special {

@@ -8,7 +8,9 @@
 //! - **Vector widths**: the widths the lowering implements, up to 16 bytes
 //!   of the operand's dtype for contractions; whether a width divides the
 //!   contiguous extents and strides is a constraint, not a rule, so the
-//!   survey reports it.
+//!   survey reports it (rows that a width does not divide are peeled when
+//!   read once per pass, `cache = 0`, and an alignment rejection
+//!   otherwise).
 //! - **Row reductions**: `threads_per_row` powers of two up to the row's
 //!   length rounded up (at least 64, so rows spanning several warps are
 //!   always in the space), `rows_per_block` powers of two up to the row

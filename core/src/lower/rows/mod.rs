@@ -35,6 +35,7 @@
 mod cache;
 mod combine;
 pub mod online;
+mod peel;
 
 pub use cache::CachePlan;
 pub use combine::shared_bytes;
@@ -51,6 +52,7 @@ use crate::ptx::inst::{Addr, ArithOp, Cmp, Op, Operand, Reg, RegClass, Special, 
 use crate::target::SmVersion;
 use cache::{Cache, SharedRow};
 use combine::{Combiner, Tree};
+use peel::{Cut, Peel};
 
 /// The knobs of a rows schedule, checked.
 pub(super) struct Shape {
@@ -67,6 +69,9 @@ pub(super) struct Shape {
     /// The pairs of reductions computed in one pass (the `online` knob):
     /// none with `online = 0`.
     pairs: Vec<online::Pair>,
+    /// How rows that `vector` does not divide are cut ([`peel`]); `None`
+    /// where it divides them.
+    peel: Option<Peel>,
 }
 
 /// What a row keeps of the tensors more than one pass reads, and where.
@@ -204,14 +209,26 @@ pub(super) fn check(
     };
     let block = threads_per_row.saturating_mul(rows_per_block);
     check_block(block, target)?;
+    // A row that `vector` does not divide is peeled where it can be.
+    let mut peel = None;
     for r in plan.reductions() {
         if let Expr::Reduce { var, .. } = kernel.expr(r) {
             let name = &kernel.dim(kernel.var(*var).dim).name;
-            check_vector(
+            let checked = check_vector(
                 vector,
                 kernel.extent(*var),
                 &format!("the reduced extent `{name}`"),
-            )?;
+            );
+            match checked {
+                Err(v) if v.constraint == Constraint::Alignment && peel.is_none() => {
+                    match Peel::of(kernel, plan, vector, cache) {
+                        Ok(p) => peel = Some(p),
+                        Err(refusal) => return Err(v.because(refusal)),
+                    }
+                }
+                Err(v) if v.constraint != Constraint::Alignment => return Err(v),
+                _ => {}
+            }
         }
     }
     let keep = match cache {
@@ -243,6 +260,7 @@ pub(super) fn check(
         target,
         keep,
         pairs,
+        peel,
     };
     let shared = shape.shared_bytes();
     if shared > u64::from(limits.max_shared_per_block) {
@@ -310,6 +328,15 @@ pub(super) fn lower(
         ..Env::default()
     };
     bind_vars(&mut b, kernel, &plan.row_vars, safe_row, &mut env.index);
+    let cut = shape.peel.as_ref().map(|peel| {
+        env.scalar_loads.clone_from(peel.scalar_loads());
+        peel.cut(&mut b, &env, vector)
+    });
+    let walk = Walk {
+        threads: threads_per_row,
+        vector,
+        cut,
+    };
     let cache = match &shape.keep {
         Keep::Registers(kept) => Some(Cache::load(&mut b, kernel, kept, &env, lane, &shape)),
         Keep::Nothing | Keep::Shared(_) => None,
@@ -340,7 +367,7 @@ pub(super) fn lower(
                     (Some(sum), _) => sum,
                     (None, Some(&pair)) => {
                         let (first, second) =
-                            online::reduce(&mut b, kernel, &env, &shape, lane, &mut combiner, pair);
+                            online::reduce(&mut b, kernel, &env, walk, lane, &mut combiner, pair);
                         fused.insert(pair.second, second);
                         first
                     }
@@ -353,7 +380,7 @@ pub(super) fn lower(
                             &mut b,
                             kernel,
                             &mut env,
-                            (&shape, row.as_ref()),
+                            (walk, row.as_ref()),
                             lane,
                             &mut combiner,
                             id,
@@ -385,20 +412,25 @@ pub(super) fn lower(
                 .last()
                 .copied()
                 .filter(|v| plan.inner_vars.contains(v));
-            let group = match last {
-                Some(v) if kernel.extent(v).is_multiple_of(vector) => vector,
-                _ => 1,
+            // A peeled row's outputs run along it (its cut follows them).
+            let outputs = match last {
+                Some(_) if walk.cut.is_some() => walk,
+                Some(v) if kernel.extent(v).is_multiple_of(vector) => Walk { cut: None, ..walk },
+                _ => Walk {
+                    vector: 1,
+                    cut: None,
+                    ..walk
+                },
             };
             let out_strides = kernel.strides_of(&kernel.output);
-            strided_loop(&mut b, lane, inner / group, threads_per_row, |b, g| {
+            outputs.emit(&mut b, lane, inner, |b, first, width| {
                 let mut element = env.clone();
-                let first = chunk_start(b, g, group);
                 bind_vars(b, kernel, &plan.inner_vars, first, &mut element.index);
                 let known = row.as_ref().map_or_else(Vec::new, |row| {
-                    row.known(b, kernel, kernel.root, &element, group)
+                    row.known(b, kernel, kernel.root, &element, width)
                 });
                 let values =
-                    emit_consecutive_with(b, kernel, &mut element, kernel.root, last, group, known);
+                    emit_consecutive_with(b, kernel, &mut element, kernel.root, last, width, known);
                 let flat = expr::flat_index(b, &element, &out_vars, &out_strides);
                 let addr = b.global_addr(out, flat, kernel.output.dtype.size());
                 store_vec(
@@ -432,15 +464,59 @@ pub(super) fn lower(
     })
 }
 
+/// How a pass's threads walk a row's positions: chunks of `vector`
+/// consecutive positions from position 0, thread `t` of the row's `threads`
+/// taking chunks `t, t + threads, …`, or a peeled row's [`Cut`].
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Walk {
+    threads: u32,
+    vector: u32,
+    cut: Option<Cut>,
+}
+
+impl Walk {
+    /// Emits the thread's walk over a row of `extent` positions:
+    /// `visit(first, width)` for each of its chunks of `width` positions.
+    fn emit(
+        &self,
+        b: &mut Builder,
+        lane: Reg,
+        extent: u32,
+        mut visit: impl FnMut(&mut Builder, Reg, u32),
+    ) {
+        match &self.cut {
+            Some(cut) => cut.walk(b, lane, (self.threads, self.vector), visit),
+            None => strided_loop(b, lane, extent / self.vector, self.threads, |b, chunk| {
+                let first = chunk_start(b, chunk, self.vector);
+                visit(b, first, self.vector);
+            }),
+        }
+    }
+
+    /// The first position of the thread's first chunk, or of the row's last
+    /// chunk for a thread without one.
+    fn first_chunk(&self, b: &mut Builder, lane: Reg, extent: u32) -> Reg {
+        match &self.cut {
+            Some(cut) => cut.first_chunk(b, lane, self.vector),
+            None => {
+                let last = Operand::Int(i64::from(extent / self.vector - 1));
+                let chunk = b.u32_op(ArithOp::Min, lane, last);
+                chunk_start(b, chunk, self.vector)
+            }
+        }
+    }
+}
+
 /// Emits `for (i = start; i < count; i += step) body(i)` with `body` emitted
 /// once; threads whose `start` is past `count` skip it.
 fn strided_loop(
     b: &mut Builder,
     start: Reg,
-    count: u32,
+    count: impl Into<Operand>,
     step: u32,
     body: impl FnOnce(&mut Builder, Reg),
 ) {
+    let count = count.into();
     let skip = b.label();
     let top = b.label();
     let i = b.reg(RegClass::B32);
@@ -449,7 +525,7 @@ fn strided_loop(
         dst: i,
         src: start.into(),
     });
-    let outside = b.setp(Cmp::Ge, Ty::U32, i, Operand::Int(i64::from(count)));
+    let outside = b.setp(Cmp::Ge, Ty::U32, i, count);
     b.bra_if(outside, false, skip);
     b.place(top);
     body(b, i);
@@ -460,7 +536,7 @@ fn strided_loop(
         a: i.into(),
         b: Operand::Int(i64::from(step)),
     });
-    let more = b.setp(Cmp::Lt, Ty::U32, i, Operand::Int(i64::from(count)));
+    let more = b.setp(Cmp::Lt, Ty::U32, i, count);
     b.bra_if(more, false, top);
     b.place(skip);
 }
@@ -497,7 +573,7 @@ fn cooperative_reduce(
     b: &mut Builder,
     kernel: &Kernel,
     env: &mut Env,
-    (shape, row): (&Shape, Option<&SharedRow<'_>>),
+    (walk, row): (Walk, Option<&SharedRow<'_>>),
     lane: Reg,
     combiner: &mut Combiner,
     id: ExprId,
@@ -505,25 +581,15 @@ fn cooperative_reduce(
     let Expr::Reduce { op, var, body } = *kernel.expr(id) else {
         return expr::emit(b, kernel, env, id).reg();
     };
-    let extent = kernel.extent(var);
-    let vector = shape.vector;
     let acc = b.f32_imm(expr::reduce_init(op));
-    strided_loop(
-        b,
-        lane,
-        extent / vector,
-        shape.threads_per_row,
-        |b, chunk| {
-            let mut element = env.clone();
-            let first = chunk_start(b, chunk, vector);
-            element.index.insert(var, first);
-            let known = row.map_or_else(Vec::new, |row| row.known(b, kernel, id, &element, vector));
-            for x in emit_consecutive_with(b, kernel, &mut element, body, Some(var), vector, known)
-            {
-                expr::fold_into(b, op, acc, x);
-            }
-        },
-    );
+    walk.emit(b, lane, kernel.extent(var), |b, first, width| {
+        let mut element = env.clone();
+        element.index.insert(var, first);
+        let known = row.map_or_else(Vec::new, |row| row.known(b, kernel, id, &element, width));
+        for x in emit_consecutive_with(b, kernel, &mut element, body, Some(var), width, known) {
+            expr::fold_into(b, op, acc, x);
+        }
+    });
     combined(b, kernel, combiner, id, acc)
 }
 
@@ -626,7 +692,13 @@ mod tests {
         assert!(invalid(&k, point(32, 0, 1), sm80).contains("0 rows per block"));
         assert!(invalid(&k, point(256, 8, 1), sm80).contains("2048 threads per block"));
         assert!(invalid(&k, point(4, 3, 1), sm80).contains("multiple of 32"));
-        assert!(invalid(&k, point(32, 1, 2), sm80).contains("reduced extent `C`"));
+        // 1025 positions: peeled with cache 0 (see `peel`), not otherwise.
+        assert!(lower(&k, &point(32, 1, 2), sm80).is_ok());
+        let reason = invalid(&k, with(point(32, 1, 2), 1, 0), sm80);
+        assert!(reason.contains("reduced extent `C`"), "{reason}");
+        assert!(reason.contains("only with cache 0"), "{reason}");
+        let reason = invalid(&layernorm(10, 7), point(32, 1, 4), sm80);
+        assert!(reason.contains("shorter than two chunks"), "{reason}");
         assert!(invalid(&k, point(32, 1, 8), sm80).contains("expected 1, 2 or 4"));
         assert!(invalid(&k, point(u32::MAX / 2 + 1, 2, 1), sm80).contains("power of two"));
         let k = layernorm(10, 1024);
@@ -1106,6 +1178,116 @@ mod tests {
             .expect("six knobs");
         let reason = invalid(&softmax(4, 64), s, SmVersion::Sm90);
         assert!(reason.contains("online 2; expected 0"), "{reason}");
+    }
+
+    /// The global accesses of `l`, in order: loads (`true`) and stores,
+    /// with how many values each moves.
+    fn global_accesses(l: &Lowered) -> Vec<(bool, usize)> {
+        l.ptx
+            .body
+            .iter()
+            .filter_map(|i| match &i.op {
+                Op::Ld {
+                    space: Space::Global | Space::GlobalReadOnly,
+                    dsts,
+                    ..
+                } => Some((true, dsts.len())),
+                Op::St {
+                    space: Space::Global,
+                    srcs,
+                    ..
+                } => Some((false, srcs.len())),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_row_that_vector_does_not_divide_is_peeled() {
+        // Rows of 1025: each pass reads its chunks four values at a time,
+        // then its leftover positions one at a time.
+        let k = softmax(10, 1025);
+        let l = lower(&k, &point(128, 1, 4), SmVersion::Sm90).expect("lowers");
+        let (load, store) = (true, false);
+        assert_eq!(
+            global_accesses(&l),
+            [
+                (load, 4),
+                (load, 1),
+                (load, 4),
+                (load, 1),
+                (load, 4),
+                (store, 4),
+                (load, 1),
+                (store, 1)
+            ]
+        );
+        let l = lower(&k, &online(point(128, 1, 2)), SmVersion::Sm90).expect("lowers");
+        assert_eq!(
+            global_accesses(&l),
+            [
+                (load, 2),
+                (load, 1),
+                (load, 2),
+                (store, 2),
+                (load, 1),
+                (store, 1)
+            ]
+        );
+        // The variance's shift is read from the thread's first chunk.
+        let l = lower(
+            &k_affine(3, 1025),
+            &online(point(64, 1, 4)),
+            SmVersion::Sm90,
+        )
+        .expect("lowers");
+        // `g[c]` and `b[c]` start every row aligned, `x[r][·]` and the
+        // output do not: the weights are read one value at a time (four
+        // each per chunk of outputs).
+        assert_eq!(
+            global_accesses(&l),
+            [
+                (load, 4),
+                (load, 4),
+                (load, 1),
+                (load, 4),
+                (load, 1),
+                (load, 1),
+                (load, 1),
+                (load, 1),
+                (load, 1),
+                (load, 1),
+                (load, 1),
+                (load, 1),
+                (store, 4),
+                (load, 1),
+                (load, 1),
+                (load, 1),
+                (store, 1)
+            ]
+        );
+        // A row that `vector` divides is not peeled: no leftovers.
+        let l = lower(&softmax(10, 1024), &point(128, 1, 4), SmVersion::Sm90).expect("lowers");
+        assert!(global_accesses(&l).iter().all(|(_, n)| *n == 4));
+    }
+
+    /// Layernorm over rows of `c` with a weight and a bias.
+    fn k_affine(r: u32, c: u32) -> Kernel {
+        parse_kernel(
+            quote!(shape(R = #r, C = #c)),
+            quote! {
+                fn layernorm(x: Tensor<f32, (R, C)>, g: Tensor<f32, (C,)>, b: Tensor<f32, (C,)>)
+                    -> Tensor<f32, (R, C)>
+                {
+                    compute(|r, c| {
+                        let mu = mean(C, |j| x[r][j]);
+                        let var = mean(C, |j| (x[r][j] - mu) * (x[r][j] - mu));
+                        (x[r][c] - mu) * rsqrt(var + 0.00001) * g[c] + b[c]
+                    })
+                }
+            },
+        )
+        .expect("valid kernel")
     }
 
     #[test]

@@ -34,8 +34,8 @@
 //! stay 0, as they are in the two-pass form. A maximum of +∞ gives NaN in
 //! both forms.
 
+use super::Walk;
 use super::combine::Combiner;
-use super::{Shape, chunk_start, strided_loop};
 use crate::ir::{BinaryOp, Expr, ExprId, Kernel, ReduceOp, UnaryOp, VarId};
 use crate::lower::classify::RowPlan;
 use crate::lower::elementwise::emit_consecutive_with;
@@ -166,7 +166,7 @@ pub(super) fn reduce(
     b: &mut Builder,
     kernel: &Kernel,
     env: &Env,
-    shape: &Shape,
+    walk: Walk,
     lane: Reg,
     combiner: &mut Combiner,
     pair: Pair,
@@ -179,15 +179,15 @@ pub(super) fn reduce(
         env,
         var,
         body,
-        vector: shape.vector,
+        walk,
     };
     match pair.kind {
-        Kind::Softmax => softmax(b, &pass, shape, lane, combiner),
+        Kind::Softmax => softmax(b, &pass, lane, combiner),
         Kind::Variance => {
             let Expr::Reduce { op, .. } = *kernel.expr(pair.second) else {
                 unreachable!("a reduction")
             };
-            variance(b, &pass, shape, lane, combiner, op)
+            variance(b, &pass, lane, combiner, op)
         }
     }
 }
@@ -198,35 +198,23 @@ struct Pass<'a> {
     env: &'a Env,
     var: VarId,
     body: ExprId,
-    vector: u32,
+    walk: Walk,
 }
 
 impl Pass<'_> {
     /// Emits the thread's loop over its chunks of the row; `fold` gets each
-    /// chunk's `vector` values of the first reduction's body.
-    fn walk(
-        &self,
-        b: &mut Builder,
-        shape: &Shape,
-        lane: Reg,
-        mut fold: impl FnMut(&mut Builder, Vec<Reg>),
-    ) {
-        strided_loop(
-            b,
-            lane,
-            self.kernel.extent(self.var) / self.vector,
-            shape.threads_per_row,
-            |b, chunk| {
-                let values = self.chunk(b, chunk);
-                fold(b, values);
-            },
-        );
+    /// chunk's values of the first reduction's body.
+    fn walk(&self, b: &mut Builder, lane: Reg, mut fold: impl FnMut(&mut Builder, Vec<Reg>)) {
+        let extent = self.kernel.extent(self.var);
+        self.walk.emit(b, lane, extent, |b, first, width| {
+            let values = self.chunk(b, first, width);
+            fold(b, values);
+        });
     }
 
-    /// The body's values at chunk `chunk`'s positions.
-    fn chunk(&self, b: &mut Builder, chunk: Reg) -> Vec<Reg> {
+    /// The body's values at the `width` positions from `first`.
+    fn chunk(&self, b: &mut Builder, first: Reg, width: u32) -> Vec<Reg> {
         let mut element = self.env.clone();
-        let first = chunk_start(b, chunk, self.vector);
         element.index.insert(self.var, first);
         emit_consecutive_with(
             b,
@@ -234,23 +222,17 @@ impl Pass<'_> {
             &mut element,
             self.body,
             Some(self.var),
-            self.vector,
+            width,
             Vec::new(),
         )
     }
 }
 
 /// A maximum and its sum of exponentials.
-fn softmax(
-    b: &mut Builder,
-    pass: &Pass<'_>,
-    shape: &Shape,
-    lane: Reg,
-    combiner: &mut Combiner,
-) -> (Reg, Reg) {
+fn softmax(b: &mut Builder, pass: &Pass<'_>, lane: Reg, combiner: &mut Combiner) -> (Reg, Reg) {
     let max = b.f32_imm(f32::NEG_INFINITY);
     let sum = b.f32_imm(0.0);
-    pass.walk(b, shape, lane, |b, values| {
+    pass.walk(b, lane, |b, values| {
         let raised = copy(b, max);
         for &v in &values {
             expr::fold_into(b, ReduceOp::Max, raised, v);
@@ -279,20 +261,18 @@ fn softmax(
 fn variance(
     b: &mut Builder,
     pass: &Pass<'_>,
-    shape: &Shape,
     lane: Reg,
     combiner: &mut Combiner,
     op: ReduceOp,
 ) -> (Reg, Reg) {
     let extent = pass.kernel.extent(pass.var);
-    let chunks = extent / pass.vector;
-    // The shift: the thread's first value, or for a thread without values
-    // (more threads than chunks) the row's last, which it then counts 0
-    // times.
-    let first = b.u32_op(ArithOp::Min, lane, Operand::Int(i64::from(chunks - 1)));
-    let shift = pass.chunk(b, first)[0];
+    // The shift: the thread's first value, or for a thread without chunks
+    // (more threads than chunks) the row's last chunk's, whatever it then
+    // counts (any shift gives the same sums).
+    let first = pass.walk.first_chunk(b, lane, extent);
+    let shift = pass.chunk(b, first, pass.walk.vector)[0];
     let (count, sum, squares) = (b.f32_imm(0.0), b.f32_imm(0.0), b.f32_imm(0.0));
-    pass.walk(b, shape, lane, |b, values| {
+    pass.walk(b, lane, |b, values| {
         for v in &values {
             let d = b.f32_op(ArithOp::Sub, *v, shift);
             expr::fold_into(b, ReduceOp::Sum, sum, d);
@@ -309,7 +289,7 @@ fn variance(
             ty: Ty::F32,
             dst: count,
             a: count.into(),
-            b: Operand::F32(pass.vector as f32),
+            b: Operand::F32(values.len() as f32),
         });
     });
     // Σ (x − K) + n K over the thread's values, then the row's mean.
