@@ -125,6 +125,9 @@ def inputs(torch, case, l2_bytes):
     elif kind == "softmax":
         tensors = [rand(shape["R"], shape["C"])]
         fn = lambda x: torch.softmax(x, dim=-1)
+    elif kind == "elementwise" and case["name"].startswith("bias_gelu"):
+        tensors = [rand(shape["M"], shape["N"]), rand(shape["N"], dtype=torch.float32)]
+        fn = lambda h, b: F.gelu(h.float() + b, approximate="tanh").to(h.dtype)
     elif kind == "layer_norm":
         d = shape["D"]
         tensors = [rand(shape["T"], d), rand(d), rand(d)]

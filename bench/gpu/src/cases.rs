@@ -35,6 +35,9 @@ pub enum Kind {
     Softmax,
     /// Layer normalization over each row, with scale and shift.
     LayerNorm,
+    /// Each output element from the inputs at its own position (and
+    /// broadcast ones), read and written once.
+    Elementwise,
 }
 
 /// What a case's ktune kernels are compared with.
@@ -61,7 +64,7 @@ impl Kind {
             Kind::Matmul => Baseline::Cublas,
             Kind::MatmulBiasGelu => Baseline::CublasThenBiasGelu,
             Kind::MatmulEpilogue => Baseline::CublasProduct,
-            Kind::Softmax | Kind::LayerNorm => Baseline::Copy,
+            Kind::Softmax | Kind::LayerNorm | Kind::Elementwise => Baseline::Copy,
         }
     }
 }
@@ -364,6 +367,17 @@ pub const CASES: &[Case] = &[
         source: LAYERNORM,
         shape: &[("T", 4096), ("D", 50257)],
         tiny: &[("T", 3), ("D", 1025)],
+        allow_tf32: false,
+    },
+    // The second kernel of the fused case's baseline on its own: the LLM
+    // shape's activations, read and written once as bf16.
+    Case {
+        name: "bias_gelu_4096x11008",
+        group: "elementwise",
+        kind: Kind::Elementwise,
+        source: BIAS_GELU,
+        shape: &[("M", 4096), ("N", 11008)],
+        tiny: &[("M", 5), ("N", 67)],
         allow_tf32: false,
     },
     Case {

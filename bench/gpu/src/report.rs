@@ -1,7 +1,7 @@
 //! The results file (JSON) and the Markdown table of ratios.
 //!
 //! Ratios are speed ratios, `baseline time / ktune time`: above 1 ktune is
-//! faster. For the row kernels the baseline is a device-to-device copy of
+//! faster. For the row and elementwise kernels the baseline is a device-to-device copy of
 //! the input's bytes, so the ratio is also the fraction of the measured
 //! copy bandwidth the kernel reaches.
 
@@ -264,7 +264,9 @@ pub fn markdown(results: &Results) -> String {
             .flatten()
             .min_by(|a, b| a.times.median_ms.total_cmp(&b.times.median_ms))
             .map_or("—".to_owned(), |m| match case.kind {
-                Kind::Softmax | Kind::LayerNorm => format!("{:.0} GB/s", m.gbps),
+                Kind::Softmax | Kind::LayerNorm | Kind::Elementwise => {
+                    format!("{:.0} GB/s", m.gbps)
+                }
                 Kind::Matmul | Kind::MatmulBiasGelu | Kind::MatmulEpilogue => {
                     format!("{:.1} TFLOP/s", m.tflops)
                 }

@@ -182,9 +182,11 @@ impl Runner<'_> {
         result.bytes = kernel.compulsory_bytes();
 
         let host = random_inputs(kernel, self.seed);
+        // Output points checked: dot products, rows, or single elements.
         let points = match case.kind {
             Kind::Matmul | Kind::MatmulBiasGelu | Kind::MatmulEpilogue => 64,
             Kind::Softmax | Kind::LayerNorm => 8,
+            Kind::Elementwise => 4096,
         };
         let reference = Reference::sample(kernel, &host, points, self.seed)?;
         // A baseline that computes the product alone is checked against it.
