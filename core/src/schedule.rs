@@ -31,7 +31,10 @@ pub enum Schedule {
     /// and `vector` divides it. Valid when `threads_per_row` is a power of
     /// two (below the warp size, groups share a warp), `threads_per_row ·
     /// rows_per_block` is a multiple of the warp size up to the target's
-    /// limit, and `vector` is 1, 2 or 4 and divides every reduced extent.
+    /// limit, and `vector` is 1, 2 or 4 and divides every reduced extent,
+    /// or the row is read once per pass (`cache = 0`) and peeled: each
+    /// row's chunks start at its first aligned position, its leftover
+    /// positions at either end are read one value at a time.
     ///
     /// `cache` (0, 1 or 2): with 1, each thread loads the row elements it
     /// owns once into registers and every pass over the row reads them
