@@ -65,7 +65,8 @@ fn suite() -> Vec<(Kernel, Vec<Schedule>)> {
     for dt in ["f32", "f16", "bf16"] {
         let t = dtype(dt);
         let shapes: &[(u32, u32)] = match dt {
-            "f32" => &[(1, 1), (7, 7), (3, 1000), (5, 1025), (64, 4096)],
+            // 4 × 1025: elementwise groups of 4 straddle rows.
+            "f32" => &[(1, 1), (7, 7), (3, 1000), (5, 1025), (4, 1025), (64, 4096)],
             _ => &[(7, 7), (5, 1025), (64, 4096)],
         };
         for &(r, c) in shapes {

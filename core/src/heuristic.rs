@@ -4,7 +4,9 @@
 //! the kernel's sizes and the target's [`Limits`](crate::target::Limits):
 //!
 //! - **Elementwise**: the widest vector width (4, 2, 1) dividing the output's
-//!   innermost extent; 256 threads per block (fewer, in whole warps, when the
+//!   element count (groups straddle rows where it does not divide the
+//!   innermost extent: the output and same-shaped inputs keep their vector
+//!   accesses, and no element costs more than with width 1); 256 threads per block (fewer, in whole warps, when the
 //!   output has fewer groups); `per_thread` the largest of 8, 4, 2 that still
 //!   leaves at least [`WAVES`] full waves of blocks over the target's SMs, so
 //!   large outputs get more independent loads per thread and small ones keep
@@ -82,9 +84,9 @@ fn widest_vector(extents: impl IntoIterator<Item = u32> + Clone) -> u32 {
 
 fn elementwise(kernel: &Kernel, target: SmVersion) -> Schedule {
     let limits = target.limits();
-    let innermost = kernel.output_vars().last().map_or(1, |v| kernel.extent(*v));
-    let vector = widest_vector([innermost]);
-    let groups = kernel.len_of(&kernel.output) as u32 / vector;
+    let total = kernel.len_of(&kernel.output) as u32;
+    let vector = widest_vector([total]);
+    let groups = total / vector;
     let block = ELEMENTWISE_BLOCK.min(groups.next_multiple_of(limits.warp_size));
     let blocks_per_wave = limits.sm_count * (limits.max_threads_per_sm / block);
     let per_thread = [8, 4, 2]
@@ -344,7 +346,9 @@ mod tests {
             vector: v,
         };
         assert_eq!(heuristic(&scale(7, 7), sm90), elementwise(64, 1, 1));
-        assert_eq!(heuristic(&scale(1024, 1026), sm90), elementwise(256, 1, 2));
+        // Rows of 1026 that 4 does not divide: groups of 4 straddle rows.
+        assert_eq!(heuristic(&scale(1024, 1026), sm90), elementwise(256, 1, 4));
+        assert_eq!(heuristic(&scale(1023, 1026), sm90), elementwise(256, 1, 2));
         // 2^28 elements: 2^26 groups of 4; 8 per thread still leaves
         // 32768 blocks, over 4 waves of 132 SMs × 8 blocks.
         assert_eq!(

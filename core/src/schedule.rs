@@ -18,7 +18,9 @@ pub enum Schedule {
     /// the inputs read along the output's innermost dimension and one
     /// vector store. Valid when `block` is a multiple of the warp size up to
     /// the target's limit, `1 ≤ per_thread ≤ 16`, `vector` is 1, 2 or 4 and
-    /// divides the output's innermost extent.
+    /// divides the output's innermost extent, or its element count: then a
+    /// group may straddle rows, and only the output and inputs laid out as
+    /// it is are read a group at a time, the others one element at a time.
     Elementwise {
         block: u32,
         per_thread: u32,

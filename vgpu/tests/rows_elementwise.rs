@@ -393,6 +393,47 @@ fn column_sums_global_reductions_and_transposed_rows() {
 
 const ELEMENTWISE_SHAPES: [(u32, u32); 5] = [(1, 1), (7, 7), (3, 1000), (5, 1025), (33, 4)];
 
+/// Shapes whose rows 4 does not divide but whose element counts it does:
+/// groups of 4 straddle rows (rows of 3 are shorter than a group).
+const STRADDLING_SHAPES: [(u32, u32); 4] = [(4, 1025), (4, 7), (8, 3), (12, 259)];
+
+/// Groups that straddle rows (`elementwise`'s flat groups): every point
+/// of the grid is valid and runs, each element at its own indices, with a
+/// same-shaped input read a group at a time beside a broadcast bias, a
+/// per-row scale, a transposed input and the indices themselves.
+#[test]
+fn groups_straddling_rows() {
+    let grid = elementwise_grid();
+    let mut ran = 0;
+    for dt in ["f32", "bf16"] {
+        for (r, c) in STRADDLING_SHAPES {
+            let k = kernel(
+                &format!("shape(R = {r}, C = {c})"),
+                &format!(
+                    "fn straddle(x: Tensor<{dt}, (R, C)>, b: Tensor<{dt}, (C,)>, s: Tensor<f32, (R,)>,
+                        t: Tensor<f32, (C, R)>) -> Tensor<{dt}, (R, C)>
+                    {{
+                        compute(|r, c| (gelu(x[r][c] + b[c]) * s[r] - t[c][r] + (c as f32) * 0.01
+                            - (r as f32)) as {dt})
+                    }}"
+                ),
+            );
+            for point in &grid {
+                assert!(
+                    lower(&k, point, SmVersion::Sm80).is_ok(),
+                    "{r}×{c}: {}",
+                    point.to_json()
+                );
+            }
+            ran += check(&k, &grid, u64::from(r * 7 + c), (-2.0, 2.0));
+        }
+    }
+    assert!(
+        ran >= 2 * STRADDLING_SHAPES.len() * grid.len(),
+        "only {ran} points ran"
+    );
+}
+
 #[test]
 fn every_unary_function() {
     let grid = elementwise_grid();
@@ -462,7 +503,7 @@ fn transposed_and_indexed_inputs() {
         );
         check(&k, &grid, u64::from(r + c), (-2.0, 2.0));
     }
-    for (a, b, c) in [(2u32, 3u32, 8u32), (3, 5, 7), (1, 1, 1)] {
+    for (a, b, c) in [(2u32, 3u32, 8u32), (3, 5, 7), (2, 3, 6), (1, 1, 1)] {
         let k = kernel(
             &format!("shape(A = {a}, B = {b}, C = {c})"),
             "fn broadcast3(x: Tensor<f16, (A, B, C)>, y: Tensor<f32, (B, C)>, z: Tensor<f32, (A,)>)

@@ -8,6 +8,14 @@
 //! depend on it (broadcasts) are read once per group. A group past the end is
 //! computed on a clamped (valid) index and not stored, so the code has no
 //! branches and every load stays in bounds.
+//!
+//! Where `vector` does not divide the output's innermost extent (rows of
+//! 1025) but divides its element count, groups are *flat*: a group's
+//! elements may straddle rows, so each element is evaluated at its own
+//! indices. The output's store and the reads of tensors laid out and
+//! indexed as the output is (same-shaped operands) start at the group's
+//! flat position, aligned as it is, and stay one vector access each; every
+//! other load (a broadcast bias, a transposed read) is read per element.
 
 use std::collections::{HashMap, HashSet};
 
@@ -59,7 +67,30 @@ pub(super) fn check(
         ));
     }
     let innermost = kernel.output_vars().last().map_or(1, |v| kernel.extent(*v));
-    check_vector(vector, innermost, "the output's innermost extent")
+    let total = kernel.len_of(&kernel.output);
+    match check_vector(vector, innermost, "the output's innermost extent") {
+        // Flat groups (see the module's docs).
+        Err(v) if v.constraint == Constraint::Alignment => {
+            if total.is_multiple_of(u64::from(vector)) {
+                Ok(())
+            } else {
+                Err(Violation::new(
+                    Constraint::Alignment,
+                    format!(
+                        "vector width {vector} divides neither the output's innermost extent ({innermost}) nor its element count ({total})"
+                    ),
+                ))
+            }
+        }
+        checked => checked,
+    }
+}
+
+/// Whether groups of `vector` elements may straddle the output's rows
+/// (flat groups; see the module's docs).
+fn flat_groups(kernel: &Kernel, vector: u32) -> bool {
+    let innermost = kernel.output_vars().last().map_or(1, |v| kernel.extent(*v));
+    !innermost.is_multiple_of(vector)
 }
 
 pub(super) fn lower(
@@ -104,8 +135,12 @@ pub(super) fn lower(
             read_only_inputs: true,
             ..Env::default()
         };
-        bind_vars(&mut b, kernel, &out_vars, flat, &mut env.index);
-        let values = emit_consecutive(&mut b, kernel, &mut env, kernel.root, last, vector);
+        let values = if flat_groups(kernel, vector) {
+            emit_flat_group(&mut b, kernel, &env, flat, vector)
+        } else {
+            bind_vars(&mut b, kernel, &out_vars, flat, &mut env.index);
+            emit_consecutive(&mut b, kernel, &mut env, kernel.root, last, vector)
+        };
         let addr = b.global_addr(out, flat, out_dtype.size());
         store_vec(
             &mut b,
@@ -155,6 +190,53 @@ pub(super) fn bind_vars(
             rest = b.u32_op(ArithOp::Div, rest, Operand::Int(i64::from(extent)));
         }
     }
+}
+
+/// Evaluates the kernel's root at the `n` flat output positions from `flat`
+/// (a multiple of `n`), which may straddle rows: loads at the output's own
+/// position are one vector access for the group, the others are read per
+/// element at its own indices. Returns one f32 register per element.
+fn emit_flat_group(b: &mut Builder, kernel: &Kernel, env: &Env, flat: Reg, n: u32) -> Vec<Reg> {
+    let out_vars = kernel.output_vars();
+    let out_strides = kernel.strides_of(&kernel.output);
+    let mut loads = Vec::new();
+    collect_loads(kernel, env, kernel.root, &mut HashSet::new(), &mut loads);
+    let mut per_element = vec![HashMap::new(); n as usize];
+    for load in loads {
+        let Expr::Load { tensor, index } = kernel.expr(load) else {
+            continue;
+        };
+        let t = kernel.input(*tensor);
+        if *index != out_vars || kernel.strides_of(t) != out_strides {
+            continue;
+        }
+        let addr = b.global_addr(env.inputs[tensor.0], flat, t.dtype.size());
+        let regs = load_vec(
+            b,
+            env.input_space(),
+            t.dtype,
+            Addr {
+                base: addr,
+                offset: 0,
+            },
+            n,
+        );
+        for (m, r) in per_element.iter_mut().zip(regs) {
+            m.insert(load, r);
+        }
+    }
+    let mut values = Vec::with_capacity(n as usize);
+    for (i, preloaded) in per_element.into_iter().enumerate() {
+        let mut element = env.clone();
+        let position = match i {
+            0 => flat,
+            _ => b.u32_op(ArithOp::Add, flat, i as u32),
+        };
+        bind_vars(b, kernel, &out_vars, position, &mut element.index);
+        element.preloaded.extend(preloaded);
+        values.push(expr::emit(b, kernel, &mut element, kernel.root).reg());
+    }
+    values
 }
 
 /// How a group of consecutive elements reads one load of its expression.
@@ -358,7 +440,7 @@ mod tests {
 
     use crate::ir::Kernel;
     use crate::lower::{LowerError, lower};
-    use crate::ptx::inst::{Op, Space};
+    use crate::ptx::inst::{ArithOp, Op, Operand, Space};
     use crate::schedule::Schedule;
     use crate::syntax::parse_kernel;
     use crate::target::SmVersion;
@@ -401,8 +483,53 @@ mod tests {
         assert!(invalid(&k, point(128, 0, 1)).contains("groups per thread"));
         assert!(invalid(&k, point(128, 17, 1)).contains("groups per thread"));
         assert!(invalid(&k, point(128, 1, 3)).contains("vector width 3"));
-        assert!(invalid(&k, point(128, 1, 4)).contains("does not divide"));
+        // 3 × 1026 elements: groups of 2 (within rows), not of 4.
+        let reason = invalid(&k, point(128, 1, 4));
+        assert!(
+            reason.contains(
+                "neither the output's innermost extent (1026) nor its element count (3078)"
+            ),
+            "{reason}"
+        );
         assert!(lower(&k, &point(128, 1, 2), SmVersion::Sm80).is_ok());
+    }
+
+    #[test]
+    fn flat_groups_straddle_rows() {
+        // 4 × 1026 elements: groups of 4 straddle rows of 1026. `x[r][c]`,
+        // laid out as the output, is one vector load a group; `b[c]` and
+        // the transposed `t[c][r]` are read per element.
+        let k = bias_add(4, 1026);
+        let l = lower(&k, &point(128, 1, 4), SmVersion::Sm80).expect("lowers");
+        let (load, store) = (true, false);
+        let mut expected = vec![(load, 4)];
+        expected.extend([(load, 1); 8]);
+        expected.push((store, 4));
+        assert_eq!(l.global_accesses(), expected);
+        // Each element of the group has its own indices: four remainders
+        // by the row length, one per element.
+        let remainders = l
+            .ptx
+            .body
+            .iter()
+            .filter(|i| {
+                matches!(
+                    i.op,
+                    Op::Arith {
+                        op: ArithOp::Rem,
+                        b: Operand::Int(1026),
+                        ..
+                    }
+                )
+            })
+            .count();
+        assert_eq!(remainders, 4);
+        // Within rows, a group shares its row's indices.
+        let l = lower(&k, &point(128, 1, 2), SmVersion::Sm80).expect("lowers");
+        assert_eq!(
+            l.global_accesses(),
+            [(load, 2), (load, 2), (load, 1), (load, 1), (store, 2)]
+        );
     }
 
     #[test]

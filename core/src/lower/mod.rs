@@ -37,6 +37,32 @@ pub struct Lowered {
     pub launch: Launch,
 }
 
+#[cfg(test)]
+impl Lowered {
+    /// The kernel's global accesses, in order: loads (`true`) and stores,
+    /// with how many values each moves.
+    pub(crate) fn global_accesses(&self) -> Vec<(bool, usize)> {
+        use ptx::inst::{Op, Space};
+        self.ptx
+            .body
+            .iter()
+            .filter_map(|i| match &i.op {
+                Op::Ld {
+                    space: Space::Global | Space::GlobalReadOnly,
+                    dsts,
+                    ..
+                } => Some((true, dsts.len())),
+                Op::St {
+                    space: Space::Global,
+                    srcs,
+                    ..
+                } => Some((false, srcs.len())),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
 /// Why a schedule cannot be lowered for a kernel on a target.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LowerError {

@@ -10,6 +10,8 @@
 //!   contiguous extents and strides is a constraint, not a rule, so the
 //!   survey reports it (rows that a width does not divide are peeled when
 //!   read once per pass, `cache = 0`, and an alignment rejection
+//!   otherwise; an elementwise output's groups straddle its rows when the
+//!   width divides its element count, and are an alignment rejection
 //!   otherwise).
 //! - **Row reductions**: `threads_per_row` powers of two up to the row's
 //!   length rounded up (at least 64, so rows spanning several warps are

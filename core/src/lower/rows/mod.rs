@@ -1180,28 +1180,6 @@ mod tests {
         assert!(reason.contains("online 2; expected 0"), "{reason}");
     }
 
-    /// The global accesses of `l`, in order: loads (`true`) and stores,
-    /// with how many values each moves.
-    fn global_accesses(l: &Lowered) -> Vec<(bool, usize)> {
-        l.ptx
-            .body
-            .iter()
-            .filter_map(|i| match &i.op {
-                Op::Ld {
-                    space: Space::Global | Space::GlobalReadOnly,
-                    dsts,
-                    ..
-                } => Some((true, dsts.len())),
-                Op::St {
-                    space: Space::Global,
-                    srcs,
-                    ..
-                } => Some((false, srcs.len())),
-                _ => None,
-            })
-            .collect()
-    }
-
     #[test]
     fn a_row_that_vector_does_not_divide_is_peeled() {
         // Rows of 1025: each pass reads its chunks four values at a time,
@@ -1210,7 +1188,7 @@ mod tests {
         let l = lower(&k, &point(128, 1, 4), SmVersion::Sm90).expect("lowers");
         let (load, store) = (true, false);
         assert_eq!(
-            global_accesses(&l),
+            l.global_accesses(),
             [
                 (load, 4),
                 (load, 1),
@@ -1224,7 +1202,7 @@ mod tests {
         );
         let l = lower(&k, &online(point(128, 1, 2)), SmVersion::Sm90).expect("lowers");
         assert_eq!(
-            global_accesses(&l),
+            l.global_accesses(),
             [
                 (load, 2),
                 (load, 1),
@@ -1245,7 +1223,7 @@ mod tests {
         // output do not: the weights are read one value at a time (four
         // each per chunk of outputs).
         assert_eq!(
-            global_accesses(&l),
+            l.global_accesses(),
             [
                 (load, 4),
                 (load, 4),
@@ -1268,7 +1246,7 @@ mod tests {
         );
         // A row that `vector` divides is not peeled: no leftovers.
         let l = lower(&softmax(10, 1024), &point(128, 1, 4), SmVersion::Sm90).expect("lowers");
-        assert!(global_accesses(&l).iter().all(|(_, n)| *n == 4));
+        assert!(l.global_accesses().iter().all(|(_, n)| *n == 4));
     }
 
     /// Layernorm over rows of `c` with a weight and a bias.
