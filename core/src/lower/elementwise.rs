@@ -210,20 +210,7 @@ fn emit_flat_group(b: &mut Builder, kernel: &Kernel, env: &Env, flat: Reg, n: u3
         if *index != out_vars || kernel.strides_of(t) != out_strides {
             continue;
         }
-        let addr = b.global_addr(env.inputs[tensor.0], flat, t.dtype.size());
-        let regs = load_vec(
-            b,
-            env.input_space(),
-            t.dtype,
-            Addr {
-                base: addr,
-                offset: 0,
-            },
-            n,
-        );
-        for (m, r) in per_element.iter_mut().zip(regs) {
-            m.insert(load, r);
-        }
+        load_group(b, env, (load, tensor.0, t.dtype), flat, &mut per_element);
     }
     let mut values = Vec::with_capacity(n as usize);
     for (i, preloaded) in per_element.into_iter().enumerate() {
@@ -237,6 +224,27 @@ fn emit_flat_group(b: &mut Builder, kernel: &Kernel, env: &Env, flat: Reg, n: u3
         values.push(expr::emit(b, kernel, &mut element, kernel.root).reg());
     }
     values
+}
+
+/// Reads the group's values of `load` (of input `tensor`, in `dtype`) with
+/// one vector access from flat element `flat`, one value into each
+/// element's map.
+fn load_group(
+    b: &mut Builder,
+    env: &Env,
+    (load, tensor, dtype): (ExprId, usize, DType),
+    flat: impl Into<Operand>,
+    per_element: &mut [HashMap<ExprId, Reg>],
+) {
+    let addr = b.global_addr(env.inputs[tensor], flat, dtype.size());
+    let addr = Addr {
+        base: addr,
+        offset: 0,
+    };
+    let regs = load_vec(b, env.input_space(), dtype, addr, per_element.len() as u32);
+    for (m, r) in per_element.iter_mut().zip(regs) {
+        m.insert(load, r);
+    }
 }
 
 /// How a group of consecutive elements reads one load of its expression.
@@ -315,20 +323,7 @@ pub(super) fn emit_consecutive_with(
             Access::Vector => {
                 let t = kernel.input(*tensor);
                 let flat = expr::flat_index(b, env, index, &kernel.strides_of(t));
-                let addr = b.global_addr(env.inputs[tensor.0], flat, t.dtype.size());
-                let regs = load_vec(
-                    b,
-                    env.input_space(),
-                    t.dtype,
-                    Addr {
-                        base: addr,
-                        offset: 0,
-                    },
-                    n,
-                );
-                for (m, r) in per_element.iter_mut().zip(regs) {
-                    m.insert(load, r);
-                }
+                load_group(b, env, (load, tensor.0, t.dtype), flat, &mut per_element);
             }
             Access::Scalar => {}
         }

@@ -748,18 +748,11 @@ mod tests {
         assert!(reason.contains("cache 2 keeps nothing"), "{reason}");
     }
 
+    /// The values each global load of `l` moves, in order.
     fn global_loads(l: &Lowered) -> Vec<usize> {
-        l.ptx
-            .body
-            .iter()
-            .filter_map(|i| match &i.op {
-                Op::Ld {
-                    space: Space::Global | Space::GlobalReadOnly,
-                    dsts,
-                    ..
-                } => Some(dsts.len()),
-                _ => None,
-            })
+        l.global_accesses()
+            .into_iter()
+            .filter_map(|(load, n)| load.then_some(n))
             .collect()
     }
 
