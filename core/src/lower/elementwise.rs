@@ -114,6 +114,7 @@ pub(super) fn lower(
     let tid = b.special(Special::TidX);
     let first = b.u32_mad(ctaid, Operand::Int(i64::from(per_block)), tid);
     let out_dtype = kernel.output.dtype;
+    let straddling = flat_groups(kernel, vector);
 
     for round in 0..per_thread {
         let raw = match round {
@@ -135,7 +136,7 @@ pub(super) fn lower(
             read_only_inputs: true,
             ..Env::default()
         };
-        let values = if flat_groups(kernel, vector) {
+        let values = if straddling {
             emit_flat_group(&mut b, kernel, &env, flat, vector)
         } else {
             bind_vars(&mut b, kernel, &out_vars, flat, &mut env.index);

@@ -220,13 +220,10 @@ pub(super) fn check(
                 &format!("the reduced extent `{name}`"),
             );
             match checked {
-                Err(v) if v.constraint == Constraint::Alignment && peel.is_none() => {
-                    match Peel::of(kernel, plan, vector, cache) {
-                        Ok(p) => peel = Some(p),
-                        Err(refusal) => return Err(v.because(refusal)),
-                    }
-                }
                 Err(v) if v.constraint != Constraint::Alignment => return Err(v),
+                Err(v) if peel.is_none() => {
+                    peel = Some(Peel::of(kernel, plan, vector, cache).map_err(|r| v.because(r))?);
+                }
                 _ => {}
             }
         }

@@ -149,12 +149,10 @@ impl Peel {
         };
         // head = −start mod vector; chunks = (E − head) / vector; the
         // subtractions as multiply-adds by −1 and −vector (mod 2³²).
-        let extent = Operand::Int(i64::from(self.extent));
-        let negated = b.u32_op(ArithOp::Mul, start, Operand::Int(i64::from(u32::MAX)));
-        let head = b.u32_op(ArithOp::And, negated, Operand::Int(i64::from(vector - 1)));
-        let rest = b.u32_mad(head, Operand::Int(i64::from(u32::MAX)), extent);
-        let shift = Operand::Int(i64::from(vector.trailing_zeros()));
-        let chunks = b.u32_op(ArithOp::Shr, rest, shift);
+        let negated = b.u32_op(ArithOp::Mul, start, u32::MAX);
+        let head = b.u32_op(ArithOp::And, negated, vector - 1);
+        let rest = b.u32_mad(head, u32::MAX, self.extent);
+        let chunks = b.u32_op(ArithOp::Shr, rest, vector.trailing_zeros());
         Cut {
             head,
             chunks,
@@ -189,7 +187,7 @@ impl Cut {
         mut visit: impl FnMut(&mut Builder, Reg, u32),
     ) {
         strided_loop(b, lane, self.chunks, threads, |b, i| {
-            let first = b.u32_mad(i, Operand::Int(i64::from(vector)), self.head);
+            let first = b.u32_mad(i, vector, self.head);
             visit(b, first, vector);
         });
         // The positions the chunks cover, and the `E − body` leftovers.
@@ -197,7 +195,7 @@ impl Cut {
         let leftovers = b.u32_mad(body, u32::MAX, self.extent);
         let mut leftover = |b: &mut Builder, i: Reg| {
             let after = b.setp(Cmp::Ge, Ty::U32, i, self.head);
-            let skip = b.u32_select(after, body, Operand::Int(0));
+            let skip = b.u32_select(after, body, 0u32);
             let position = b.u32_op(ArithOp::Add, i, skip);
             visit(b, position, 1);
         };
@@ -217,8 +215,8 @@ impl Cut {
     /// The first position of the thread's first chunk, or of the row's last
     /// chunk for a thread without one.
     pub fn first_chunk(&self, b: &mut Builder, lane: Reg, vector: u32) -> Reg {
-        let last = b.u32_op(ArithOp::Add, self.chunks, Operand::Int(i64::from(u32::MAX)));
+        let last = b.u32_op(ArithOp::Add, self.chunks, u32::MAX);
         let chunk = b.u32_op(ArithOp::Min, lane, last);
-        b.u32_mad(chunk, Operand::Int(i64::from(vector)), self.head)
+        b.u32_mad(chunk, vector, self.head)
     }
 }
