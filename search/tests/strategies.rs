@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ktune_search::measure::{Measurement, Outcome, Rejection};
+use ktune_search::model::CostModel;
 use ktune_search::session::{Budget, Evaluation, Session};
 use ktune_search::space::{Knob, Point, Space, Value};
 use ktune_search::strategy::{Bounded, CoordinateDescent, Evolutionary, Random, Strategy};
@@ -220,6 +221,46 @@ fn the_evolutionary_search_records_its_models_predictions() {
         history[..strategy.initial]
             .iter()
             .all(|e| e.predicted.is_none())
+    );
+}
+
+/// A cost model that expects every point to take the same time.
+struct Indifferent;
+
+impl CostModel for Indifferent {
+    fn fit(&mut self, _: &[Vec<f32>], _: &[f64]) {}
+
+    fn predict(&self, rows: &[Vec<f32>]) -> Vec<f64> {
+        vec![1.0; rows.len()]
+    }
+}
+
+#[test]
+fn a_model_that_expects_no_gain_is_followed_for_one_batch_then_the_search_restarts() {
+    let strategy = Evolutionary::new("indifferent", Arc::new(|_| Box::new(Indifferent)));
+    let explore = (strategy.batch as f64 * strategy.epsilon).round() as usize;
+    let (history, _) = run(&strategy, 3, 150);
+    // The model's choices come in runs, one per measured batch, each followed
+    // by the batch's `explore` random points; a restart's descent then adds
+    // more unpredicted points before the next batch. Two batches in a row
+    // would be `explore` points apart.
+    let mut gaps = Vec::new();
+    let mut unpredicted = None;
+    for e in &history {
+        match (e.predicted, unpredicted.as_mut()) {
+            (Some(_), Some(n)) if *n > 0 => {
+                gaps.push(*n);
+                *n = 0;
+            }
+            (Some(_), _) => unpredicted = Some(0),
+            (None, Some(n)) => *n += 1,
+            (None, None) => {}
+        }
+    }
+    assert!(gaps.len() >= 3, "only {} batches: {gaps:?}", gaps.len() + 1);
+    assert!(
+        gaps.iter().all(|&g| g > explore),
+        "gaps between batches: {gaps:?}"
     );
 }
 

@@ -22,7 +22,7 @@ pub use knn::Knn;
 #[cfg(feature = "xgboost")]
 pub use xgb::{XgbModel, XgbObjective};
 
-use crate::space::{Point, Space};
+use crate::space::{Knob, Point, Space, Value};
 
 /// A learned ranking of points.
 pub trait CostModel {
@@ -44,6 +44,14 @@ pub type Derived = Arc<dyn Fn(&Space, &Point, &mut Vec<f32>) + Send + Sync>;
 /// itself for other numeric knobs, one-hot for string knobs with at most
 /// [`ONE_HOT_MAX`] values, the value's index otherwise), then the derived
 /// features if any.
+///
+/// A knob of positive integers that are not all powers of two also gives
+/// the base-2 logarithm of its value's odd factor (0 for a power of two,
+/// log2 3 for 48 or 96). GPU kernels are often fastest where sizes divide
+/// evenly into warps, banks and the problem's dimensions, and a tree
+/// cannot single out 32, 64, 128 and 256 among 16, 32, 48, ... 256 by
+/// thresholds on the logarithm alone; on the recorded convolution spaces
+/// the fastest block widths are exactly the powers of two.
 #[derive(Clone, Default)]
 pub struct Features {
     derived: Option<Derived>,
@@ -85,6 +93,9 @@ impl Features {
                     .all(|v| v.as_f64().is_some_and(|x| x > 0.0));
                 let x = knob.values[index].as_f64().unwrap_or(0.0);
                 out.push(if positive { x.log2() } else { x } as f32);
+                if let Some(odd) = odd_factor(knob, index) {
+                    out.push((odd as f64).log2() as f32);
+                }
             } else if knob.values.len() <= ONE_HOT_MAX {
                 out.extend((0..knob.values.len()).map(|i| if i == index { 1.0 } else { 0.0 }));
             } else {
@@ -96,6 +107,24 @@ impl Features {
         }
         out
     }
+}
+
+/// The odd factor of a knob's value at `index`, for a knob whose values
+/// are all positive integers and not all powers of two.
+fn odd_factor(knob: &Knob, index: usize) -> Option<i64> {
+    let ints: Vec<i64> = knob
+        .values
+        .iter()
+        .map(|v| match v {
+            Value::Int(i) if *i > 0 => Some(*i),
+            _ => None,
+        })
+        .collect::<Option<_>>()?;
+    if ints.iter().all(|&i| i.count_ones() == 1) {
+        return None;
+    }
+    let v = ints[index];
+    Some(v >> v.trailing_zeros())
 }
 
 #[cfg(test)]
@@ -123,5 +152,24 @@ mod tests {
             Features::knobs().of(&space, &Point(vec![0, 0, 0])),
             vec![5.0, 0.0, 1.0, 0.0]
         );
+    }
+
+    #[test]
+    fn integer_knobs_beside_powers_of_two_also_give_their_odd_factor() {
+        let space = Space::new(vec![
+            Knob::ints("block_x", &[16, 32, 48, 96]),
+            Knob::ints("tile", &[1, 2, 4]),
+            Knob::ints("offset", &[0, 3]),
+        ]);
+        let f = Features::knobs();
+        assert_eq!(
+            f.of(&space, &Point(vec![1, 2, 1])),
+            vec![5.0, 0.0, 2.0, 3.0]
+        );
+        let v = f.of(&space, &Point(vec![3, 0, 0]));
+        assert_eq!(v.len(), 4);
+        assert_eq!(v[0], 96f32.log2());
+        assert_eq!(v[1], 3f32.log2());
+        assert_eq!(v[2..], [0.0, 0.0]);
     }
 }

@@ -17,6 +17,14 @@
 //!    model's favourite among `candidates` random valid points (a new basin
 //!    the model thinks promising). The evolution then goes on while budget
 //!    remains, so the search ends polished around its best.
+//! 4. A generation whose model expects none of its candidates to beat the
+//!    best point measured (it scores the best no worse than its favourite
+//!    candidate) is a sign that the model has nothing more to offer around
+//!    what it knows; when [`DOUBTS_BEFORE_RESTART`] generations in a row are,
+//!    the search counts as stale at once and restarts, instead of measuring
+//!    near-copies of the best basin's points until `patience` runs out
+//!    (on the recorded convolution spaces that exploitation of the wrong
+//!    basin was where the slow seeds spent their evaluations).
 
 use std::collections::HashSet;
 use std::fmt;
@@ -47,6 +55,13 @@ const RANDOM_CANDIDATES: f64 = 0.25;
 /// Which share of the bred candidates come from crossover (the rest from
 /// mutation alone).
 const CROSSOVER: f64 = 0.3;
+
+/// Generations in a row in which the model expects no candidate to beat the
+/// best measured point before the search restarts without waiting for its
+/// patience to run out. One made the search leave basins the model was
+/// still about to improve (convolution A100's single point within 5% is
+/// reached from such a basin).
+const DOUBTS_BEFORE_RESTART: usize = 2;
 
 #[derive(Clone)]
 pub struct Evolutionary {
@@ -172,6 +187,7 @@ impl Strategy for Evolutionary {
         session.measure_batch(&first);
         let mut best = session.best().map(|(_, t)| t);
         let mut stale = 0;
+        let mut doubts = 0;
         while !session.is_done() {
             let mut start = run.unpolished_best(session);
             if start.is_none() && stale >= self.patience {
@@ -217,6 +233,21 @@ impl Strategy for Evolutionary {
             let scores = model.predict(&rows);
             let mut order: Vec<usize> = (0..pool.len()).collect();
             order.sort_by(|&a, &b| scores[a].total_cmp(&scores[b]));
+            // Once stale, the restart above had no point to start from, and
+            // the batch is measured whatever the model expects.
+            if stale < self.patience {
+                let favourite = scores[order[0]];
+                if run.expects_no_gain(session, model.as_ref(), &self.features, favourite) {
+                    doubts += 1;
+                    if doubts >= DOUBTS_BEFORE_RESTART {
+                        doubts = 0;
+                        stale = self.patience;
+                        continue;
+                    }
+                } else {
+                    doubts = 0;
+                }
+            }
             let explore = ((self.batch as f64) * self.epsilon).round() as usize;
             let exploit = self.batch.saturating_sub(explore).max(1);
             // The random draws avoid the model's choices as they would once
@@ -286,6 +317,20 @@ impl Run<'_> {
     fn unpolished_best(&self, session: &Session<'_>) -> Option<Point> {
         let (best, _) = session.best()?;
         (!self.polished.contains(best)).then(|| best.clone())
+    }
+
+    /// Whether the model scores the best measured point no worse than
+    /// `favourite`, its best candidate's score.
+    fn expects_no_gain(
+        &self,
+        session: &Session<'_>,
+        model: &dyn CostModel,
+        features: &Features,
+        favourite: f64,
+    ) -> bool {
+        session.best().is_some_and(|(best, _)| {
+            model.predict(&[features.of(self.space, best)])[0] <= favourite
+        })
     }
 
     /// Retrains the model on the whole history.
