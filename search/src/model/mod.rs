@@ -112,19 +112,16 @@ impl Features {
 /// The odd factor of a knob's value at `index`, for a knob whose values
 /// are all positive integers and not all powers of two.
 fn odd_factor(knob: &Knob, index: usize) -> Option<i64> {
-    let ints: Vec<i64> = knob
-        .values
-        .iter()
-        .map(|v| match v {
-            Value::Int(i) if *i > 0 => Some(*i),
-            _ => None,
-        })
-        .collect::<Option<_>>()?;
-    if ints.iter().all(|&i| i.count_ones() == 1) {
-        return None;
+    let positive = |v: &Value| match *v {
+        Value::Int(i) if i > 0 => Some(i),
+        _ => None,
+    };
+    let mut all_powers = true;
+    for v in &knob.values {
+        all_powers &= positive(v)?.count_ones() == 1;
     }
-    let v = ints[index];
-    Some(v >> v.trailing_zeros())
+    let v = positive(&knob.values[index])?;
+    (!all_powers).then(|| v >> v.trailing_zeros())
 }
 
 #[cfg(test)]
