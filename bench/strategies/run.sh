@@ -2,13 +2,17 @@
 # Strategy benchmark: Kernel Tuner's search strategies and ktune's on the
 # recorded tuning spaces, same spaces, budget and seeds; writes
 # bench/results/strategies/{kernel_tuner,ktune}.jsonl and prints the table.
+# The part `known` (not run by default) writes ktune-known.jsonl: ktune's
+# evolutionary search on each space that has recordings on other GPUs,
+# started from their winners, as a build with those GPUs' records in its
+# database starts; Kernel Tuner has no such start, so it is a table of its own.
 #
 # Settings (environment):
 #   SEEDS=50 BUDGET=1000 JOBS=<cores>   runs per strategy, evaluations per run, Kernel Tuner worker processes
 #   SPACES_DIR=<repo>/../shared/data/tuning-spaces
 #   KT_STRATEGIES="random_sample ..."   Kernel Tuner strategies (default: all eight, cheapest first)
 #   KTUNE_STRATEGIES="random coordinate_descent evolutionary"
-#   PARTS="kernel_tuner ktune table"    which steps to run (the Kernel Tuner side takes hours)
+#   PARTS="kernel_tuner ktune table"    which steps to run (the Kernel Tuner side takes hours; also `known`)
 #   RESULTS_DIR=<repo>/bench/results/strategies
 # Kernel Tuner's seeds are journaled in RESULTS_DIR/kernel_tuner-seeds.jsonl
 # as they finish: a stopped run, started again, goes on where it was.
@@ -45,13 +49,16 @@ if has_part kernel_tuner; then
         --out "$out/kernel_tuner.jsonl"
 fi
 
-if has_part ktune; then
+if has_part ktune || has_part known; then
     ktune=(cargo run --quiet --release --manifest-path "$root/Cargo.toml" -p cargo-ktune --features xgboost -- ktune replay)
     if ! "${ktune[@]}" --help > /dev/null; then
         echo "error: \`cargo ktune replay\` is not available in this checkout (see the cargo output above);" \
              "it is needed for ktune's side of the benchmark" >&2
         exit 1
     fi
+fi
+
+if has_part ktune; then
     tmp="$out/ktune.jsonl.partial"
     : > "$tmp"
     # Run from the spaces folder so that each line names its space relative to it, as Kernel Tuner's lines do.
@@ -67,9 +74,28 @@ if has_part ktune; then
     mv "$tmp" "$out/ktune.jsonl"
 fi
 
+if has_part known; then
+    tmp="$out/ktune-known.jsonl.partial"
+    : > "$tmp"
+    (
+        cd "$spaces_dir"
+        for space in */*.json.gz; do
+            known=()
+            for other in "$(dirname "$space")"/*.json.gz; do
+                [ "$other" != "$space" ] && known+=(--known "$other")
+            done
+            [ ${#known[@]} -eq 0 ] && continue
+            echo "ktune: $space evolutionary ${known[*]}" >&2
+            "${ktune[@]}" --space "$space" --strategy evolutionary "${known[@]}" --seeds "$seeds" --budget "$budget" \
+                --json >> "$tmp"
+        done
+    )
+    mv "$tmp" "$out/ktune-known.jsonl"
+fi
+
 if has_part table; then
     tables=()
-    for f in "$out/ktune.jsonl" "$out/kernel_tuner.jsonl"; do
+    for f in "$out/ktune.jsonl" "$out/ktune-known.jsonl" "$out/kernel_tuner.jsonl"; do
         [ -f "$f" ] && tables+=("$f")
     done
     if [ ${#tables[@]} -eq 0 ]; then

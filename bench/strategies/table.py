@@ -41,7 +41,11 @@ def load(paths):
                     obj = json.loads(line)
                 except json.JSONDecodeError as err:
                     sys.exit(f"{path}:{number}: not JSON: {err}")
-                entries[("/".join(space_name(obj["space"])), (obj["tool"], obj["strategy"]))] = obj
+                strategy = obj["strategy"]
+                if obj.get("known"):
+                    # started from other recordings' winners: another column, not the challenger
+                    strategy += " from other GPUs' winners"
+                entries[("/".join(space_name(obj["space"])), (obj["tool"], strategy))] = obj
     return entries
 
 

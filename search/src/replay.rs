@@ -40,7 +40,8 @@ pub enum ReplayError {
 pub struct Replay {
     space: Space,
     outcomes: HashMap<Point, Outcome>,
-    optimum: Option<f64>,
+    /// The fastest point that did not fail, and its time.
+    best: Option<(Point, f64)>,
 }
 
 impl Replay {
@@ -135,15 +136,18 @@ impl Replay {
             };
             outcomes.insert(Point(indices), outcome);
         }
-        let optimum = outcomes
-            .values()
-            .filter_map(|o| o.as_ref().ok().map(|m| m.time))
-            .min_by(f64::total_cmp);
+        // Ties go to the first point in the space's order, so that the
+        // winner does not depend on the hash map's.
+        let best = outcomes
+            .iter()
+            .filter_map(|(p, o)| o.as_ref().ok().map(|m| (m.time, p)))
+            .min_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(b.1)))
+            .map(|(time, p)| (p.clone(), time));
         let space = Space::listed(knobs, outcomes.keys().cloned());
         Ok(Replay {
             space,
             outcomes,
-            optimum,
+            best,
         })
     }
 
@@ -153,7 +157,14 @@ impl Replay {
 
     /// The best mean time over the valid points that did not fail.
     pub fn optimum(&self) -> Option<f64> {
-        self.optimum
+        self.best.as_ref().map(|(_, time)| *time)
+    }
+
+    /// The point with the optimum time (the first in the space's order
+    /// when several tie): what a tuning database would hold as the winner
+    /// for the recording's GPU.
+    pub fn winner(&self) -> Option<&Point> {
+        self.best.as_ref().map(|(p, _)| p)
     }
 
     /// How many configurations the recording holds (failed ones included).
@@ -238,6 +249,7 @@ mod tests {
         let mut r = Replay::from_json(&json).expect("replay");
         assert_eq!(r.len(), 3);
         assert_eq!(r.optimum(), Some(1.5));
+        assert_eq!(r.winner(), Some(&Point(vec![1, 0])));
         let space = r.space().clone();
         assert_eq!(space.valid_points().len(), 3);
         assert!(!space.is_valid(&Point(vec![0, 1])));

@@ -170,6 +170,43 @@ impl Space {
         self.knobs.iter().position(|k| k.name == name)
     }
 
+    /// The point of this space whose knobs, matched by name, have the
+    /// values that `point` has in `other` (another recording of the same
+    /// kernel, on another GPU). The error names the first knob or value
+    /// that one of the two spaces lacks; validity is not checked.
+    pub fn translate(&self, other: &Space, point: &Point) -> Result<Point, String> {
+        if let Some(extra) = other
+            .knobs
+            .iter()
+            .find(|k| self.knob_index(&k.name).is_none())
+        {
+            return Err(format!(
+                "`{}` is a knob of the other space only",
+                extra.name
+            ));
+        }
+        self.knobs
+            .iter()
+            .map(|knob| {
+                let there = other
+                    .knob_index(&knob.name)
+                    .ok_or_else(|| format!("`{}` is a knob of this space only", knob.name))?;
+                let value = other.value(point, there);
+                knob.values
+                    .iter()
+                    .position(|v| v == value)
+                    .map(|i| i as u32)
+                    .ok_or_else(|| {
+                        format!(
+                            "`{}` = {value} is not one of this space's values",
+                            knob.name
+                        )
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(Point)
+    }
+
     /// The value of knob `knob` at `point`.
     pub fn value(&self, point: &Point, knob: usize) -> &Value {
         &self.knobs[knob].values[point.0[knob] as usize]
@@ -357,6 +394,33 @@ mod tests {
         assert_eq!(n, vec![Point(vec![0, 2]), Point(vec![1, 1])]);
         let any = s.neighbours(&Point(vec![0, 0]), Neighbourhood::Any);
         assert_eq!(any.len(), 4);
+    }
+
+    #[test]
+    fn points_translate_between_spaces_by_knob_name_and_value() {
+        let here = small();
+        let there = Space::new(vec![Knob::ints("b", &[4, 2]), Knob::ints("a", &[2, 8])]);
+        assert_eq!(
+            here.translate(&there, &Point(vec![0, 0])),
+            Ok(Point(vec![1, 2]))
+        );
+        assert_eq!(
+            here.translate(&there, &Point(vec![0, 1])),
+            Err("`a` = 8 is not one of this space's values".to_string())
+        );
+        let wider = Space::new(vec![
+            Knob::ints("a", &[1]),
+            Knob::ints("b", &[1]),
+            Knob::ints("c", &[1]),
+        ]);
+        assert_eq!(
+            here.translate(&wider, &Point(vec![0, 0, 0])),
+            Err("`c` is a knob of the other space only".to_string())
+        );
+        assert_eq!(
+            wider.translate(&here, &Point(vec![0, 0])),
+            Err("`c` is a knob of this space only".to_string())
+        );
     }
 
     #[test]

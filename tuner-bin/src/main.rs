@@ -171,6 +171,12 @@ enum Command {
         /// evolutionary-xgb-rank, evolutionary-xgb-reg.
         #[arg(long, default_value = "evolutionary")]
         strategy: String,
+        /// A recording of the same kernel on another GPU (repeatable): the
+        /// search starts from its winner, as a build's search starts from
+        /// the database's winners for other GPUs. Evolutionary strategies
+        /// only.
+        #[arg(long)]
+        known: Vec<PathBuf>,
         /// Runs of the strategy, with seeds 0 to N-1.
         #[arg(long, default_value_t = 50)]
         seeds: u64,
@@ -261,12 +267,14 @@ fn run(cli: Cli) -> Result<()> {
         Command::Replay {
             space,
             strategy,
+            known,
             seeds,
             budget,
             json,
         } => replay::replay(&replay::Options {
             space: &space,
             strategy: &strategy,
+            known: &known,
             seeds,
             budget,
             json,

@@ -1,12 +1,17 @@
 //! `cargo ktune replay`: a search strategy run on a recorded, exhaustively
 //! measured tuning space (a Kernel Tuner cache file) over many seeds, scored
 //! by the evaluations it needs to reach within 5% of the optimum.
+//!
+//! With `--known`, the evolutionary strategies start from the winners of
+//! other recordings of the same kernel (on other GPUs), as a build's search
+//! starts from the database's winners for the GPUs it was tuned on before.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use ktune_search::replay::Replay;
 use ktune_search::score::{self, Summary};
+use ktune_search::space::Point;
 use ktune_search::strategy::{CoordinateDescent, Evolutionary, Random, Strategy};
 use serde_json::Value;
 
@@ -14,6 +19,9 @@ use serde_json::Value;
 pub(crate) struct Options<'a> {
     pub space: &'a Path,
     pub strategy: &'a str,
+    /// Recordings of the same kernel on other GPUs, whose winners the
+    /// search starts from.
+    pub known: &'a [PathBuf],
     pub seeds: u64,
     pub budget: usize,
     pub json: bool,
@@ -31,29 +39,83 @@ const NAMES: &[&str] = &[
     "evolutionary-xgb-reg",
 ];
 
-fn strategy(name: &str) -> Result<Box<dyn Strategy>> {
-    Ok(match name {
-        "random" => Box::new(Random),
-        "coordinate_descent" => Box::new(CoordinateDescent::default()),
-        "evolutionary" => Box::new(Evolutionary::max_autotune()),
-        "evolutionary-knn" => Box::new(Evolutionary::knn()),
+/// The strategy called `name`, starting from `starts` when `--known` was
+/// given (only the evolutionary strategies take start points).
+fn strategy(name: &str, starts: Option<Vec<Point>>) -> Result<Box<dyn Strategy>> {
+    let evolutionary = match name {
+        "random" | "coordinate_descent" if starts.is_some() => {
+            bail!("--known: only the evolutionary strategies start from known points, not `{name}`")
+        }
+        "random" => return Ok(Box::new(Random)),
+        "coordinate_descent" => return Ok(Box::new(CoordinateDescent::default())),
+        "evolutionary" => Evolutionary::max_autotune(),
+        "evolutionary-knn" => Evolutionary::knn(),
         #[cfg(feature = "xgboost")]
-        "evolutionary-xgb-rank" => Box::new(Evolutionary::xgboost(
-            ktune_search::model::XgbObjective::RankPairwise,
-        )),
+        "evolutionary-xgb-rank" => {
+            Evolutionary::xgboost(ktune_search::model::XgbObjective::RankPairwise)
+        }
         #[cfg(feature = "xgboost")]
-        "evolutionary-xgb-reg" => Box::new(Evolutionary::xgboost(
-            ktune_search::model::XgbObjective::Regression,
-        )),
+        "evolutionary-xgb-reg" => {
+            Evolutionary::xgboost(ktune_search::model::XgbObjective::Regression)
+        }
         _ => bail!(
             "unknown strategy `{name}`: expected one of {}",
             NAMES.join(", ")
         ),
-    })
+    };
+    Ok(Box::new(Evolutionary {
+        starts: starts.unwrap_or_default(),
+        ..evolutionary
+    }))
+}
+
+/// The winners of the `known` recordings as points of `replay`'s space, in
+/// order and without repeats. A winner that is not a valid point here is
+/// left out, as a build leaves out a database winner its space does not
+/// hold; a recording of another kernel (other knobs or values) is an error.
+fn known_winners(replay: &Replay, space: &Path, known: &[PathBuf]) -> Result<Vec<Point>> {
+    let mut starts = Vec::new();
+    for path in known {
+        if path.canonicalize().ok() == space.canonicalize().ok() {
+            bail!(
+                "--known {}: that is the replayed space itself",
+                path.display()
+            );
+        }
+        let other = Replay::load(path)?;
+        let winner = other
+            .winner()
+            .with_context(|| format!("--known {}: no configuration has a time", path.display()))?;
+        let point = replay
+            .space()
+            .translate(other.space(), winner)
+            .map_err(|why| {
+                anyhow::anyhow!(
+                    "--known {}: its winner is not a point of {}: {why}",
+                    path.display(),
+                    space.display()
+                )
+            })?;
+        if !replay.space().is_valid(&point) {
+            eprintln!(
+                "note: --known {}: its winner ({}) is not a valid point of {}; left out",
+                path.display(),
+                replay.space().describe(&point),
+                space.display()
+            );
+        } else if !starts.contains(&point) {
+            starts.push(point);
+        }
+    }
+    Ok(starts)
 }
 
 pub(crate) fn replay(options: &Options<'_>) -> Result<()> {
-    let strategy = strategy(options.strategy)?;
+    let replay = Replay::load(options.space)?;
+    let starts = (!options.known.is_empty())
+        .then(|| known_winners(&replay, options.space, options.known))
+        .transpose()?;
+    let strategy = strategy(options.strategy, starts)?;
     let runs_as = strategy.name();
     if options.strategy == "evolutionary" && runs_as == Evolutionary::knn().name() {
         eprintln!(
@@ -62,7 +124,6 @@ pub(crate) fn replay(options: &Options<'_>) -> Result<()> {
              build with `--features xgboost` to replay max-autotune's search"
         );
     }
-    let replay = Replay::load(options.space)?;
     let summary = score::score(&replay, strategy.as_ref(), options.seeds, options.budget)
         .with_context(|| format!("{}: no configuration has a time", options.space.display()))?;
     if options.json {
@@ -84,7 +145,7 @@ fn json_line(options: &Options<'_>, runs_as: &str, s: &Summary) -> String {
         .collect();
     // Written field by field to keep this order, shared with the Kernel
     // Tuner helper's lines.
-    let fields: [(&str, Value); 13] = [
+    let fields: [(&str, Value); 14] = [
         ("tool", Value::from("ktune")),
         (
             "space",
@@ -107,6 +168,16 @@ fn json_line(options: &Options<'_>, runs_as: &str, s: &Summary) -> String {
         ("q3", number(s.q3)),
         ("success_fraction", Value::from(s.success_fraction)),
         ("auc", Value::from(s.auc)),
+        (
+            "known",
+            Value::from(
+                options
+                    .known
+                    .iter()
+                    .map(|p| p.to_string_lossy().into_owned())
+                    .collect::<Vec<_>>(),
+            ),
+        ),
     ];
     let body: Vec<String> = fields
         .iter()
@@ -122,8 +193,18 @@ fn human_line(options: &Options<'_>, runs_as: &str, s: &Summary) -> String {
     } else {
         format!("{} ({runs_as})", options.strategy)
     };
+    let known = if options.known.is_empty() {
+        String::new()
+    } else {
+        let files: Vec<String> = options
+            .known
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect();
+        format!(" starting from the winners of {}", files.join(", "))
+    };
     format!(
-        "{name} on {}: evaluations to within 5% of the optimum: median {} (95% interval {} to {}), quartiles {} and {}, reached by {:.0}% of {} seeds within {}, auc {:.3}",
+        "{name}{known} on {}: evaluations to within 5% of the optimum: median {} (95% interval {} to {}), quartiles {} and {}, reached by {:.0}% of {} seeds within {}, auc {:.3}",
         options.space.display(),
         show(s.median),
         show(s.median_interval.0),
