@@ -339,30 +339,43 @@ impl<'a> Stager<'a> {
     /// Moves on to the next `k` tile.
     pub fn advance(&self, b: &mut Builder) {
         let bytes = u64::from(self.block_k) * self.operand.stride_k * u64::from(self.elem);
-        for ptr in &self.pointers {
-            b.push(Op::Arith {
-                op: ArithOp::Add,
-                ty: Ty::U64,
-                dst: *ptr,
-                a: (*ptr).into(),
-                b: Operand::Int(bytes as i64),
-            });
-        }
-        if let Some(end) = self.k_end {
-            b.push(Op::Arith {
-                op: ArithOp::Sub,
-                ty: Ty::U32,
-                dst: end,
-                a: end.into(),
-                b: imm(self.block_k),
-            });
-        }
+        advance(b, &self.pointers, self.k_end, self.block_k, bytes);
     }
 }
 
 /// The bytes of one `cp.async` copy and the copies per access: one per
 /// element where the store transposes (`k`-major tiles), else one per
 /// vector.
+/// Moves an operand's loads on to the next `k` tile: its `pointers` by
+/// the tile's `bytes`, and `k_end`, the count of `k` values left that
+/// guards the loads (where there is one), down by `block_k`.
+pub(super) fn advance(
+    b: &mut Builder,
+    pointers: &[Reg],
+    k_end: Option<Reg>,
+    block_k: u32,
+    bytes: u64,
+) {
+    for ptr in pointers {
+        b.push(Op::Arith {
+            op: ArithOp::Add,
+            ty: Ty::U64,
+            dst: *ptr,
+            a: (*ptr).into(),
+            b: Operand::Int(bytes as i64),
+        });
+    }
+    if let Some(end) = k_end {
+        b.push(Op::Arith {
+            op: ArithOp::Sub,
+            ty: Ty::U32,
+            dst: end,
+            a: end.into(),
+            b: imm(block_k),
+        });
+    }
+}
+
 fn copy_bytes(s: &Staging) -> (u32, u32) {
     if s.k_major {
         (4, s.vector)

@@ -26,7 +26,7 @@
 use super::layout::{MmaLayout, MmaStaging};
 use crate::ir::Kernel;
 use crate::lower::matmul::output::Tile;
-use crate::lower::matmul::stage::offset_address;
+use crate::lower::matmul::stage::{self, offset_address};
 use crate::lower::matmul::{MatmulOperand, MatmulPlan, Side};
 use crate::ptx::Builder;
 use crate::ptx::inst::{Addr, ArithOp, Cmp, CpAsyncCache, Op, Operand, Reg, Ty};
@@ -234,24 +234,7 @@ impl<'a> Copier<'a> {
     pub fn advance(&self, b: &mut Builder) {
         let bytes =
             u64::from(self.block_k) * self.operand.stride_k * u64::from(self.staging.element_bytes);
-        for ptr in &self.pointers {
-            b.push(Op::Arith {
-                op: ArithOp::Add,
-                ty: Ty::U64,
-                dst: *ptr,
-                a: (*ptr).into(),
-                b: Operand::Int(bytes as i64),
-            });
-        }
-        if let Some(end) = self.k_end {
-            b.push(Op::Arith {
-                op: ArithOp::Sub,
-                ty: Ty::U32,
-                dst: end,
-                a: end.into(),
-                b: imm(self.block_k),
-            });
-        }
+        stage::advance(b, &self.pointers, self.k_end, self.block_k, bytes);
     }
 }
 
