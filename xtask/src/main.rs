@@ -3,8 +3,9 @@
 //! - `test`: installs what the tests need (ptxas, from the
 //!   `nvidia-cuda-nvcc-cu12` Python wheel, and nvdisasm, from
 //!   `nvidia-cuda-nvdisasm`, into `.venv/`; cmake and libclang-dev for
-//!   XGBoost), checks formatting and lints, runs every test of the
-//!   workspace, those of the search layer's XGBoost cost model, and shows
+//!   XGBoost), checks formatting and lints, runs the strategy benchmark's
+//!   table tests (Python), every test of the workspace, those of the
+//!   search layer's XGBoost cost model, and shows
 //!   the virtual-GPU verification suite's summary.
 //! - `setup`: only the installation step.
 //! - `gpu-bundle`: builds (here, where Rust is) everything a GPU machine
@@ -79,6 +80,13 @@ fn test(root: &Path) -> Result<()> {
             "-D",
             "warnings",
         ],
+        None,
+    )?;
+    // The strategy benchmark's table (Python, standard library only).
+    run(
+        root,
+        "python3",
+        &["-m", "unittest", "discover", "-s", "bench/strategies"],
         None,
     )?;
     // GPU tests are `#[ignore]`d so that a machine without a GPU reports them
