@@ -333,9 +333,15 @@ impl Run<'_> {
         })
     }
 
-    /// Retrains the model on the whole history.
+    /// Retrains the model on the whole history; nothing to do when nothing
+    /// was measured since the last time (a restart and its guided polish
+    /// follow a generation without measuring, and the models train
+    /// deterministically).
     fn fit(&mut self, session: &Session<'_>, model: &mut dyn CostModel, features: &Features) {
         let history = session.history();
+        if !history.is_empty() && history.len() == self.features.len() {
+            return;
+        }
         for e in &history[self.features.len()..] {
             self.features.push(features.of(self.space, &e.point));
         }
