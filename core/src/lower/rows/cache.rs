@@ -82,13 +82,22 @@ struct Kept {
     extent: u32,
 }
 
+/// A pass over a row: one of its reductions, or its outputs. (The two are
+/// kept apart even where the root is itself a reduction, a row's sum: its
+/// outputs then read nothing along the row.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Pass {
+    Reduce(ExprId),
+    Outputs,
+}
+
 /// The loads a one-pass row keeps in registers.
 #[derive(Debug, Clone)]
 pub struct CachePlan {
     kept: Vec<Kept>,
-    /// Per pass that reads a kept pattern (a reduction's id, or the root's):
-    /// its load nodes of kept patterns, each with the pattern's index.
-    reads: HashMap<ExprId, Vec<(ExprId, usize)>>,
+    /// Per pass that reads a kept pattern: its load nodes of kept
+    /// patterns, each with the pattern's index.
+    reads: HashMap<Pass, Vec<(ExprId, usize)>>,
     /// The row's inner variable, when the outputs read kept patterns.
     root_position: Option<VarId>,
     /// Passes over the row (its reductions, then its outputs).
@@ -102,12 +111,12 @@ pub struct CachePlan {
 impl CachePlan {
     /// What a one-pass schedule of `plan` keeps.
     pub fn of(kernel: &Kernel, plan: &RowPlan) -> CachePlan {
-        let mut passes: Vec<(ExprId, VarId, Vec<ExprId>)> = Vec::new();
+        let mut passes: Vec<(Pass, VarId, Vec<ExprId>)> = Vec::new();
         for r in plan.reductions() {
             if let Expr::Reduce { var, body, .. } = kernel.expr(r) {
                 let mut loads = Vec::new();
                 pass_loads(kernel, *body, &HashSet::new(), &mut loads);
-                passes.push((r, *var, loads));
+                passes.push((Pass::Reduce(r), *var, loads));
             }
         }
         if let [inner] = plan.inner_vars[..] {
@@ -121,7 +130,7 @@ impl CachePlan {
                 .collect();
             let mut loads = Vec::new();
             pass_loads(kernel, kernel.root, &row_lets, &mut loads);
-            passes.push((kernel.root, inner, loads));
+            passes.push((Pass::Outputs, inner, loads));
         }
 
         let patterns: Vec<Vec<(ExprId, Pattern)>> = passes
@@ -147,7 +156,7 @@ impl CachePlan {
             .count();
 
         let mut kept: Vec<Kept> = Vec::new();
-        let mut reads: HashMap<ExprId, Vec<(ExprId, usize)>> = HashMap::new();
+        let mut reads: HashMap<Pass, Vec<(ExprId, usize)>> = HashMap::new();
         let mut root_position = None;
         for ((pass, position, _), loads) in passes.iter().zip(&patterns) {
             for (load, p) in loads {
@@ -170,7 +179,7 @@ impl CachePlan {
                     }
                 };
                 reads.entry(*pass).or_default().push((*load, slot));
-                if *pass == kernel.root {
+                if *pass == Pass::Outputs {
                     root_position = Some(*position);
                 }
             }
@@ -393,14 +402,13 @@ impl<'p> Cache<'p> {
         }
     }
 
-    /// Whether pass `pass` (a reduction's id, or the root's) reads kept
-    /// values.
-    pub fn reads(&self, pass: ExprId) -> bool {
+    /// Whether `pass` reads kept values.
+    pub fn reads(&self, pass: Pass) -> bool {
         self.plan.reads.contains_key(&pass)
     }
 
     /// The kept values of `pass`'s loads in slot `slot`, element by element.
-    fn known(&self, pass: ExprId, slot: usize) -> Vec<HashMap<ExprId, Reg>> {
+    fn known(&self, pass: Pass, slot: usize) -> Vec<HashMap<ExprId, Reg>> {
         let mut known = vec![HashMap::new(); self.vector as usize];
         for &(load, kept) in &self.plan.reads[&pass] {
             for (i, element) in known.iter_mut().enumerate() {
@@ -422,7 +430,7 @@ impl<'p> Cache<'p> {
         for (s, (&first, inside)) in slots.first.iter().zip(&slots.inside).enumerate() {
             let mut element = env.clone();
             element.index.insert(var, first);
-            let known = self.known(id, s);
+            let known = self.known(Pass::Reduce(id), s);
             let values =
                 emit_consecutive_with(b, kernel, &mut element, body, Some(var), self.vector, known);
             for x in values {
@@ -451,7 +459,7 @@ impl<'p> Cache<'p> {
         for (s, (&first, inside)) in slots.first.iter().zip(&slots.inside).enumerate() {
             let mut element = env.clone();
             element.index.insert(var, first);
-            let known = self.known(kernel.root, s);
+            let known = self.known(Pass::Outputs, s);
             let values = emit_consecutive_with(
                 b,
                 kernel,

@@ -50,7 +50,7 @@ use crate::ir::{Expr, ExprId, Kernel, VarId};
 use crate::ptx::Builder;
 use crate::ptx::inst::{Addr, ArithOp, Cmp, Op, Operand, Reg, RegClass, Special, Ty};
 use crate::target::SmVersion;
-use cache::{Cache, SharedRow};
+use cache::{Cache, Pass, SharedRow};
 use combine::{Combiner, Tree};
 use peel::{Cut, Peel};
 
@@ -368,7 +368,7 @@ pub(super) fn lower(
                         fused.insert(pair.second, second);
                         first
                     }
-                    (None, None) => match cache.as_ref().filter(|c| c.reads(id)) {
+                    (None, None) => match cache.as_ref().filter(|c| c.reads(Pass::Reduce(id))) {
                         Some(cache) => {
                             let partial = cache.partial(&mut b, kernel, &env, id);
                             combined(&mut b, kernel, &mut combiner, id, partial)
@@ -398,7 +398,7 @@ pub(super) fn lower(
     // a value of the row is a multiplication by its reciprocal.
     env.read_only_inputs = true;
     expr::share_divisors(&mut b, kernel, &mut env, kernel.root, &plan.row_vars);
-    match cache.as_ref().filter(|c| c.reads(kernel.root)) {
+    match cache.as_ref().filter(|c| c.reads(Pass::Outputs)) {
         Some(cache) => cache.outputs(&mut b, kernel, &env, out),
         None => {
             // The row's elements: groups of `vector` along the output's
@@ -424,7 +424,7 @@ pub(super) fn lower(
                 let mut element = env.clone();
                 bind_vars(b, kernel, &plan.inner_vars, first, &mut element.index);
                 let known = row.as_ref().map_or_else(Vec::new, |row| {
-                    row.known(b, kernel, kernel.root, &element, width)
+                    row.known(b, kernel, Pass::Outputs, &element, width)
                 });
                 let values =
                     emit_consecutive_with(b, kernel, &mut element, kernel.root, last, width, known);
@@ -582,7 +582,9 @@ fn cooperative_reduce(
     walk.emit(b, lane, kernel.extent(var), |b, first, width| {
         let mut element = env.clone();
         element.index.insert(var, first);
-        let known = row.map_or_else(Vec::new, |row| row.known(b, kernel, id, &element, width));
+        let known = row.map_or_else(Vec::new, |row| {
+            row.known(b, kernel, Pass::Reduce(id), &element, width)
+        });
         for x in emit_consecutive_with(b, kernel, &mut element, body, Some(var), width, known) {
             expr::fold_into(b, op, acc, x);
         }

@@ -28,7 +28,7 @@
 
 use std::collections::{HashMap, HashSet};
 
-use super::{CachePlan, Kept, chunk_address, load_chunk, slots};
+use super::{CachePlan, Kept, Pass, chunk_address, load_chunk, slots};
 use crate::dtype::DType;
 use crate::ir::{Expr, ExprId, Kernel};
 use crate::lower::elementwise::load_vec;
@@ -223,27 +223,29 @@ impl<'p> SharedRow<'p> {
         SharedRow { plan, row, offsets }
     }
 
-    /// The kept values of `pass`'s loads (`pass` a reduction's id, or the
-    /// root's) for the `n` consecutive positions from the one `env` binds,
-    /// read from shared memory, element by element; empty when the pass
-    /// reads nothing kept.
+    /// The kept values of `pass`'s loads for the `n` consecutive positions
+    /// from the one `env` binds, read from shared memory, element by
+    /// element; empty when the pass reads nothing kept.
     pub fn known(
         &self,
         b: &mut Builder,
         kernel: &Kernel,
-        pass: ExprId,
+        pass: Pass,
         env: &Env,
         n: u32,
     ) -> Vec<HashMap<ExprId, Reg>> {
         let Some(reads) = self.plan.reads.get(&pass) else {
             return Vec::new();
         };
-        let var = match kernel.expr(pass) {
-            Expr::Reduce { var, .. } => *var,
-            _ => self
+        let var = match pass {
+            Pass::Reduce(id) => match kernel.expr(id) {
+                Expr::Reduce { var, .. } => *var,
+                _ => unreachable!("a reduction pass is a reduction"),
+            },
+            Pass::Outputs => self
                 .plan
                 .root_position
-                .expect("the root reads kept values along the row's inner variable"),
+                .expect("the outputs read kept values along the row's inner variable"),
         };
         let base = b.u32_mad(env.index[&var], Operand::Int(4), self.row);
         let mut values: HashMap<usize, Vec<Reg>> = HashMap::new();
