@@ -308,6 +308,23 @@ fn rows() -> Vec<Entry> {
         ),
         shapes: shapes2("R", "C", &[(1, 1), (13, 31), (3, 65)]),
     });
+    // A row statistic that is itself the output, reading the row a let
+    // read before it: the pass of the root's reduction and the row's
+    // outputs are two passes.
+    out.push(Entry {
+        kernel: parse(
+            quote!(shape(R = 4, C = 8)),
+            quote! {
+                fn row_sum_of_squares(x: Tensor<f32, (R, C)>) -> Tensor<f32, (R,)> {
+                    compute(|r| {
+                        let m = mean(C, |j| x[r][j]);
+                        sum(C, |j| (x[r][j] - m) * (x[r][j] - m))
+                    })
+                }
+            },
+        ),
+        shapes: shapes2("R", "C", &ROW_SHAPES),
+    });
     out.push(Entry {
         kernel: parse(
             quote!(shape(N = 8)),
@@ -383,7 +400,9 @@ fn matmul() -> Vec<Entry> {
                     }
                 },
             ),
-            shapes: shapes_mnk(&MATMUL_SHAPES[..5]),
+            // With `K = 1`, `w` is contiguous along `n`, and the zero-filled
+            // rows of a pipelined tile must stay aligned.
+            shapes: shapes_mnk(&[&MATMUL_SHAPES[..5], &[(31, 16, 1)]].concat()),
         });
     }
     for dt in ["f32", "bf16"] {

@@ -145,7 +145,10 @@ impl Factor {
             load: self.load,
             value: self.value,
             stride_x: stride(x),
-            stride_k: stride(k),
+            // With `K = 1` the tiles' rows past `k = 0` are zero-filled, and
+            // a `cp.async` that fills them still takes an address, which
+            // must stay aligned: every such row points at the first.
+            stride_k: if kernel.extent(k) > 1 { stride(k) } else { 0 },
             stride_batch: batch.iter().map(|v| stride(*v)).collect(),
         }
     }

@@ -165,7 +165,7 @@ pub struct MatmulOperand {
     /// Element stride along this operand's output variable (`m` for A, `n`
     /// for B).
     pub stride_x: u64,
-    /// Element stride along `k`.
+    /// Element stride along `k` (0 when `K = 1`).
     pub stride_k: u64,
     /// Element stride along each of [`MatmulPlan::batch`] (0 when broadcast).
     pub stride_batch: Vec<u64>,
