@@ -91,10 +91,11 @@ pub fn unary(op: UnaryOp, x: f32) -> f32 {
         UnaryOp::Relu => x.max(0.0),
         UnaryOp::Sigmoid => sigmoid(x),
         UnaryOp::Silu => x * sigmoid(x),
+        // 0.5·x·(1 + tanh(u)) = x · sigmoid(2u), which does not cancel.
         UnaryOp::GeluTanh => {
             const SQRT_2_OVER_PI: f32 =
                 std::f32::consts::FRAC_2_SQRT_PI * std::f32::consts::FRAC_1_SQRT_2;
-            0.5 * x * (1.0 + (SQRT_2_OVER_PI * (x + 0.044_715 * x * x * x)).tanh())
+            x * sigmoid(2.0 * SQRT_2_OVER_PI * (x + 0.044_715 * x * x * x))
         }
         UnaryOp::GeluErf => 0.5 * x * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2)),
         UnaryOp::Erf => erf(x),

@@ -390,13 +390,6 @@ fn sigmoid(b: &mut Builder, x: Reg) -> Reg {
     b.f32_unary(UnaryOp::Rcp, den)
 }
 
-/// `0.5 · x · (1 + inner)`
-fn half_x_one_plus(b: &mut Builder, x: Reg, inner: Reg) -> Reg {
-    let one_plus = b.f32_op(ArithOp::Add, inner, Operand::F32(1.0));
-    let half_x = b.f32_op(ArithOp::Mul, x, Operand::F32(0.5));
-    b.f32_op(ArithOp::Mul, half_x, one_plus)
-}
-
 fn unary(b: &mut Builder, op: ir::UnaryOp, x: Reg) -> Reg {
     use ir::UnaryOp as U;
     match op {
@@ -417,13 +410,15 @@ fn unary(b: &mut Builder, op: ir::UnaryOp, x: Reg) -> Reg {
             let s = sigmoid(b, x);
             b.f32_op(ArithOp::Mul, x, s)
         }
+        // 0.5·x·(1 + tanh(u)) = x · sigmoid(2u): no cancellation where
+        // tanh(u) nears −1, and no division.
         U::GeluTanh => {
             let x2 = b.f32_op(ArithOp::Mul, x, x);
             let cubic = b.f32_fma(x2, Operand::F32(0.044_715), Operand::F32(1.0));
-            let scaled = b.f32_op(ArithOp::Mul, x, Operand::F32(0.797_884_6));
-            let inner = b.f32_op(ArithOp::Mul, scaled, cubic);
-            let t = tanh(b, inner);
-            half_x_one_plus(b, x, t)
+            let scaled = b.f32_op(ArithOp::Mul, x, Operand::F32(2.0 * 0.797_884_6));
+            let two_u = b.f32_op(ArithOp::Mul, scaled, cubic);
+            let s = sigmoid(b, two_u);
+            b.f32_op(ArithOp::Mul, x, s)
         }
         U::GeluErf => {
             let scaled = b.f32_op(
@@ -432,7 +427,9 @@ fn unary(b: &mut Builder, op: ir::UnaryOp, x: Reg) -> Reg {
                 Operand::F32(std::f32::consts::FRAC_1_SQRT_2),
             );
             let e = erf(b, scaled);
-            half_x_one_plus(b, x, e)
+            let one_plus = b.f32_op(ArithOp::Add, e, Operand::F32(1.0));
+            let half_x = b.f32_op(ArithOp::Mul, x, Operand::F32(0.5));
+            b.f32_op(ArithOp::Mul, half_x, one_plus)
         }
     }
 }

@@ -62,11 +62,13 @@ pub fn silu(x: f32) -> f32 {
     x * sigmoid(x)
 }
 
-/// GELU, tanh approximation: `0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))`.
+/// GELU, tanh approximation: `0.5·x·(1 + tanh(u))` with
+/// `u = √(2/π)·(x + 0.044715·x³)`, computed as the equal `x · sigmoid(2u)`,
+/// which does not cancel where `tanh(u)` nears −1 (x below about −3).
 #[inline]
 pub fn gelu(x: f32) -> f32 {
     const SQRT_2_OVER_PI: f32 = std::f32::consts::FRAC_2_SQRT_PI * std::f32::consts::FRAC_1_SQRT_2;
-    0.5 * x * (1.0 + (SQRT_2_OVER_PI * (x + 0.044_715 * x * x * x)).tanh())
+    x * sigmoid(2.0 * SQRT_2_OVER_PI * (x + 0.044_715 * x * x * x))
 }
 
 /// GELU, exact form: `0.5·x·(1 + erf(x/√2))`.
