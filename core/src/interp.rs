@@ -97,7 +97,8 @@ pub fn unary(op: UnaryOp, x: f32) -> f32 {
                 std::f32::consts::FRAC_2_SQRT_PI * std::f32::consts::FRAC_1_SQRT_2;
             x * sigmoid(2.0 * SQRT_2_OVER_PI * (x + 0.044_715 * x * x * x))
         }
-        UnaryOp::GeluErf => 0.5 * x * (1.0 + erf(x * std::f32::consts::FRAC_1_SQRT_2)),
+        // 0.5·x·(1 + erf(z)) = 0.5·x·erfc(−z), which does not cancel.
+        UnaryOp::GeluErf => 0.5 * x * erfc(-x * std::f32::consts::FRAC_1_SQRT_2),
         UnaryOp::Erf => erf(x),
     }
 }
@@ -106,21 +107,36 @@ fn sigmoid(x: f32) -> f32 {
     1.0 / (1.0 + (-x).exp())
 }
 
-/// The error function in f32: evaluated in f64 (the Maclaurin series below
-/// |x| = 2.5, where it loses under four digits to cancellation; the
-/// continued fraction of erfc above, 60 terms deep) and rounded once. The
-/// f64 value is within about 1e-12 relative of erf, so the result is the
-/// correctly rounded f32 except in rare near-halfway cases, and within one
-/// ulp of `libm::erff`. Beyond |x| = 4, erf rounds to ±1 in f32.
+/// The error function in f32: evaluated in f64 ([`erf_erfc`]) and rounded
+/// once, so the correctly rounded f32 except in rare near-halfway cases,
+/// and within one ulp of `libm::erff`.
 pub fn erf(x: f32) -> f32 {
     if x.is_nan() {
         return x;
     }
     let d = f64::from(x);
-    let a = d.abs();
-    let value = if a >= 4.0 {
-        1.0
-    } else if a < 2.5 {
+    (erf_erfc(d.abs()).0.copysign(d)) as f32
+}
+
+/// The complementary error function in f32, `1 − erf(x)`, evaluated in f64
+/// ([`erf_erfc`]; `1 + erf(|x|)` for negative `x`) and rounded once:
+/// within one ulp of `libm::erfc`'s f64 value rounded to f32, which the
+/// runtime's reference uses, also in the tail where it is far below 1.
+pub fn erfc(x: f32) -> f32 {
+    if x.is_nan() {
+        return x;
+    }
+    let d = f64::from(x);
+    let (erf, erfc) = erf_erfc(d.abs());
+    (if d < 0.0 { 1.0 + erf } else { erfc }) as f32
+}
+
+/// `erf(a)` and `erfc(a)` for `a ≥ 0`, in f64: the Maclaurin series of erf
+/// below 2.5, where `1 − erf` loses under four digits to cancellation; the
+/// continued fraction of erfc above, 60 terms deep. Each is within about
+/// 1e-12 relative.
+fn erf_erfc(a: f64) -> (f64, f64) {
+    if a < 2.5 {
         let (x2, mut term, mut sum) = (a * a, a, a);
         for n in 1..100 {
             term *= -x2 / f64::from(n);
@@ -130,16 +146,17 @@ pub fn erf(x: f32) -> f32 {
                 break;
             }
         }
-        sum * std::f64::consts::FRAC_2_SQRT_PI
+        let erf = sum * std::f64::consts::FRAC_2_SQRT_PI;
+        (erf, 1.0 - erf)
     } else {
         // erfc(a) = e^(-a²)/√π · 1/(a + (1/2)/(a + 1/(a + (3/2)/(a + …))))
         let mut t = a;
         for n in (1..=60).rev() {
             t = a + f64::from(n) / 2.0 / t;
         }
-        1.0 - (-a * a).exp() / std::f64::consts::PI.sqrt() / t
-    };
-    (value.copysign(d)) as f32
+        let erfc = (-a * a).exp() / std::f64::consts::PI.sqrt() / t;
+        (1.0 - erfc, erfc)
+    }
 }
 
 /// f32 → f16 → f32, rounding to nearest even (subnormals and overflow to
@@ -367,6 +384,38 @@ mod tests {
         }
         assert!(erf(f32::NAN).is_nan());
         assert_eq!(erf(f32::INFINITY), 1.0);
+    }
+
+    #[test]
+    fn erfc_is_within_an_ulp_of_libms_f64_erfc_into_its_tail() {
+        // erfc(9.2) is near f32's smallest normal; below −4 it rounds to 2.
+        let mut worst = (0, 0);
+        for i in -40_000..=92_000 {
+            let x = i as f32 / 10_000.0;
+            let (got, want) = (erfc(x), libm::erfc(f64::from(x)) as f32);
+            worst = worst.max((ulps(got, want), i));
+        }
+        assert!(
+            worst.0 <= 1,
+            "erfc({}e-4) differs from libm by {} ulps",
+            worst.1,
+            worst.0
+        );
+        assert!(erfc(f32::NAN).is_nan());
+        assert_eq!(erfc(f32::INFINITY), 0.0);
+        assert_eq!(erfc(f32::NEG_INFINITY), 2.0);
+    }
+
+    #[test]
+    fn gelu_keeps_its_relative_accuracy_in_the_negative_tail() {
+        // 0.5·x·(1 + erf(x/√2)) in f64, where 1 + erf does not cancel yet.
+        for (x, want) in [(-3.0f64, -4.049_694_1e-3), (-5.0, -1.433_257_9e-6)] {
+            let got = f64::from(unary(UnaryOp::GeluErf, x as f32));
+            assert!(
+                (got - want).abs() < 1e-6 * want.abs(),
+                "gelu_erf({x}) = {got}"
+            );
+        }
     }
 
     #[test]
