@@ -78,7 +78,7 @@ struct Param {
 
 /// What is in scope while an expression is written: the index variables
 /// (with the dimension each ranges over) and the lets.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 struct Scope {
     vars: Vec<(String, &'static str)>,
     lets: Vec<String>,
