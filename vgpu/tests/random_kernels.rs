@@ -578,7 +578,8 @@ fn seeds() -> Range<u64> {
 
 #[test]
 fn random_kernels_verify_at_every_point_run() {
-    let generated: Vec<(u64, Generated)> = seeds().map(|s| (s, Gen::kernel(s))).collect();
+    let seeds = seeds();
+    let generated: Vec<(u64, Generated)> = seeds.clone().map(|s| (s, Gen::kernel(s))).collect();
     let entries: Vec<Entry> = generated
         .iter()
         .map(|(_, g)| {
@@ -596,11 +597,6 @@ fn random_kernels_verify_at_every_point_run() {
     let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
     let report = suite::run(&entries, workers, |run| {
         let kernel = &run.reference.kernel().name;
-        let source = generated
-            .iter()
-            .find(|(seed, _)| *kernel == format!("random_{seed}"))
-            .map(|(_, g)| format!("#[tuned_kernel({})]\n{}", g.attr, g.item))
-            .expect("every kernel was generated");
         let checked = std::panic::catch_unwind(|| run.reference.check(run.schedule, run.target));
         let failure = match checked {
             Ok(Ok(_)) => return Ok(()),
@@ -618,6 +614,11 @@ fn random_kernels_verify_at_every_point_run() {
                 )
             }
         };
+        let source = generated
+            .iter()
+            .find(|(seed, _)| *kernel == format!("random_{seed}"))
+            .map(|(_, g)| format!("#[tuned_kernel({})]\n{}", g.attr, g.item))
+            .expect("every kernel was generated");
         Err(format!("{failure}\n{source}\n"))
     });
     for failure in &report.failures {
@@ -625,7 +626,7 @@ fn random_kernels_verify_at_every_point_run() {
     }
     println!("{report}");
     assert!(report.failures.is_empty(), "{}", report.failures[0]);
-    if seeds() == SEEDS {
+    if seeds == SEEDS {
         let classes: Vec<&str> = entries.iter().map(|e| classify(&e.kernel).name()).collect();
         for class in ["elementwise", "rows", "matmul", "generic"] {
             let n = classes.iter().filter(|c| **c == class).count();
