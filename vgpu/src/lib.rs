@@ -148,6 +148,7 @@ mod fragment;
 mod memory;
 mod numeric;
 mod poison;
+pub mod random;
 pub mod sample;
 mod shared;
 pub mod suite;
