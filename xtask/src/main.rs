@@ -173,15 +173,17 @@ fn copy_cxx_runtime(program: &Path, lib: &Path) -> Result<()> {
 /// The script `gpu-bundle/run.sh` runs on the GPU machine.
 const GPU_RUN_SCRIPT: &str = r#"#!/usr/bin/env bash
 # Runs ktune's GPU checks; built by `cargo xtask gpu-bundle`.
-#   PARTS="checks bench profile tune" (default: all; about 4, 5, 3 and 3
+#   PARTS="checks bench profile tune" (default: all; about 5, 5, 3 and 3
 #   minutes at most; a device call returns at most 8 files, so run
 #   "checks bench" and "profile tune" as two calls there, 8 files each).
 #   Time budgets in seconds: CHECK_SECONDS (120, each demo run and test
-#   binary), AGREE_SECONDS (150), BENCH_SECONDS (150), TORCH_SECONDS (80),
-#   PROFILE_SECONDS (60 a case), TUNE_SECONDS (150), each part killed a
-#   minute or so past its budget.
+#   binary), AGREE_SECONDS (150), AGREE_RANDOM_SECONDS (60), BENCH_SECONDS
+#   (150), TORCH_SECONDS (80), PROFILE_SECONDS (60 a case), TUNE_SECONDS
+#   (150), each part killed a minute or so past its budget.
 #   checks  the demo on the GPU and on the virtual GPU, the runtime's GPU
-#           tests, the verification suite on both devices (agree.json)
+#           tests, the verification suite on both devices (agree.json),
+#           then over the random kernels of seeds RANDOM_SEEDS (0..200;
+#           agree-random.json)
 #   bench   ktune-bench against cuBLAS, then torch where present, on the
 #           cases or groups BENCH_CASES names (comma-separated; all);
 #           SAMPLE (32) schedules sampled and SEARCH (0) evaluations of
@@ -207,7 +209,10 @@ if has_part checks; then
     # Each killed after CHECK_SECONDS (120): a hang costs that run only.
     check_s=${CHECK_SECONDS:-120}
     timeout "$check_s" "$here/demo" 2>&1 | tee "$out/demo.txt" || status=1
-    KTUNE_BACKEND=vgpu timeout "$check_s" "$here/demo" 2>&1 | tee "$out/demo-vgpu.txt" || status=1
+    # The same demo on the virtual GPU, in the same file (a device call
+    # returns at most 8 files).
+    echo "== KTUNE_BACKEND=vgpu" | tee -a "$out/demo.txt"
+    KTUNE_BACKEND=vgpu timeout "$check_s" "$here/demo" 2>&1 | tee -a "$out/demo.txt" || status=1
     for test in "$here"/tests/*; do
         timeout "$check_s" "$test" --include-ignored 2>&1 | tee -a "$out/tests.txt" || status=1
     done
@@ -222,6 +227,9 @@ if has_part checks; then
     fi
     timeout $(( agree_s + 60 )) "$here/ktune-bench" --agree --budget-s "$agree_s" --out "$out/agree.json" \
         2>&1 | tee -a "$out/tests.txt" || status=1
+    random_s=${AGREE_RANDOM_SECONDS:-60}
+    timeout $(( random_s + 60 )) "$here/ktune-bench" --agree --random "${RANDOM_SEEDS:-0..200}" \
+        --budget-s "$random_s" --out "$out/agree-random.json" 2>&1 | tee -a "$out/tests.txt" || status=1
 fi
 # cudarc loads cuBLAS as libcublas.so: link it from the Python
 # environment's nvidia-* wheels, whose folders also go on LD_LIBRARY_PATH.

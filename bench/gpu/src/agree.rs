@@ -1,10 +1,13 @@
-//! `ktune-bench --agree`: every run of the verification suite on this GPU
-//! and on the virtual GPU, each output checked against the CPU reference
-//! and the two compared (see [`ktune_bench::agreement`]). The virtual GPU
+//! `ktune-bench --agree`: every run of the verification suite, over its
+//! catalogue or over random kernels, on this GPU and on the virtual GPU,
+//! each output checked against the CPU reference and the two compared (see
+//! [`ktune_bench::agreement`]). The virtual GPU
 //! and ptxas, assembling the GPU's code, run on every core (the driver,
 //! compiling the PTX instead, takes one module at a time); the GPU runs
 //! one kernel at a time.
 
+use std::collections::HashMap;
+use std::ops::Range;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
@@ -28,8 +31,46 @@ const GRACE: Duration = Duration::from_secs(30);
 /// How often progress is printed.
 const PROGRESS_EVERY: Duration = Duration::from_secs(10);
 
+/// The kernels the suite runs.
+#[derive(Debug, Clone)]
+pub enum Kernels {
+    /// The verification suite's catalogue.
+    Catalogue,
+    /// The kernels [`ktune_vgpu::random`] writes from these seeds.
+    Random(Range<u64>),
+}
+
+impl Kernels {
+    /// What the results file records.
+    fn describe(&self) -> String {
+        match self {
+            Kernels::Catalogue => "the verification suite's catalogue".to_owned(),
+            Kernels::Random(seeds) => format!(
+                "random kernels (ktune_vgpu::random), seeds {}..{}",
+                seeds.start, seeds.end
+            ),
+        }
+    }
+
+    /// The entries, and the source of each generated kernel by name.
+    fn entries(&self) -> (Vec<suite::Entry>, HashMap<String, String>) {
+        match self {
+            Kernels::Catalogue => (suite::catalogue(), HashMap::new()),
+            Kernels::Random(seeds) => seeds
+                .clone()
+                .map(|seed| {
+                    let generated = ktune_vgpu::random::kernel(seed);
+                    let source = (generated.entry.kernel.name.clone(), generated.source);
+                    (generated.entry, source)
+                })
+                .unzip(),
+        }
+    }
+}
+
 /// What the suite's runs on both devices came to.
 pub struct Agreement {
+    pub kernels: String,
     pub compiled_by: String,
     pub exact: usize,
     pub identical: usize,
@@ -48,6 +89,7 @@ impl Agreement {
             generator_version: ktune_core::GENERATOR_VERSION,
             date,
             gpu: gpu.info.clone(),
+            catalogue: self.kernels,
             compiled_by: self.compiled_by,
             kernels: self.report.kernels,
             shapes: self.report.shapes,
@@ -101,46 +143,56 @@ impl Compiler<'_> {
     }
 }
 
-/// Runs the whole suite on `gpu`, its code made by `compiler`, and on the
-/// virtual GPU; runs that would start after `deadline` are counted, not
+/// Runs the whole suite over `kernels` on `gpu`, its code made by
+/// `compiler`, and on the virtual GPU (a generated kernel's failures quote
+/// its source); runs that would start after `deadline` are counted, not
 /// run. Prints progress every [`PROGRESS_EVERY`]. When one run holds the
 /// GPU for [`STUCK`], or the runs go on [`GRACE`] past `deadline`, hands
 /// what was found so far to `stopped` and ends the process: a hung launch
 /// cannot be taken back. Says first, on stderr, what it compares.
 pub fn agree(
     gpu: &Gpu,
+    kernels: &Kernels,
     compiler: Compiler<'_>,
     deadline: Instant,
     date: &str,
     stopped: impl Fn(AgreeResults) + Sync,
 ) -> Agreement {
     let compiled_by = compiler.describe();
+    let described = kernels.describe();
     eprintln!(
-        "ktune-bench: the verification suite on {} (its code made by {compiled_by}) and on the virtual GPU",
+        "ktune-bench: the verification suite over {described} on {} (its code made by {compiled_by}) and on the virtual GPU",
         gpu.info.name
     );
     let tally = Tally::default();
     let device = Mutex::new(gpu);
     let done = AtomicBool::new(false);
     let workers = std::thread::available_parallelism().map_or(2, |n| n.get());
-    let catalogue = suite::catalogue();
+    let (catalogue, sources) = kernels.entries();
     let report = std::thread::scope(|scope| {
         scope.spawn(|| {
             if let Some(why) = watch(&tally, deadline, &done) {
-                stopped(partial(gpu, &compiled_by, date, &catalogue, &tally, why));
+                let made = [described.as_str(), &compiled_by];
+                stopped(partial(gpu, made, date, &catalogue, &tally, why));
                 std::process::exit(1);
             }
         });
         let report = suite::run(&catalogue, workers, |run| {
             tally.begun.fetch_add(1, Ordering::Relaxed);
-            check(gpu, compiler, &device, &tally, run, deadline).inspect_err(|e| {
+            check(gpu, compiler, &device, &tally, run, deadline).map_err(|e| {
+                let e = match sources.get(&run.reference.kernel().name) {
+                    Some(source) => format!("{e}\n{source}"),
+                    None => e,
+                };
                 lock(&tally.failures).push(e.clone());
+                e
             })
         });
         done.store(true, Ordering::Relaxed);
         report
     });
     Agreement {
+        kernels: described,
         compiled_by,
         exact: tally.exact.into_inner(),
         identical: tally.identical.into_inner(),
@@ -266,10 +318,11 @@ fn watch(tally: &Tally, deadline: Instant, done: &AtomicBool) -> Option<String> 
     None
 }
 
-/// The results of a comparison stopped before its end, `why`.
+/// The results of a comparison stopped before its end, `why`, over the
+/// kernels and with the code made as `made` describes.
 fn partial(
     gpu: &Gpu,
-    compiled_by: &str,
+    [kernels, compiled_by]: [&str; 2],
     date: &str,
     catalogue: &[suite::Entry],
     tally: &Tally,
@@ -288,6 +341,7 @@ fn partial(
         generator_version: ktune_core::GENERATOR_VERSION,
         date: date.to_owned(),
         gpu: gpu.info.clone(),
+        catalogue: kernels.to_owned(),
         compiled_by: compiled_by.to_owned(),
         kernels: catalogue.len(),
         shapes: suite::shaped(catalogue).len(),
@@ -362,6 +416,20 @@ mod tests {
         let deadline = ago(GRACE + Duration::from_secs(1));
         let why = watch(&tally, deadline, &AtomicBool::new(false)).expect("past the budget");
         assert!(why.contains("past the time budget"), "{why}");
+    }
+
+    #[test]
+    fn random_kernels_come_with_their_sources() {
+        let (entries, sources) = Kernels::Random(40..43).entries();
+        let names: Vec<&str> = entries.iter().map(|e| e.kernel.name.as_str()).collect();
+        assert_eq!(names, ["random_40", "random_41", "random_42"]);
+        for entry in &entries {
+            let source = &sources[&entry.kernel.name];
+            assert!(source.contains(&format!("fn {}(", entry.kernel.name)), "{source}");
+        }
+        let (catalogue, none) = Kernels::Catalogue.entries();
+        assert_eq!(catalogue.len(), suite::catalogue().len());
+        assert!(none.is_empty());
     }
 
     #[test]

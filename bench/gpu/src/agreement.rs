@@ -105,6 +105,9 @@ pub struct AgreeResults {
     /// UTC, ISO 8601.
     pub date: String,
     pub gpu: GpuInfo,
+    /// The kernels the suite ran: its catalogue, or random kernels and
+    /// their seeds.
+    pub catalogue: String,
     /// How the GPU's code was made from the PTX: by the driver, as ktune's
     /// runtime does, or by the named ptxas.
     pub compiled_by: String,

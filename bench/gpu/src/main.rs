@@ -10,6 +10,7 @@ mod blas;
 mod gpu;
 mod run;
 
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -90,6 +91,12 @@ struct Cli {
     /// does, even where ptxas is found.
     #[arg(long, requires = "agree")]
     jit: bool,
+    /// With `--agree`: instead of the suite's catalogue, the kernels
+    /// `ktune_vgpu::random` writes from these seeds (`FIRST..END`; the
+    /// virtual GPU's random-kernel test runs `0..200`); a failure quotes
+    /// its kernel's source.
+    #[arg(long, value_name = "FIRST..END", requires = "agree", value_parser = ktune_vgpu::random::seeds)]
+    random: Option<Range<u64>>,
     /// Without a GPU: how well the heuristic model ranks the schedules a
     /// results file (`bench.json`) measured, case by case, as a table
     /// (`--json`: with every schedule's estimate beside its time).
@@ -214,7 +221,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 eprintln!("ktune-bench: {e:#}");
             }
         };
-        let results = agree::agree(&gpu, compiler, deadline, &date, stopped).results(&gpu, date);
+        let kernels = cli
+            .random
+            .clone()
+            .map_or(agree::Kernels::Catalogue, agree::Kernels::Random);
+        let results =
+            agree::agree(&gpu, &kernels, compiler, deadline, &date, stopped).results(&gpu, date);
         finish(&results)?;
         return Ok(if results.failures.is_empty() {
             ExitCode::SUCCESS
