@@ -79,10 +79,11 @@ pub fn gelu_erf(x: f32) -> f32 {
     0.5 * x * erfc(-x * std::f32::consts::FRAC_1_SQRT_2)
 }
 
-/// The error function.
+/// The error function: libm's f64 `erf` rounded to f32 (its f32 `erff` is
+/// off by an ulp here and there).
 #[inline]
 pub fn erf(x: f32) -> f32 {
-    libm::erff(x)
+    libm::erf(f64::from(x)) as f32
 }
 
 /// The complementary error function, `1 − erf(x)`: libm's f64 `erfc`
