@@ -69,6 +69,21 @@ pub struct RandomKernel {
     pub source: String,
     /// The parsed kernel, named `random_{seed}`, and its two shapes.
     pub entry: Entry,
+    /// The function, without its attribute.
+    item: String,
+}
+
+impl RandomKernel {
+    /// The kernel's source with the attribute's sizes those of `shape`
+    /// (one of [`Entry::shapes`]).
+    pub fn source_at(&self, shape: &[(&str, u32)]) -> String {
+        let sizes: Vec<String> = shape.iter().map(|(d, n)| format!("{d} = {n}")).collect();
+        format!(
+            "#[tuned_kernel(shape({}))]\n{}",
+            sizes.join(", "),
+            self.item
+        )
+    }
 }
 
 /// The kernel that `seed` generates, parsed by the front-end, with its
@@ -96,6 +111,7 @@ pub fn kernel(seed: u64) -> RandomKernel {
             kernel,
         },
         source,
+        item: generated.item,
     }
 }
 
@@ -633,6 +649,25 @@ mod tests {
             assert_eq!(a.entry.shapes, b.entry.shapes);
         }
         assert_ne!(kernel(0).source, kernel(1).source);
+    }
+
+    #[test]
+    fn the_source_at_a_shape_is_the_kernel_at_that_shape() {
+        for seed in 0..20 {
+            let g = kernel(seed);
+            for shape in &g.entry.shapes {
+                let source = g.source_at(shape);
+                let (attr, item) = source
+                    .strip_prefix("#[tuned_kernel(")
+                    .and_then(|s| s.split_once(")]\n"))
+                    .expect("an attribute, then the function");
+                let parsed =
+                    parse_kernel(attr.parse().expect("tokens"), item.parse().expect("tokens"))
+                        .unwrap_or_else(|e| panic!("{e}\n{source}"));
+                let shaped = with_shape(&g.entry.kernel, shape).expect("its own dimensions");
+                assert_eq!(parsed, shaped, "{source}");
+            }
+        }
     }
 
     #[test]

@@ -147,7 +147,13 @@ impl fmt::Display for VerifyError {
             self.schedule.to_json(),
             self.target
         )?;
-        match &self.kind {
+        self.kind.fmt(f)
+    }
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
             Failure::Lower(e) => write!(f, "does not lower: {e}"),
             Failure::Fault(fault) => write!(f, "fault: {fault}"),
             Failure::Unwritten { index } => write!(f, "output element {index} was never written"),

@@ -425,7 +425,10 @@ mod tests {
         assert_eq!(names, ["random_40", "random_41", "random_42"]);
         for entry in &entries {
             let source = &sources[&entry.kernel.name];
-            assert!(source.contains(&format!("fn {}(", entry.kernel.name)), "{source}");
+            assert!(
+                source.contains(&format!("fn {}(", entry.kernel.name)),
+                "{source}"
+            );
         }
         let (catalogue, none) = Kernels::Catalogue.entries();
         assert_eq!(catalogue.len(), suite::catalogue().len());
