@@ -40,6 +40,23 @@
 //!   kernel casts to one of them anywhere: an f32 difference of one ulp
 //!   can move a rounding to the neighbouring 16-bit value.
 //!
+//! ## Ill-conditioned outputs
+//!
+//! Where an output is ill-conditioned, rounding anywhere in the kernel
+//! moves it by far more than `rel` of its own magnitude: a deviation from
+//! a mean of nearly equal values, an `exp` of a large argument, a
+//! comparison of two values that are equal in real arithmetic. So the
+//! reference is evaluated a second time with every input moved by a
+//! seeded random relative amount of at most 2⁻¹⁶, and `|want|` in the
+//! formula above becomes the larger of `|want|` and the output's move
+//! divided by 2⁻¹⁶: about how far it would move if the inputs moved by
+//! their own size (a 16-bit output compared before its rounding). A well-conditioned output moves by at most about its own
+//! magnitude, and keeps its tolerance; a wrong kernel, which is wrong at
+//! well-conditioned outputs too, still fails there. Kernels that cast to
+//! a 16-bit type inside are left out: a move across one of the cast's
+//! rounding boundaries would jump by the 16-bit spacing, which `rel`'s
+//! 1e-2 covers already.
+//!
 //! ## tf32
 //!
 //! A kernel with `allow_tf32` whose contraction multiplies two f32 tensors
@@ -195,6 +212,9 @@ pub struct Reference {
     /// tf32-rounded factors (see the [module docs](self)); empty when the
     /// kernel's products are exact.
     tf32: Vec<f32>,
+    /// Per element, how far it moves per relative move of the inputs
+    /// ([`sensitivity`]); empty for kernels that cast to a 16-bit type.
+    sensitivity: Vec<f32>,
     rel: f32,
     scale: f32,
 }
@@ -219,6 +239,12 @@ impl Reference {
             }
         }
         let want = interp::evaluate(kernel, &inputs);
+        let rel = relative_tolerance(kernel);
+        let sensitivity = if casts_to_sixteen_bit(kernel) {
+            Vec::new()
+        } else {
+            sensitivity(kernel, &inputs, &want)
+        };
         let buffers = kernel
             .inputs
             .iter()
@@ -250,11 +276,12 @@ impl Reference {
             .map(|(rounded, exact)| (rounded - exact).abs())
             .collect();
         Reference {
-            rel: relative_tolerance(kernel),
+            rel,
             kernel: kernel.clone(),
             buffers,
             want,
             tf32,
+            sensitivity,
             scale,
         }
     }
@@ -280,10 +307,11 @@ impl Reference {
     ///
     /// If `index` is not an element of the output.
     pub fn tolerance(&self, index: usize) -> f32 {
+        let moves = self.sensitivity.get(index).copied().unwrap_or(0.0);
         allowance(
             self.rel,
             self.scale,
-            self.want[index],
+            self.want[index].abs().max(moves),
             self.tf32.get(index).copied(),
         )
     }
@@ -424,17 +452,61 @@ pub fn with_shape(kernel: &Kernel, sizes: &[(&str, u32)]) -> Result<Kernel, Shap
     Ok(out)
 }
 
-/// How far an element whose reference is `want` may be from it, with the
-/// kernel's relative tolerance `rel`, the output's `scale` and, with tf32
-/// factors, the element's difference `tf32` from the reference on rounded
-/// factors (see the [module docs](self)).
-pub(crate) fn allowance(rel: f32, scale: f32, want: f32, tf32: Option<f32>) -> f32 {
+/// How far an element of magnitude `magnitude` (its reference's `|want|`,
+/// or more where it is ill-conditioned) may be from its reference, with
+/// the kernel's relative tolerance `rel`, the output's `scale` and, with
+/// tf32 factors, the element's difference `tf32` from the reference on
+/// rounded factors (see the [module docs](self)).
+pub(crate) fn allowance(rel: f32, scale: f32, magnitude: f32, tf32: Option<f32>) -> f32 {
     let base = |magnitude: f32| rel * magnitude + 0.1 * rel * scale;
     match tf32 {
         // An infinite output has no finite allowance: nothing more.
-        Some(d) if d.is_finite() => base(want.abs() + d) + d,
-        _ => base(want.abs()),
+        Some(d) if d.is_finite() => base(magnitude + d) + d,
+        _ => base(magnitude),
     }
+}
+
+/// The largest relative move of an input [`sensitivity`] makes: 2⁻¹⁶.
+const NUDGE: f32 = 1.0 / 65536.0;
+/// The seed of its moves.
+const NUDGE_SEED: u64 = 0x0dd_c0de;
+
+/// Per output element, how far it moves when every input value `x` moves
+/// to `x·(1 + 2⁻¹⁶·u)`, each `u` uniform in [-1, 1] and seeded, divided by
+/// 2⁻¹⁶ (see the [module docs](self)); 0 where either evaluation is not
+/// finite. Moves of random size rather than sign: inputs all moved by the
+/// same factor would leave every ratio, and every deviation from a mean of
+/// them, as it was. `want` is the
+/// kernel's output on `inputs`; a 16-bit output is compared unrounded, as
+/// its rounding would turn a move across a rounding boundary into a jump.
+fn sensitivity(kernel: &Kernel, inputs: &[Vec<f32>], want: &[f32]) -> Vec<f32> {
+    let mut wide = kernel.clone();
+    wide.output.dtype = DType::F32;
+    let unrounded;
+    let want = if kernel.output.dtype == DType::F32 {
+        want
+    } else {
+        unrounded = interp::evaluate(&wide, inputs);
+        &unrounded
+    };
+    let mut rng = StdRng::seed_from_u64(NUDGE_SEED);
+    let nudged: Vec<Vec<f32>> = inputs
+        .iter()
+        .map(|values| {
+            values
+                .iter()
+                .map(|x| x * (1.0 + NUDGE * rng.random_range(-1.0f32..=1.0)))
+                .collect()
+        })
+        .collect();
+    interp::evaluate(&wide, &nudged)
+        .iter()
+        .zip(want)
+        .map(|(moved, w)| {
+            let moves = (moved - w).abs() / NUDGE;
+            if moves.is_finite() { moves } else { 0.0 }
+        })
+        .collect()
 }
 
 /// Random inputs for `kernel`, one vector per input, rounded to each
@@ -528,15 +600,18 @@ pub fn relative_tolerance(kernel: &Kernel) -> f32 {
         })
         .sum();
     let mut rel = 1e-5 + (summed as f32 + 2.0) * f32::EPSILON / 2.0;
-    let sixteen_bit = kernel.output.dtype != DType::F32
-        || kernel
-            .exprs
-            .iter()
-            .any(|e| matches!(e, Expr::Cast(DType::F16 | DType::Bf16, _)));
-    if sixteen_bit {
+    if kernel.output.dtype != DType::F32 || casts_to_sixteen_bit(kernel) {
         rel += DType::Bf16.tolerance();
     }
     rel
+}
+
+/// Whether the kernel casts to f16 or bf16 anywhere.
+fn casts_to_sixteen_bit(kernel: &Kernel) -> bool {
+    kernel
+        .exprs
+        .iter()
+        .any(|e| matches!(e, Expr::Cast(DType::F16 | DType::Bf16, _)))
 }
 
 /// f32 values as `dtype` elements, little-endian, rounded to nearest even.
@@ -569,5 +644,69 @@ pub fn decode(dtype: DType, bytes: &[u8]) -> Vec<f32> {
             .chunks_exact(2)
             .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32())
             .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use ktune_core::syntax::parse_kernel;
+    use quote::quote;
+
+    use super::*;
+
+    fn f32_bytes(values: impl Iterator<Item = f32>) -> Vec<u8> {
+        encode(DType::F32, &values.collect::<Vec<f32>>())
+    }
+
+    #[test]
+    fn ill_conditioned_outputs_get_the_room_their_inputs_move_them_by() {
+        // Each row's deviations from its mean, over rows of three values
+        // within 1e-6 of one another: the mean's rounding (an ulp of 1,
+        // 1.2e-7) is a tenth of a deviation.
+        let kernel = parse_kernel(
+            quote!(shape(R = 2, C = 3)),
+            quote! {
+                fn deviations(x: Tensor<f32, (R, C)>) -> Tensor<f32, (R, C)> {
+                    compute(|r, c| x[r][c] - mean(C, |k| x[r][k]))
+                }
+            },
+        )
+        .expect("the kernel parses");
+        let close = [1.0, 1.0 + 8.0 * f32::EPSILON, 1.0 - 4.0 * f32::EPSILON];
+        let reference = Reference::with_inputs(&kernel, vec![[close, close.map(|x| -x)].concat()]);
+        let ulp = f32::EPSILON;
+        reference
+            .compare(&f32_bytes(reference.output().iter().map(|w| w + ulp)))
+            .expect("the mean rounded the other way passes");
+        // The room is the tolerance's relative 1e-5 of the row's values,
+        // not of the deviations.
+        reference
+            .compare(&f32_bytes(reference.output().iter().map(|w| w + 1e-4)))
+            .expect_err("a deviation off by 1e-4 of its row's values fails");
+    }
+
+    #[test]
+    fn well_conditioned_outputs_keep_their_tolerance() {
+        let kernel = parse_kernel(
+            quote!(shape(N = 100)),
+            quote! { fn double(x: Tensor<f32, N>) -> Tensor<f32, N> { compute(|i| 2.0 * x[i]) } },
+        )
+        .expect("the kernel parses");
+        let reference = Reference::new(&kernel, 5);
+        let rel = relative_tolerance(&kernel);
+        let scale = reference
+            .output()
+            .iter()
+            .fold(0.0f32, |m, w| m.max(w.abs()));
+        for (i, w) in reference.output().iter().enumerate() {
+            let plain = rel * w.abs() + 0.1 * rel * scale;
+            let tolerance = reference.tolerance(i);
+            // Doubling moves the output by twice an input's move, at most
+            // |want| (give or take the nudged input's rounding to f32).
+            assert!(
+                tolerance >= plain && tolerance <= plain * (1.0 + 1.0 / 256.0),
+                "element {i}: {tolerance} against {plain}"
+            );
+        }
     }
 }
