@@ -526,6 +526,87 @@ fn generated_ptx_assembles_without_spills() {
     );
 }
 
+/// The kernels `ktune_vgpu::random` writes (the random-kernel test's, at
+/// the first of their shapes), at their defaults for both targets and at
+/// every fourth other point the verification suite runs them at (ptxas
+/// runs cost): each valid point assembles, and each default without
+/// spills (other points may spill; they are slow, not wrong).
+#[test]
+fn random_kernels_assemble() {
+    let ptxas = ptxas::find().expect("ptxas not found: run `cargo xtask test` or set KTUNE_PTXAS");
+    let mut jobs = Vec::new();
+    for seed in 0..200 {
+        let generated = ktune_vgpu::random::kernel(seed);
+        let shape = &generated.entry.shapes[0];
+        let k = ktune_vgpu::verify::with_shape(&generated.entry.kernel, shape)
+            .expect("its own dimensions");
+        let defaults: Vec<(Schedule, SmVersion)> =
+            TARGETS.map(|t| (lower::heuristic(&k, t), t)).into();
+        let source = generated.source_at(shape);
+        for (schedule, target) in &defaults {
+            jobs.push((k.clone(), schedule.clone(), *target, true, source.clone()));
+        }
+        let others = ktune_vgpu::suite::points(&k, seed)
+            .into_iter()
+            .filter(|point| !defaults.contains(point));
+        for (schedule, target) in others.step_by(4) {
+            jobs.push((k.clone(), schedule, target, false, source.clone()));
+        }
+    }
+    let rejected = AtomicUsize::new(0);
+    let next = AtomicUsize::new(0);
+    let workers = std::thread::available_parallelism().map_or(4, |n| n.get());
+    let failures: Vec<String> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..workers)
+            .map(|_| {
+                let (ptxas, jobs, next, rejected) = (&ptxas, &jobs, &next, &rejected);
+                s.spawn(move || {
+                    let mut failures = Vec::new();
+                    while let Some((k, schedule, target, default, source)) =
+                        jobs.get(next.fetch_add(1, Ordering::Relaxed))
+                    {
+                        let failure = match check_one(ptxas, k, schedule, *target) {
+                            Ok(Some(row)) if *default && row.spills != (0, 0) => {
+                                Some(format!("the default spills {:?}", row.spills))
+                            }
+                            Ok(None) if *default => Some("the default does not lower".to_owned()),
+                            Ok(None) => {
+                                rejected.fetch_add(1, Ordering::Relaxed);
+                                None
+                            }
+                            Ok(Some(_)) => None,
+                            Err(e) => Some(e),
+                        };
+                        if let Some(failure) = failure {
+                            failures.push(format!(
+                                "{} {} on {target}: {failure}\n{source}",
+                                k.name,
+                                schedule.to_json()
+                            ));
+                        }
+                    }
+                    failures
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("worker panicked"))
+            .collect()
+    });
+    let rejected = rejected.into_inner();
+    eprintln!(
+        "200 random kernels: {} points assembled, {rejected} rejected as invalid",
+        jobs.len() - rejected
+    );
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
 #[test]
 fn ptxas_names_its_release() {
     let ptxas = ptxas::find().expect("ptxas not found: run `cargo xtask test` or set KTUNE_PTXAS");
