@@ -50,12 +50,15 @@
 //! seeded random relative amount of at most 2⁻¹⁶, and `|want|` in the
 //! formula above becomes the larger of `|want|` and the output's move
 //! divided by 2⁻¹⁶: about how far it would move if the inputs moved by
-//! their own size (a 16-bit output compared before its rounding). A well-conditioned output moves by at most about its own
-//! magnitude, and keeps its tolerance; a wrong kernel, which is wrong at
-//! well-conditioned outputs too, still fails there. Kernels that cast to
-//! a 16-bit type inside are left out: a move across one of the cast's
-//! rounding boundaries would jump by the 16-bit spacing, which `rel`'s
-//! 1e-2 covers already.
+//! their own size (a 16-bit output compared before its rounding). A
+//! well-conditioned output moves by at most about its own magnitude, and
+//! keeps its tolerance; a wrong kernel, which is wrong at well-conditioned
+//! outputs too, still fails there. Kernels that cast to a 16-bit type
+//! inside are left out: a move across one of the cast's rounding
+//! boundaries would jump by the 16-bit spacing, which `rel`'s 1e-2 covers
+//! already. An output that is 0 in real arithmetic whatever the inputs
+//! (a sum of deviations from their mean) does not move at all, and gets
+//! no more room than before.
 //!
 //! ## tf32
 //!
@@ -239,7 +242,6 @@ impl Reference {
             }
         }
         let want = interp::evaluate(kernel, &inputs);
-        let rel = relative_tolerance(kernel);
         let sensitivity = if casts_to_sixteen_bit(kernel) {
             Vec::new()
         } else {
@@ -276,7 +278,7 @@ impl Reference {
             .map(|(rounded, exact)| (rounded - exact).abs())
             .collect();
         Reference {
-            rel,
+            rel: relative_tolerance(kernel),
             kernel: kernel.clone(),
             buffers,
             want,
@@ -476,9 +478,9 @@ const NUDGE_SEED: u64 = 0x0dd_c0de;
 /// 2⁻¹⁶ (see the [module docs](self)); 0 where either evaluation is not
 /// finite. Moves of random size rather than sign: inputs all moved by the
 /// same factor would leave every ratio, and every deviation from a mean of
-/// them, as it was. `want` is the
-/// kernel's output on `inputs`; a 16-bit output is compared unrounded, as
-/// its rounding would turn a move across a rounding boundary into a jump.
+/// them, as it was. `want` is the kernel's output on `inputs`; a 16-bit
+/// output is compared unrounded, as its rounding would turn a move across
+/// a rounding boundary into a jump.
 fn sensitivity(kernel: &Kernel, inputs: &[Vec<f32>], want: &[f32]) -> Vec<f32> {
     let mut wide = kernel.clone();
     wide.output.dtype = DType::F32;
@@ -662,7 +664,7 @@ mod tests {
     fn ill_conditioned_outputs_get_the_room_their_inputs_move_them_by() {
         // Each row's deviations from its mean, over rows of three values
         // within 1e-6 of one another: the mean's rounding (an ulp of 1,
-        // 1.2e-7) is a tenth of a deviation.
+        // 1.2e-7) is as large as the smallest deviation (1.6e-7).
         let kernel = parse_kernel(
             quote!(shape(R = 2, C = 3)),
             quote! {
