@@ -119,7 +119,8 @@ pub struct VerifyError {
     pub kernel: String,
     /// The kernel's dimensions, as `(name, size)`.
     pub shape: Vec<(String, u32)>,
-    pub schedule: Schedule,
+    /// Boxed, so that a `Result` carrying the error stays small.
+    pub schedule: Box<Schedule>,
     pub target: SmVersion,
     pub kind: Failure,
 }
@@ -402,7 +403,7 @@ impl Reference {
         VerifyError {
             kernel: self.kernel.name.clone(),
             shape: self.kernel.shape().collect(),
-            schedule: schedule.clone(),
+            schedule: Box::new(schedule.clone()),
             target,
             kind,
         }
