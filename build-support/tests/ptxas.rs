@@ -220,6 +220,7 @@ fn suite() -> Vec<(Kernel, Vec<Schedule>)> {
             split_k: 1,
             min_blocks: 0,
             swizzle: 0,
+            prefetch: 0,
         })
     };
     let tf32_points = vec![
@@ -314,6 +315,7 @@ fn suite() -> Vec<(Kernel, Vec<Schedule>)> {
                 split_k: 8,
                 min_blocks: 0,
                 swizzle: 0,
+                prefetch: 0,
             }),
         ],
     ));

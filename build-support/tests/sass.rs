@@ -470,7 +470,8 @@ fn loads_after_stores_take_the_read_only_path() {
 }
 
 /// With `min_blocks = 1` (`.minnctapersm 1`), ptxas gives the bf16 matmul's
-/// default tile, in padded rows, more registers and spends them loading a
+/// default tile, in padded rows and fragments loaded as needed, more
+/// registers and spends them loading a
 /// k-step's `ldmatrix` fragments ahead of its `mma`s; left to itself it
 /// fits three blocks an SM and loads each A fragment just before its eight
 /// `mma`s. Neither spills.
@@ -505,6 +506,7 @@ fn one_block_an_sm_lets_ptxas_load_fragments_ahead_of_their_mmas() {
         let (default, lowered, inspection) = bf16_default_with(&tools, |t| MmaTiles {
             min_blocks,
             swizzle: 0,
+            prefetch: 0,
             ..t
         });
         assert_eq!(default.min_blocks, 0);
@@ -559,5 +561,52 @@ fn swizzled_rows_cost_the_main_loop_no_instructions() {
         "{:?} against {:?}",
         swizzled.shared,
         padded.shared
+    );
+}
+
+/// The bf16 default loads its fragments one k-step ahead (`prefetch = 1`):
+/// ptxas then issues an `mma` first after the main loop's barrier, each
+/// `ldmatrix` among the `mma`s of the step before, with as many blocks an
+/// SM (it takes 230 registers instead of 206; two blocks fit either way).
+/// Loading as needed, a dozen `ldmatrix` come between the barrier and the
+/// first `mma` of every tile.
+#[test]
+fn fragments_loaded_ahead_keep_mmas_issuing_across_the_barrier() {
+    let tools = tools();
+    let [needed, ahead] = [0, 1].map(|prefetch| {
+        let (default, lowered, inspection) =
+            bf16_default_with(&tools, |t| MmaTiles { prefetch, ..t });
+        assert_eq!(default.prefetch, 1);
+        let instructions = machine_code(&tools, &lowered, SmVersion::Sm90);
+        let body = &instructions[sass::main_loop(&instructions).expect("a main loop")];
+        let barrier = body
+            .iter()
+            .position(|i| i.opcode.name == "BAR")
+            .expect("a barrier in the main loop");
+        let after = &body[barrier..];
+        let first_mma = after
+            .iter()
+            .position(|i| i.opcode.name == "HMMA")
+            .expect("an HMMA after the barrier");
+        let loads = after[..first_mma]
+            .iter()
+            .filter(|i| i.opcode.name == "LDSM")
+            .count();
+        (inspection, loads)
+    });
+    assert_eq!(ahead.1, 0, "ldmatrix between the barrier and the first mma");
+    assert!(
+        needed.1 >= 8,
+        "{} ldmatrix between the barrier and the first mma when loading as needed",
+        needed.1
+    );
+    assert_eq!(
+        ahead.0.occupancy.blocks_per_sm, needed.0.occupancy.blocks_per_sm,
+        "{} registers ahead, {} as needed",
+        ahead.0.registers, needed.0.registers
+    );
+    assert_eq!(
+        ahead.0.tensor_core_instructions,
+        needed.0.tensor_core_instructions
     );
 }

@@ -60,6 +60,11 @@
 //!   does not count the shared-memory wavefronts of `cp.async` copies,
 //!   whose excess over padded rows is the reason for the swizzle, so that
 //!   too is for measurement.
+//!   Fragments loaded one k-step ahead (`prefetch = 1`) change when the
+//!   loads' latency is paid, not the bytes, instructions or (beyond the
+//!   layout's register estimate for a tile of one k-step) the blocks an
+//!   SM holds, and the model has no latency of shared-memory results to
+//!   hide: both settings score alike, and measurement decides.
 //! - **Split-K** (`split_k` above 1) multiplies a contraction's
 //!   blocks and divides each one's steps over `K`: a grid too small to
 //!   fill the SMs fills more of them. It costs the partial tiles' traffic
@@ -1154,6 +1159,7 @@ mod tests {
             split_k: 1,
             min_blocks: 0,
             swizzle: 0,
+            prefetch: 0,
         })
     }
 
@@ -1217,6 +1223,7 @@ mod tests {
                 split_k,
                 min_blocks: 0,
                 swizzle: 0,
+                prefetch: 0,
             })
         };
         let narrow = estimate(&k, &tile(16, 4), SmVersion::Sm90).unwrap();

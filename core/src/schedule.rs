@@ -152,6 +152,14 @@ pub struct MmaTiles {
     /// form when 0.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub swizzle: u32,
+    /// When a warp loads its `mma` fragments: 0, each k-step's just
+    /// before its `mma`s, in the tile's slot; 1, one k-step ahead, the
+    /// next tile's first k-step's across the ring's barrier, before the
+    /// tile's last `mma`s, so that the loads' latency overlaps the tensor
+    /// cores' work (needs `stages` of 2 or more). Absent from the JSON
+    /// form when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub prefetch: u32,
 }
 
 fn one() -> u32 {
@@ -216,6 +224,7 @@ impl Class {
                 "split_k",
                 "min_blocks",
                 "swizzle",
+                "prefetch",
             ],
         }
     }
@@ -279,6 +288,7 @@ impl Class {
                     split_k,
                     min_blocks,
                     swizzle,
+                    prefetch,
                 ],
             ) => Schedule::Mma(MmaTiles {
                 block_m,
@@ -291,6 +301,7 @@ impl Class {
                 split_k,
                 min_blocks,
                 swizzle,
+                prefetch,
             }),
             _ => return None,
         })
@@ -352,9 +363,10 @@ impl Schedule {
                 split_k,
                 min_blocks,
                 swizzle,
+                prefetch,
             }) => vec![
                 block_m, block_n, block_k, warp_m, warp_n, stages, group_m, split_k, min_blocks,
-                swizzle,
+                swizzle, prefetch,
             ],
         }
     }
@@ -447,39 +459,45 @@ mod tests {
     fn mma_split_k_defaults_to_one_and_is_written_only_when_set() {
         let old = r#"{"class":"mma","block_m":64,"block_n":64,"block_k":32,"warp_m":32,"warp_n":32,"stages":3,"group_m":8}"#;
         let parsed = Schedule::from_json(old).expect("a schedule written before split_k");
-        assert_eq!(parsed.knob_values(), [64, 64, 32, 32, 32, 3, 8, 1, 0, 0]);
+        assert_eq!(parsed.knob_values(), [64, 64, 32, 32, 32, 3, 8, 1, 0, 0, 0]);
         assert_eq!(parsed.to_json(), old);
         let split = Class::Mma
-            .schedule(&[64, 64, 32, 32, 32, 3, 1, 4, 0, 0])
-            .expect("ten knobs");
+            .schedule(&[64, 64, 32, 32, 32, 3, 1, 4, 0, 0, 0])
+            .expect("eleven knobs");
         let json = split.to_json();
         assert!(json.ends_with(r#","stages":3,"split_k":4}"#), "{json}");
         assert_eq!(Schedule::from_json(&json).expect("round trip"), split);
     }
 
-    /// `min_blocks` and `swizzle` default to 0 in schedules written before
-    /// them, and are written only when set.
+    /// `min_blocks`, `swizzle` and `prefetch` default to 0 in schedules
+    /// written before them, and are written only when set.
     #[test]
     fn register_and_layout_knobs_default_to_zero_and_are_written_only_when_set() {
         let cases = [
             (
                 r#"{"class":"mma","block_m":128,"block_n":128,"block_k":32,"warp_m":64,"warp_n":64,"stages":3,"split_k":2}"#,
-                [128, 128, 32, 64, 64, 3, 1, 2, 0, 0],
-                [128, 128, 32, 64, 64, 3, 1, 1, 1, 0],
+                [128, 128, 32, 64, 64, 3, 1, 2, 0, 0, 0],
+                [128, 128, 32, 64, 64, 3, 1, 1, 1, 0, 0],
                 r#","stages":3,"min_blocks":1}"#,
             ),
             (
                 r#"{"class":"mma","block_m":128,"block_n":128,"block_k":32,"warp_m":64,"warp_n":64,"stages":3,"min_blocks":1}"#,
-                [128, 128, 32, 64, 64, 3, 1, 1, 1, 0],
-                [128, 128, 32, 64, 64, 3, 1, 1, 0, 1],
+                [128, 128, 32, 64, 64, 3, 1, 1, 1, 0, 0],
+                [128, 128, 32, 64, 64, 3, 1, 1, 0, 1, 0],
                 r#","stages":3,"swizzle":1}"#,
+            ),
+            (
+                r#"{"class":"mma","block_m":128,"block_n":128,"block_k":32,"warp_m":64,"warp_n":64,"stages":3,"swizzle":1}"#,
+                [128, 128, 32, 64, 64, 3, 1, 1, 0, 1, 0],
+                [128, 128, 32, 64, 64, 3, 1, 1, 0, 1, 1],
+                r#","stages":3,"swizzle":1,"prefetch":1}"#,
             ),
         ];
         for (old, knobs, set, suffix) in cases {
             let parsed = Schedule::from_json(old).expect("a schedule written before the knob");
             assert_eq!(parsed.knob_values(), knobs);
             assert_eq!(parsed.to_json(), old);
-            let with = Class::Mma.schedule(&set).expect("ten knobs");
+            let with = Class::Mma.schedule(&set).expect("eleven knobs");
             let json = with.to_json();
             assert!(json.ends_with(suffix), "{json}");
             assert_eq!(Schedule::from_json(&json).expect("round trip"), with);

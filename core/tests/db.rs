@@ -280,6 +280,7 @@ fn contraction_knobs_out_of_range_are_reported_not_trusted() {
         split_k: 1,
         min_blocks: 0,
         swizzle: 0,
+        prefetch: 0,
     };
     let schedules = [
         Schedule::Matmul(simt),
@@ -305,8 +306,9 @@ fn contraction_knobs_out_of_range_are_reported_not_trusted() {
 }
 
 #[test]
-fn tensor_core_records_pass_with_or_without_the_register_hint_or_the_swizzle() {
-    for (min_blocks, swizzle) in [(0, 0), (1, 0), (0, 1), (1, 1)] {
+fn tensor_core_records_pass_with_or_without_the_register_hint_the_swizzle_or_the_prefetch() {
+    for bits in 0..8 {
+        let [min_blocks, swizzle, prefetch] = [bits & 1, bits >> 1 & 1, bits >> 2];
         let mut r = record("mm", 128, 10.0, 0.2, "2026-11-01T00:00:00Z");
         r.schedule = Schedule::Mma(MmaTiles {
             block_m: 128,
@@ -319,12 +321,13 @@ fn tensor_core_records_pass_with_or_without_the_register_hint_or_the_swizzle() {
             split_k: 1,
             min_blocks,
             swizzle,
+            prefetch,
         });
         let db = Database::parse(&db_of(vec![r]).to_text()).unwrap();
         assert_eq!(
             db.check(),
             vec![],
-            "min_blocks = {min_blocks}, swizzle = {swizzle}"
+            "min_blocks = {min_blocks}, swizzle = {swizzle}, prefetch = {prefetch}"
         );
     }
 }

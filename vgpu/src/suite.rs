@@ -824,6 +824,9 @@ pub struct Report<E> {
     pub points: usize,
     /// Runs on tensor cores.
     pub tensor: usize,
+    /// Tensor-core runs that load fragments one k-step ahead
+    /// (`prefetch = 1`).
+    pub prefetched: usize,
     /// Runs walking the grid in groups of block rows: SIMT, tensor cores.
     pub grouped: [usize; 2],
     /// SIMT runs pipelined by `cp.async`.
@@ -855,7 +858,7 @@ pub fn run<E: Send>(
 ) -> Report<E> {
     let jobs = shaped(catalogue);
     let next = AtomicUsize::new(0);
-    let counts: [AtomicUsize; 11] = Default::default();
+    let counts: [AtomicUsize; 12] = Default::default();
     let failures = Mutex::new(Vec::new());
     std::thread::scope(|scope| {
         for _ in 0..workers.max(1) {
@@ -887,6 +890,7 @@ pub fn run<E: Send>(
     let [
         points,
         tensor,
+        prefetched,
         simt_grouped,
         tensor_grouped,
         staged,
@@ -902,6 +906,7 @@ pub fn run<E: Send>(
         shapes: jobs.len(),
         points,
         tensor,
+        prefetched,
         grouped: [simt_grouped, tensor_grouped],
         staged,
         split: [simt_split, tensor_split],
@@ -914,10 +919,11 @@ pub fn run<E: Send>(
 }
 
 /// Which of [`Report`]'s counts a run of `schedule` adds to, in the order
-/// `run` keeps them: every run, tensor cores, SIMT grouped, tensor-core
+/// `run` keeps them: every run, tensor cores, fragments loaded ahead, SIMT
+/// grouped, tensor-core
 /// grouped, pipelined SIMT, SIMT split, tensor-core split, one pass, row
 /// in shared memory, shared-memory tree, two reductions in one pass.
-fn families(schedule: &Schedule) -> [bool; 11] {
+fn families(schedule: &Schedule) -> [bool; 12] {
     let tensor = schedule.kind() == Class::Mma;
     let grouped = grouped(schedule);
     let (cache, tree, online) = match *schedule {
@@ -929,9 +935,11 @@ fn families(schedule: &Schedule) -> [bool; 11] {
         } => (cache, tree == 1, online == 1),
         _ => (0, false, false),
     };
+    let prefetched = matches!(schedule, Schedule::Mma(t) if t.prefetch == 1);
     [
         true,
         tensor,
+        prefetched,
         grouped && !tensor,
         grouped && tensor,
         staged(schedule),
@@ -950,8 +958,8 @@ impl<E> fmt::Display for Report<E> {
         let [simt_grouped, tensor_grouped] = self.grouped;
         writeln!(
             f,
-            "of which on tensor cores: {} schedule points",
-            self.tensor
+            "of which on tensor cores: {} schedule points, {} with fragments loaded ahead (prefetch = 1)",
+            self.tensor, self.prefetched
         )?;
         writeln!(
             f,

@@ -579,6 +579,7 @@ fn tf32_tiles() -> Schedule {
         split_k: 1,
         min_blocks: 0,
         swizzle: 0,
+        prefetch: 0,
     })
 }
 

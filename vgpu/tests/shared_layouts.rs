@@ -63,7 +63,7 @@ fn padded_and_swizzled_tiles_compute_the_product_and_read_fragments_without_conf
         for (a_transposed, b_transposed) in [(false, false), (false, true), (true, false)] {
             let kernel = gemm(dtype, a_transposed, b_transposed);
             for ((block_m, block_n, block_k), (warp_m, warp_n)) in TILES {
-                for swizzle in [0, 1] {
+                for (swizzle, prefetch) in [(0, 0), (1, 0), (0, 1), (1, 1)] {
                     let schedule = Schedule::Mma(MmaTiles {
                         block_m,
                         block_n,
@@ -75,6 +75,7 @@ fn padded_and_swizzled_tiles_compute_the_product_and_read_fragments_without_conf
                         split_k: if block_k == 16 { 2 } else { 1 },
                         min_blocks: 0,
                         swizzle,
+                        prefetch,
                     });
                     let what =
                         format!("{dtype} A^T {a_transposed} B^T {b_transposed} {schedule:?}");
@@ -99,5 +100,5 @@ fn padded_and_swizzled_tiles_compute_the_product_and_read_fragments_without_conf
             }
         }
     }
-    assert_eq!(checked, 2 * 3 * TILES.len() * 2);
+    assert_eq!(checked, 2 * 3 * TILES.len() * 4);
 }

@@ -42,6 +42,11 @@ fn every_kernel_class_and_dtype_over_many_points_and_shapes() {
         "only {} tensor-core points ran",
         report.tensor
     );
+    assert!(
+        report.prefetched >= 100,
+        "only {} tensor-core points loaded fragments ahead",
+        report.prefetched
+    );
     let [simt_grouped, tensor_grouped] = report.grouped;
     assert!(
         simt_grouped >= 50 && tensor_grouped >= 20,

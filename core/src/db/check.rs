@@ -219,8 +219,8 @@ fn knobs(schedule: &Schedule, target: SmVersion) -> Result<(), String> {
             check(tiles.threads())
         }
         Schedule::Mma(tiles) => {
-            // `min_blocks` and `swizzle` may be 0: ptxas chooses, rows
-            // are padded.
+            // `min_blocks`, `swizzle` and `prefetch` may be 0: ptxas
+            // chooses, rows are padded, fragments are loaded as needed.
             nonzero(&[
                 tiles.block_m,
                 tiles.block_n,

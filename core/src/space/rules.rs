@@ -76,6 +76,12 @@
 //!   conflicts; swizzled rows also start on 128-byte lines, so a warp's
 //!   `cp.async` copies fill whole lines, and save the padding's shared
 //!   memory, for a few more address registers.
+//! - **Fragment loads** (`prefetch`, tensor-core contractions, on targets
+//!   with `cp.async`): 0, each k-step's fragments loaded just before its
+//!   `mma`s, and 1, one k-step ahead, the next tile's first across the
+//!   ring's barrier; with `stages = 1` there is no second slot to read
+//!   ahead from (a [`Constraint::Range`](crate::lower::Constraint)
+//!   rejection).
 
 use super::{Coverage, Family, Knob, Space};
 use crate::dtype::DType;
@@ -196,11 +202,12 @@ fn matmul(kernel: &Kernel, plan: &MatmulPlan, target: SmVersion) -> Space {
                 knob("block_k", tile(plan.k_extent(kernel), 64)),
                 knob("warp_m", tile(m, 128)),
                 knob("warp_n", tile(n, 128)),
-                knob("stages", stages),
+                knob("stages", stages.clone()),
                 knob("group_m", groups(m.div_ceil(16), n.div_ceil(16))),
                 knob("split_k", split_k_values(kernel, plan, target)),
                 knob("min_blocks", vec![0, 1]),
                 knob("swizzle", swizzles(kernel, plan)),
+                knob("prefetch", prefetches(&stages)),
             ],
         });
     }
@@ -216,6 +223,16 @@ fn swizzles(kernel: &Kernel, plan: &MatmulPlan) -> Vec<u32> {
     match kernel.input(plan.a.tensor).dtype {
         DType::F16 | DType::Bf16 => vec![0, 1],
         _ => vec![0],
+    }
+}
+
+/// When tensor-core fragments are loaded: as needed (0), and where the
+/// ring has a second slot to read ahead from, one k-step ahead (1).
+fn prefetches(stages: &[u32]) -> Vec<u32> {
+    if stages.iter().any(|s| *s > 1) {
+        vec![0, 1]
+    } else {
+        vec![0]
     }
 }
 

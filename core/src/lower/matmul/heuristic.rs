@@ -26,7 +26,16 @@
 //!    shared-memory wavefronts, more than all the `ldmatrix` reads
 //!    together, while warps stalled most on shared-memory results. tf32
 //!    tiles, read word by word, keep padded rows.
-//! 4. If the choice does not validate (an operand not 16-byte aligned, as
+//! 4. **Fragment loads**: one k-step ahead (`prefetch = 1`) whenever the
+//!    ring has a second slot. On sm_90 ptxas then schedules the bf16
+//!    128×128 tile's loop as one block of `mma`s with the barrier among
+//!    them and each `ldmatrix` beside an `mma` of the step before, with as
+//!    many blocks an SM; loading as needed, every tile starts with the
+//!    barrier, the next copies and a dozen `ldmatrix` before its first
+//!    `mma`, where the H200 profile found warps waiting most (on
+//!    shared-memory results, at the first `mma` after each load). Not yet
+//!    measured; the benchmark times the default beside its flip.
+//! 5. If the choice does not validate (an operand not 16-byte aligned, as
 //!    when `K` is not a multiple of 8, or 4 for f32, for `x[m][k]`), the next tile is
 //!    tried; when none validates, the SIMT rules below apply.
 //!
@@ -316,7 +325,7 @@ fn heuristic_tiles(kernel: &Kernel, plan: &MatmulPlan, target: SmVersion) -> Sch
     }
 }
 
-/// The tensor-core default (rules 1–4 of the tensor-core section), if one
+/// The tensor-core default (rules 1–5 of the tensor-core section), if one
 /// validates.
 fn tensor_core(
     kernel: &Kernel,
@@ -360,6 +369,7 @@ fn tensor_core(
             split_k: 1,
             min_blocks: 0,
             swizzle,
+            prefetch: u32::from(stages > 1),
         })
         .find(|t| MmaLayout::new(kernel, plan, *t, target).is_ok())
 }

@@ -15,9 +15,31 @@
 //! Every slot gets a commit group, empty or not, so that `wait_group`'s
 //! count always names tile `kt`. With one stage the loop copies, waits,
 //! synchronizes, computes and synchronizes again (nothing overlaps).
+//!
+//! [`ring_ahead`] runs the same ring with each of a tile's steps'
+//! operands loaded into registers one step ahead of their use, the next
+//! tile's first step's across the barrier, before the tile's last step:
+//!
+//! ```text
+//! prologue: as above; cp.async.wait_group stages-2; bar.sync; load step 0 of slot 0
+//! loop over the K tiles (kt):
+//!     copy tile kt+stages-1 into slot (kt+stages-1) % stages (when there is one); commit
+//!     for each step s of the tile:
+//!         s < last: load step s+1 of slot kt % stages
+//!         s = last: cp.async.wait_group stages-2; bar.sync   (tile kt+1 has landed; slot kt is read)
+//!                   load step 0 of slot (kt+1) % stages (of slot kt % stages on the last tile)
+//!         compute step s on the operands loaded before
+//! cp.async.wait_all
+//! ```
+//!
+//! The barrier comes after every load of slot `kt`, so the copies into it,
+//! issued at the top of the next tile, overwrite nothing still to be read.
+//! The last tile's look-ahead reads its own slot again, which holds data
+//! (the slot past it may never have been written) and is no longer copied
+//! into.
 
 use crate::ptx::Builder;
-use crate::ptx::inst::{ArithOp, Cmp, Op, Operand, Reg, Ty};
+use crate::ptx::inst::{ArithOp, Cmp, Label, Op, Operand, Reg, Ty};
 
 /// The most shared-memory slots a ring has.
 pub(crate) const MAX_STAGES: u32 = 4;
@@ -31,6 +53,96 @@ pub(super) struct Ring {
     pub slot_bytes: u32,
 }
 
+/// The registers that walk the ring: the byte offsets of the slot read and
+/// the slot written next, and the current tile.
+struct Cursor {
+    read: Reg,
+    write: Reg,
+    counter: Reg,
+}
+
+impl Ring {
+    /// `slot` moved on to the next slot, in place.
+    fn next_slot(self, b: &mut Builder, slot: Reg) {
+        b.push(Op::Arith {
+            op: ArithOp::Add,
+            ty: Ty::U32,
+            dst: slot,
+            a: slot.into(),
+            b: imm(self.slot_bytes),
+        });
+        b.push(Op::Arith {
+            op: ArithOp::Rem,
+            ty: Ty::U32,
+            dst: slot,
+            a: slot.into(),
+            b: imm(self.stages * self.slot_bytes),
+        });
+    }
+
+    /// The registers, and the copies of the first `stages - 1` tiles, one
+    /// commit group each.
+    fn prologue(self, b: &mut Builder, issue: &impl Fn(&mut Builder, Reg)) -> Cursor {
+        let read = b.u32_imm(0);
+        let write = b.u32_imm((self.stages - 1) * self.slot_bytes);
+        if self.stages > 1 {
+            let slot = b.u32_imm(0);
+            for s in 0..self.stages - 1 {
+                if s < self.tiles {
+                    issue(b, slot);
+                }
+                b.cp_async_commit();
+                if s + 1 < self.stages - 1 {
+                    self.next_slot(b, slot);
+                }
+            }
+        }
+        let counter = b.u32_imm(0);
+        Cursor {
+            read,
+            write,
+            counter,
+        }
+    }
+
+    /// The copies of tile `kt + stages - 1` into the write slot, when there
+    /// is one, and their commit group (`stages` above 1).
+    fn refill(self, b: &mut Builder, cursor: &Cursor, issue: &impl Fn(&mut Builder, Reg)) {
+        if self.tiles > self.stages - 1 {
+            let skip = b.label();
+            let ahead = b.u32_op(ArithOp::Add, cursor.counter, imm(self.stages - 1));
+            let more = b.setp(Cmp::Lt, Ty::U32, ahead, imm(self.tiles));
+            b.bra_if(more, true, skip);
+            issue(b, cursor.write);
+            b.place(skip);
+        }
+        b.cp_async_commit();
+    }
+
+    /// Waits for tile `kt + 1`'s copies (`kt` at the top of the loop body)
+    /// and for every thread to reach this point.
+    fn wait(self, b: &mut Builder) {
+        b.cp_async_wait(self.stages - 2);
+        b.push(Op::BarSync);
+    }
+
+    /// The loop's tail: the counter moved on and the branch back to `top`.
+    fn close(self, b: &mut Builder, cursor: &Cursor, top: Label) {
+        b.push(Op::Arith {
+            op: ArithOp::Add,
+            ty: Ty::U32,
+            dst: cursor.counter,
+            a: cursor.counter.into(),
+            b: Operand::Int(1),
+        });
+        let more = b.setp(Cmp::Lt, Ty::U32, cursor.counter, imm(self.tiles));
+        b.bra_if(more, false, top);
+        if self.stages > 1 {
+            b.cp_async_wait_all();
+        }
+    }
+}
+
 /// Emits the loop. `issue` starts (without committing) the copies of the
 /// current tile into the slot at the byte offset it is given and moves on
 /// to the next tile; `compute` works on the slot at the byte offset it is
@@ -41,87 +153,83 @@ pub(super) fn ring(
     issue: impl Fn(&mut Builder, Reg),
     mut compute: impl FnMut(&mut Builder, Reg),
 ) {
-    let Ring {
-        tiles,
-        stages,
-        slot_bytes,
-    } = ring;
-    let bytes = stages * slot_bytes;
-    let next_slot = |b: &mut Builder, slot: Reg| {
-        b.push(Op::Arith {
-            op: ArithOp::Add,
-            ty: Ty::U32,
-            dst: slot,
-            a: slot.into(),
-            b: imm(slot_bytes),
-        });
-        b.push(Op::Arith {
-            op: ArithOp::Rem,
-            ty: Ty::U32,
-            dst: slot,
-            a: slot.into(),
-            b: imm(bytes),
-        });
-    };
-
-    let read = b.u32_imm(0);
-    let write = b.u32_imm((stages - 1) * slot_bytes);
-    if stages > 1 {
-        let slot = b.u32_imm(0);
-        for s in 0..stages - 1 {
-            if s < tiles {
-                issue(b, slot);
-            }
-            b.cp_async_commit();
-            if s + 1 < stages - 1 {
-                next_slot(b, slot);
-            }
-        }
-    }
-
-    let counter = b.u32_imm(0);
+    let cursor = ring.prologue(b, &issue);
     let top = b.label();
     b.place(top);
-    if stages == 1 {
-        issue(b, read);
+    if ring.stages == 1 {
+        issue(b, cursor.read);
         b.cp_async_commit();
         b.cp_async_wait(0);
         b.push(Op::BarSync);
     } else {
-        b.cp_async_wait(stages - 2);
         // Tile kt is visible to the block, and every thread is done with
         // slot kt - 1, which the next copies overwrite.
-        b.push(Op::BarSync);
-        if tiles > stages - 1 {
-            let skip = b.label();
-            let ahead = b.u32_op(ArithOp::Add, counter, imm(stages - 1));
-            let more = b.setp(Cmp::Lt, Ty::U32, ahead, imm(tiles));
-            b.bra_if(more, true, skip);
-            issue(b, write);
-            b.place(skip);
-        }
-        b.cp_async_commit();
+        ring.wait(b);
+        ring.refill(b, &cursor, &issue);
     }
-    compute(b, read);
-    if stages == 1 {
+    compute(b, cursor.read);
+    if ring.stages == 1 {
         // The next tile's copies must wait for every thread's reads.
         b.push(Op::BarSync);
     } else {
-        next_slot(b, read);
-        next_slot(b, write);
+        ring.next_slot(b, cursor.read);
+        ring.next_slot(b, cursor.write);
     }
-    b.push(Op::Arith {
-        op: ArithOp::Add,
-        ty: Ty::U32,
-        dst: counter,
-        a: counter.into(),
-        b: Operand::Int(1),
-    });
-    let more = b.setp(Cmp::Lt, Ty::U32, counter, imm(tiles));
-    b.bra_if(more, false, top);
-    if stages > 1 {
-        b.cp_async_wait_all();
+    ring.close(b, &cursor, top);
+}
+
+/// A tile's work as steps whose operands are loaded ahead, for
+/// [`ring_ahead`].
+pub(super) trait Steps {
+    /// One step's operands, in registers.
+    type Operands;
+    /// Steps per tile.
+    fn count(&self) -> u32;
+    /// Loads step `step`'s operands from the slot at byte offset `slot`.
+    fn load(&self, b: &mut Builder, slot: Reg, step: u32) -> Self::Operands;
+    /// Step `step`'s work on its operands.
+    fn compute(&self, b: &mut Builder, operands: &Self::Operands, step: u32);
+    /// Copies `from`'s registers into `to`'s.
+    fn carry(&self, b: &mut Builder, to: &Self::Operands, from: &Self::Operands);
+}
+
+/// Emits the loop with each step's operands loaded one step ahead (see
+/// the [module docs](self)); `stages` must be at least 2.
+pub(super) fn ring_ahead<S: Steps>(
+    b: &mut Builder,
+    ring: Ring,
+    issue: impl Fn(&mut Builder, Reg),
+    steps: &S,
+) {
+    assert!(ring.stages > 1, "loads ahead need a second slot");
+    let cursor = ring.prologue(b, &issue);
+    ring.wait(b);
+    let carried = steps.load(b, cursor.read, 0);
+    let top = b.label();
+    b.place(top);
+    ring.refill(b, &cursor, &issue);
+    let count = steps.count();
+    let mut loaded: Option<S::Operands> = None;
+    for step in 0..count {
+        let next = if step + 1 < count {
+            steps.load(b, cursor.read, step + 1)
+        } else {
+            ring.wait(b);
+            let following = b.u32_op(ArithOp::Add, cursor.read, imm(ring.slot_bytes));
+            let following = b.u32_op(ArithOp::Rem, following, imm(ring.stages * ring.slot_bytes));
+            let tile = b.u32_op(ArithOp::Add, cursor.counter, imm(1));
+            let more = b.setp(Cmp::Lt, Ty::U32, tile, imm(ring.tiles));
+            let slot = b.u32_select(more, following, cursor.read);
+            steps.load(b, slot, 0)
+        };
+        steps.compute(b, loaded.as_ref().unwrap_or(&carried), step);
+        loaded = Some(next);
     }
+    let first = loaded.expect("a tile has steps");
+    steps.carry(b, &carried, &first);
+    ring.next_slot(b, cursor.read);
+    ring.next_slot(b, cursor.write);
+    ring.close(b, &cursor, top);
 }
 
 fn imm(value: u32) -> Operand {

@@ -529,6 +529,7 @@ fn heuristic_picks_tensor_cores_for_aligned_16_bit_operands() {
         split_k: 1,
         min_blocks: 0,
         swizzle: 1,
+        prefetch: 1,
     };
     assert_eq!(pick(4096, 4096, 4096, "bf16", false), Some(big));
     assert_eq!(pick(4096, 11008, 4096, "f16", true), Some(big));
@@ -540,7 +541,18 @@ fn heuristic_picks_tensor_cores_for_aligned_16_bit_operands() {
     assert!(mid.split_k > 1, "{mid:?}");
     // A decode shape keeps its 16-row side whole; two k tiles, two stages.
     let decode = pick(1, 4096, 64, "bf16", false).expect("tensor cores");
-    assert_eq!((decode.block_m, decode.warp_m, decode.stages), (16, 16, 2));
+    assert_eq!(
+        (
+            decode.block_m,
+            decode.warp_m,
+            decode.stages,
+            decode.prefetch
+        ),
+        (16, 16, 2, 1)
+    );
+    // One k tile, one stage: nothing to load ahead from.
+    let shallow = pick(64, 4096, 32, "bf16", false).expect("tensor cores");
+    assert_eq!((shallow.stages, shallow.prefetch), (1, 0));
     // A K that breaks 16-byte alignment of `x[m][k]` rows, and f32, stay SIMT.
     assert_eq!(pick(64, 64, 4095, "bf16", false), None);
     assert_eq!(pick(64, 64, 64, "f32", false), None);

@@ -25,10 +25,10 @@ use crate::dtype::DType;
 use crate::ir::Kernel;
 use crate::lower::Lowered;
 use crate::lower::matmul::output::{BlockShape, Outputs, Tile, finish};
-use crate::lower::matmul::pipeline::{self, Ring};
+use crate::lower::matmul::pipeline::{self, Ring, Steps};
 use crate::lower::matmul::{MatmulPlan, Side};
 use crate::ptx::Builder;
-use crate::ptx::inst::{Addr, ArithOp, MmaKind, Operand, Reg, Space};
+use crate::ptx::inst::{Addr, ArithOp, MmaKind, Op, Operand, Reg, Space, Ty};
 
 pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &MmaLayout) -> Lowered {
     let t = layout.tiles;
@@ -247,30 +247,85 @@ fn main_loop(
         stages: t.stages,
         slot_bytes: layout.slot_bytes,
     };
-    pipeline::ring(b, ring, issue, |b, slot| {
-        compute(b, layout, &acc, slot, lanes);
-    });
-    acc
+    let warp = Warp { layout, acc, lanes };
+    if t.prefetch == 1 {
+        pipeline::ring_ahead(b, ring, issue, &warp);
+    } else {
+        pipeline::ring(b, ring, issue, |b, slot| {
+            let at = warp.lanes_at(b, slot);
+            for step in 0..warp.count() {
+                let fragments = warp.fragments(b, &at, step);
+                warp.compute(b, &fragments, step);
+            }
+        });
+    }
+    warp.acc
 }
 
-/// One tile's `block_k / k` steps of fragment loads and `mma`s (`k` 16, or
-/// 8 for tf32), reading the slot at byte offset `slot`.
-fn compute(b: &mut Builder, layout: &MmaLayout, acc: &Accumulators, slot: Reg, lanes: [&[Reg]; 2]) {
-    let t = layout.tiles;
-    let [a_lanes, b_lanes] = lanes.map(|regs| -> Vec<Reg> {
-        regs.iter()
-            .map(|r| b.u32_op(ArithOp::Add, *r, slot))
-            .collect()
-    });
-    for kk in 0..t.block_k / layout.kind.k() {
-        let (a_frags, b_frags) = match layout.kind {
-            MmaKind::F16 | MmaKind::Bf16 => ldmatrix_fragments(b, layout, kk, [&a_lanes, &b_lanes]),
-            MmaKind::Tf32 => tf32_fragments(b, layout, kk, [a_lanes[0], b_lanes[0]]),
-        };
-        for (row, a_frag) in acc.iter().zip(&a_frags) {
-            for (c, b_frag) in row.iter().zip(&b_frags) {
-                b.mma_acc(layout.kind, *c, *a_frag, *b_frag);
+/// A warp's part of a tile: `block_k / k` steps (`k` 16, or 8 for tf32)
+/// of fragment loads and `mma`s.
+struct Warp<'a> {
+    layout: &'a MmaLayout,
+    acc: Accumulators,
+    /// The lane's fragment addresses in slot 0, of A and of B.
+    lanes: [&'a [Reg]; 2],
+}
+
+impl Warp<'_> {
+    /// The lane's fragment addresses in the slot at byte offset `slot`.
+    fn lanes_at(&self, b: &mut Builder, slot: Reg) -> [Vec<Reg>; 2] {
+        self.lanes.map(|regs| {
+            regs.iter()
+                .map(|r| b.u32_op(ArithOp::Add, *r, slot))
+                .collect()
+        })
+    }
+
+    /// Step `step`'s fragments, from the addresses of [`Warp::lanes_at`].
+    fn fragments(
+        &self,
+        b: &mut Builder,
+        [a_lanes, b_lanes]: &[Vec<Reg>; 2],
+        step: u32,
+    ) -> Fragments {
+        match self.layout.kind {
+            MmaKind::F16 | MmaKind::Bf16 => {
+                ldmatrix_fragments(b, self.layout, step, [a_lanes, b_lanes])
             }
+            MmaKind::Tf32 => tf32_fragments(b, self.layout, step, [a_lanes[0], b_lanes[0]]),
+        }
+    }
+}
+
+impl Steps for Warp<'_> {
+    type Operands = Fragments;
+
+    fn count(&self) -> u32 {
+        self.layout.tiles.block_k / self.layout.kind.k()
+    }
+
+    fn load(&self, b: &mut Builder, slot: Reg, step: u32) -> Fragments {
+        let at = self.lanes_at(b, slot);
+        self.fragments(b, &at, step)
+    }
+
+    fn compute(&self, b: &mut Builder, (a_frags, b_frags): &Fragments, _step: u32) {
+        for (row, a_frag) in self.acc.iter().zip(a_frags) {
+            for (c, b_frag) in row.iter().zip(b_frags) {
+                b.mma_acc(self.layout.kind, *c, *a_frag, *b_frag);
+            }
+        }
+    }
+
+    fn carry(&self, b: &mut Builder, (a_to, b_to): &Fragments, (a_from, b_from): &Fragments) {
+        let pairs = a_to.iter().flatten().zip(a_from.iter().flatten());
+        let pairs = pairs.chain(b_to.iter().flatten().zip(b_from.iter().flatten()));
+        for (to, from) in pairs {
+            b.push(Op::Mov {
+                ty: Ty::B32,
+                dst: *to,
+                src: (*from).into(),
+            });
         }
     }
 }

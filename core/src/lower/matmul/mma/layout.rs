@@ -139,6 +139,7 @@ impl MmaLayout {
             split_k,
             min_blocks,
             swizzle,
+            prefetch,
         } = tiles;
         for (name, value, low, high) in [
             ("block_m", block_m, 16, 256),
@@ -167,6 +168,23 @@ impl MmaLayout {
                     "min_blocks = {min_blocks}; expected 0 (ptxas chooses the registers) or 1 (a thread may have as many as ptxas likes)"
                 ),
             ));
+        }
+        match (prefetch, stages) {
+            (0, _) | (1, 2..) => {}
+            (1, _) => {
+                return Err(Violation::new(
+                    Constraint::Range,
+                    "prefetch = 1 loads the next tile's fragments from its own slot while the current one's are in use; stages = 1 has one slot".to_owned(),
+                ));
+            }
+            _ => {
+                return Err(Violation::new(
+                    Constraint::Range,
+                    format!(
+                        "prefetch = {prefetch}; expected 0 (fragments loaded as needed) or 1 (one k-step ahead)"
+                    ),
+                ));
+            }
         }
         match (swizzle, kind) {
             (0, _) | (1, MmaKind::F16 | MmaKind::Bf16) => {}
@@ -230,12 +248,15 @@ impl MmaLayout {
                 ),
             ));
         }
-        // Accumulators live throughout; one k-step's A and B fragments, the
-        // copy pointers (64-bit), the fragments' lane addresses and the
-        // addressing around them come on top.
+        // Accumulators live throughout; one k-step's A and B fragments (two
+        // with `prefetch` and a single k-step a tile: ptxas keeps two
+        // steps' either way where a tile has more), the copy pointers
+        // (64-bit), the fragments' lane addresses and the addressing around
+        // them come on top.
         let accumulators = (warp_m / 16) * (warp_n / 8) * 4;
-        let fragments = (warp_m / 16) * 4 + (warp_n / 8) * 2;
         let k_steps = block_k / kind.k();
+        let buffers = if prefetch == 1 && k_steps == 1 { 2 } else { 1 };
+        let fragments = ((warp_m / 16) * 4 + (warp_n / 8) * 2) * buffers;
         let lanes = a.lane_registers(warp_m, k_steps) + b.lane_registers(warp_n, k_steps);
         let registers = accumulators + fragments + 2 * (a.passes + b.passes) + lanes + 30;
         let budget = REGISTER_BUDGET.min(target.limits().registers_per_sm / threads);

@@ -41,7 +41,12 @@
 //! ```
 //!
 //! With one stage the loop loads, waits, synchronizes, computes and
-//! synchronizes again (nothing overlaps). Every thread runs the whole loop
+//! synchronizes again (nothing overlaps). With `prefetch = 1` (two stages
+//! or more) each k-step's fragments are loaded during the step before,
+//! and the next tile's first k-step's right after the barrier, which moves
+//! to before the tile's last k-step ([`pipeline::ring_ahead`](super::pipeline)):
+//! the loads' latency overlaps `mma`s, and the barrier no longer stands
+//! between a tile's loads and its first `mma`. Every thread runs the whole loop
 //! (collectives are reached by all); only the copies of a tile with fewer
 //! 16-byte chunks than threads and the epilogue's stores are predicated.
 //!

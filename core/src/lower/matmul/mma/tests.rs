@@ -40,6 +40,7 @@ fn tiles(block: (u32, u32, u32), warp: (u32, u32), stages: u32) -> MmaTiles {
         split_k: 1,
         min_blocks: 0,
         swizzle: 0,
+        prefetch: 0,
     }
 }
 
