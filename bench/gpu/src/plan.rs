@@ -65,10 +65,11 @@ pub struct Plan {
     /// order: [`BOUNDED_CANDIDATES`] of the model's best points, spread
     /// over the knobs, less the default.
     pub bounded: Vec<Schedule>,
-    /// The default with its tensor-core layout and register knobs
-    /// (`swizzle`, `min_blocks`) flipped, one and both, then with tiles
-    /// twice as deep in either layout, where valid: an A/B of the choices
-    /// the heuristic model cannot make.
+    /// The default with its fragment loads (`prefetch`) flipped, then its
+    /// tensor-core layout and register knobs (`swizzle`, `min_blocks`)
+    /// flipped, one and both, then with tiles twice as deep in either
+    /// layout, where valid: an A/B of the choices the heuristic model
+    /// cannot make.
     pub alternatives: Vec<Schedule>,
     /// `sample` points of the space other than the default, drawn with the
     /// seed and put in a seeded random order, the order they are screened
@@ -133,10 +134,10 @@ impl Plan {
     }
 }
 
-/// For a tensor-core `default`: it with `swizzle`, `min_blocks` or both
-/// flipped between 0 and 1, then twice as deep (`block_k`, up to 64) in
-/// either layout: whole 128-byte rows of 16-bit `k`-contiguous operands
-/// per copy. For a rows `default`: its row read once per pass, with two
+/// For a tensor-core `default`: it with `prefetch` flipped between 0 and
+/// 1, then with `swizzle`, `min_blocks` or both flipped, then twice as
+/// deep (`block_k`, up to 64) in either layout: whole 128-byte rows of
+/// 16-bit `k`-contiguous operands per copy. For a rows `default`: its row read once per pass, with two
 /// reductions in one pass where they pair (`online = 1`) or not, or kept
 /// in shared memory (`cache = 2`), at its own threads per row and at a
 /// block's most (1024, one row a block: the layernorm default over rows of
@@ -178,6 +179,10 @@ fn alternatives(default: &Schedule) -> Vec<Schedule> {
         return Vec::new();
     };
     let flip = |v: u32| u32::from(v == 0);
+    let prefetch = MmaTiles {
+        prefetch: flip(t.prefetch),
+        ..t
+    };
     let flips = [
         (flip(t.swizzle), t.min_blocks),
         (t.swizzle, flip(t.min_blocks)),
@@ -198,7 +203,11 @@ fn alternatives(default: &Schedule) -> Vec<Schedule> {
         })
         .into_iter()
         .flatten();
-    flips.into_iter().chain(deeper).map(Schedule::Mma).collect()
+    std::iter::once(prefetch)
+        .chain(flips)
+        .chain(deeper)
+        .map(Schedule::Mma)
+        .collect()
 }
 
 /// The SM version ktune generates for a device of compute capability
@@ -368,12 +377,12 @@ mod tests {
     }
 
     #[test]
-    fn the_defaults_alternatives_flip_the_layout_and_the_register_hint_and_go_deeper() {
+    fn the_defaults_alternatives_flip_the_loads_the_layout_and_the_register_hint_and_go_deeper() {
         let plan = Plan::new(case("bf16_gemm_4096"), SmVersion::Sm90, 0, 1).expect("a plan");
         let Schedule::Mma(default) = plan.default else {
             panic!("a tensor-core default: {:?}", plan.default)
         };
-        let knobs: Vec<(u32, u32, u32)> = plan
+        let knobs: Vec<(u32, u32, u32, u32)> = plan
             .alternatives
             .iter()
             .map(|s| match *s {
@@ -382,31 +391,38 @@ mod tests {
                         block_k: 0,
                         swizzle: 0,
                         min_blocks: 0,
+                        prefetch: 0,
                         ..t
                     };
                     assert_eq!(tiles(t), tiles(default));
-                    (t.block_k, t.swizzle, t.min_blocks)
+                    (t.block_k, t.swizzle, t.min_blocks, t.prefetch)
                 }
                 _ => panic!("{s:?}"),
             })
             .collect();
-        let (k, s, m) = (default.block_k, default.swizzle, default.min_blocks);
+        let (k, s, m, p) = (
+            default.block_k,
+            default.swizzle,
+            default.min_blocks,
+            default.prefetch,
+        );
         assert_eq!(
             knobs,
             [
-                (k, 1 - s, m),
-                (k, s, 1 - m),
-                (k, 1 - s, 1 - m),
-                (2 * k, s, m),
-                (2 * k, 1 - s, m)
+                (k, s, m, 1 - p),
+                (k, 1 - s, m, p),
+                (k, s, 1 - m, p),
+                (k, 1 - s, 1 - m, p),
+                (2 * k, s, m, p),
+                (2 * k, 1 - s, m, p)
             ]
         );
         // tf32 tiles have one layout, and twice as deep their 32 copies
         // a thread's pointers would take more registers than it has: only
-        // the hint flips.
+        // the loads and the hint flip.
         let tf32 = case("sgemm_tf32_4096");
         let plan = Plan::new(tf32, SmVersion::Sm90, 0, 1).expect("a plan");
-        assert_eq!(plan.alternatives.len(), 1, "{:?}", plan.alternatives);
+        assert_eq!(plan.alternatives.len(), 2, "{:?}", plan.alternatives);
         // SIMT defaults have none.
         let sgemm = case("sgemm_4096");
         let plan = Plan::new(sgemm, SmVersion::Sm90, 0, 1).expect("a plan");

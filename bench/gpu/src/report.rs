@@ -95,8 +95,9 @@ pub struct CaseResult {
     pub searched: Option<Measured>,
     pub baseline_kind: Baseline,
     pub baseline: Option<Measured>,
-    /// What became of the default's alternatives (its layout and register
-    /// knobs flipped), screened like the bounded search's candidates.
+    /// What became of the default's alternatives (its fragment loads,
+    /// layout and register knobs flipped, its tiles deeper), screened like
+    /// the bounded search's candidates.
     pub alternatives: Sampled,
     /// What became of the bounded search's candidates.
     pub bounded: Sampled,
