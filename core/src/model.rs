@@ -29,7 +29,7 @@
 //!   issue and shared-memory bandwidth, per `block_k` step of all the
 //!   blocks an SM holds (issue per scheduler: the busiest of the four
 //!   holds a quarter of the SM's warps, rounded up, and is busy only part
-//!   of the time when they are few, [`SCHEDULER_SLACK`]); the global-memory latency of a step, which the
+//!   of the time when they are few, `SCHEDULER_SLACK`); the global-memory latency of a step, which the
 //!   other resident blocks hide, and with `stages` above 1 the block's own
 //!   `stages - 1` tiles in flight (the more bytes in flight per SM, the
 //!   less a step waits, while the ring's shared memory may cost resident
@@ -41,9 +41,9 @@
 //!   blocks an SM holds: the `mma` work at
 //!   [`Hardware::tensor_flops_per_sm_clock`] (tf32:
 //!   [`Hardware::tf32_flops_per_sm_clock`], half of it; derated on sm_90, whose peak
-//!   needs `wgmma`: `mma.sync` reaches about [`MMA_SYNC_SM90`] of it there,
+//!   needs `wgmma`: `mma.sync` reaches about `MMA_SYNC_SM90` of it there,
 //!   which is why cuBLAS outruns this path on H100; and there only with
-//!   [`MMA_WARPS_PER_SCHEDULER`] warps a scheduler), the shared-memory
+//!   `MMA_WARPS_PER_SCHEDULER` warps a scheduler), the shared-memory
 //!   bytes the fragment reads (`ldmatrix`, or tf32's 32-bit loads) and
 //!   `cp.async` writes, instruction issue (tf32 adds a load and a `cvt` per
 //!   fragment register), and

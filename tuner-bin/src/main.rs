@@ -48,7 +48,7 @@ use ktune_core::schedule::Schedule;
 #[derive(Parser)]
 #[command(name = "cargo", bin_name = "cargo")]
 enum Cargo {
-    /// ktune's tools for crates with #[tuned_kernel]s.
+    /// ktune's tools for crates with `#[tuned_kernel]` kernels.
     #[command(version)]
     Ktune(Cli),
 }

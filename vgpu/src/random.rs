@@ -18,7 +18,7 @@
 //!   often multiples of 8 (so that tensor cores take some).
 //!
 //! Each kernel comes with two random shapes, shrunk until the kernel
-//! evaluates at most [`WORK`] values there, so that nested reductions over
+//! evaluates at most `WORK` values there, so that nested reductions over
 //! large dimensions stay quick to check.
 //!
 //! Functions that are undefined or overflow on some inputs are written

@@ -2,16 +2,16 @@
 //! and dtype, each at shapes chosen to hit edges (1, primes, one less and
 //! one more than tile multiples, non-square, tall-skinny), each shape run
 //! under every point of its schedule space when the space has at most
-//! [`EVERY_POINT`] points and a seeded sample of [`SAMPLE`] points otherwise
+//! `EVERY_POINT` points and a seeded sample of `SAMPLE` points otherwise
 //! (the tensor-core family of a 16-bit or `allow_tf32` contraction sampled on
-//! its own, [`SAMPLE_MMA`] points; a contraction's grouped walks, `group_m` above 1,
-//! on their own too: every one up to [`SAMPLE_GROUPED`], a sample beyond;
+//! its own, `SAMPLE_MMA` points; a contraction's grouped walks, `group_m` above 1,
+//! on their own too: every one up to `SAMPLE_GROUPED`, a sample beyond;
 //! its SIMT points pipelined by `cp.async`, `stages` above 1, up to
-//! [`SAMPLE_STAGED`]; each family's points split along `K`, `split_k`
-//! above 1, up to [`SAMPLE_SPLIT`], their blocks run in a shuffled order
+//! `SAMPLE_STAGED`; each family's points split along `K`, `split_k`
+//! above 1, up to `SAMPLE_SPLIT`, their blocks run in a shuffled order
 //! on the virtual GPU; likewise the rows points that keep the row in
 //! registers or in shared memory, that combine warps with a shared-memory
-//! tree, and that do both, [`SAMPLE_ROWS_KNOB`] points each), plus the
+//! tree, and that do both, `SAMPLE_ROWS_KNOB` points each), plus the
 //! heuristic's choice on every target and a generic point.
 //!
 //! [`run`] hands every run (one kernel, shape, schedule and target) to a

@@ -82,6 +82,19 @@ fn test(root: &Path) -> Result<()> {
         ],
         None,
     )?;
+    // The API docs build without broken or private links.
+    run(
+        root,
+        "cargo",
+        &[
+            "doc",
+            "--workspace",
+            "--no-deps",
+            "--config",
+            "build.rustdocflags=[\"-D\", \"warnings\"]",
+        ],
+        None,
+    )?;
     // The strategy benchmark's table (Python, standard library only).
     run(
         root,

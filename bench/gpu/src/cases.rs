@@ -180,7 +180,7 @@ const MATMUL_BIAS_GELU: &str = "fn matmul_bias_gelu(x: Tensor<bf16, (M, K)>, w: 
 
 /// The epilogue of the unfused baseline: cuBLAS writes `h = x·w` (bf16),
 /// then this kernel (ktune's heuristic schedule) adds the bias and applies
-/// GELU, the same formula [`MATMUL_BIAS_GELU`] fuses.
+/// GELU, the same formula `MATMUL_BIAS_GELU` fuses.
 pub const BIAS_GELU: &str =
     "fn bias_gelu(h: Tensor<bf16, (M, N)>, b: Tensor<f32, (N,)>) -> Tensor<bf16, (M, N)> {
     compute(|m, n| gelu(h[m][n] + b[n]))

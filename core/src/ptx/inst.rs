@@ -1,6 +1,6 @@
 //! The typed PTX instruction list.
 //!
-//! Code generation builds a [`Kernel`] of [`Instr`]s; [`super::print`] turns it
+//! Code generation builds a [`Kernel`] of [`Instr`]s; [`super::print`](fn@super::print) turns it
 //! into PTX text and the virtual GPU executes the same list. Only the
 //! instructions ktune emits exist here, each with the operand types it needs,
 //! so a malformed combination is hard to build.

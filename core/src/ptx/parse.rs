@@ -1,4 +1,4 @@
-//! Parses PTX text printed by [`super::print`] back into a [`Kernel`].
+//! Parses PTX text printed by [`super::print`](fn@super::print) back into a [`Kernel`].
 //!
 //! A binary embeds the PTX *text* of each variant; the virtual GPU backend
 //! runs that text, not a list regenerated from the schedule, so that what is
@@ -32,7 +32,7 @@ pub struct ParseError {
     pub message: String,
 }
 
-/// Parses a PTX module holding one kernel, as [`super::print`] writes it,
+/// Parses a PTX module holding one kernel, as [`super::print`](fn@super::print) writes it,
 /// into the kernel and the target it was printed for.
 ///
 /// # Errors

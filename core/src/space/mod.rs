@@ -1,6 +1,6 @@
 //! Schedule spaces: the points a kernel can be lowered with on a target.
 //!
-//! A [`Space`] is a set of named knobs, each with the values [`rules`]
+//! A [`Space`] is a set of named knobs, each with the values `rules`
 //! derive from the kernel's IR (its extents, dtypes and op class) and the
 //! target; its points are the cartesian product. A point is valid when it
 //! passes every [`Constraint`] — checked by [`crate::lower::validate`]

@@ -1,6 +1,6 @@
 //! The contraction (matrix product) lowering.
 //!
-//! # What is a contraction ([`detect`])
+//! # What is a contraction ([`detect`](fn@detect))
 //!
 //! The kernel's root, looking through lets, contains exactly one reduction,
 //! a `sum` (or `mean`) over `k` of a product `a · b` (either order). Each
@@ -50,7 +50,7 @@
 //! copied by `cp.async` into a ring of `s` shared-memory slots, `s - 1`
 //! tiles ahead of the one computed on, one commit group per tile, and the
 //! block waits (`cp.async.wait_group s-2`, then `bar.sync`) only for the
-//! tile it is about to compute on ([`pipeline`], the tensor-core path's
+//! tile it is about to compute on (`pipeline`, the tensor-core path's
 //! loop). A copy moves `vector` elements at once (`cp.async.cg` for 16
 //! bytes, `.ca` for 4 or 8), or one element at a time when the tile is
 //! transposed into shared memory (`k`-contiguous operands); elements past
@@ -86,7 +86,7 @@
 //! workspace ([`Launch::workspace_bytes`](crate::lower::Launch)) and the
 //! last of each tile's blocks to arrive (an atomic counter per tile) adds
 //! them up in slice order, runs the epilogue on the sum and resets the
-//! counter ([`split`]). Prologues are unaffected: each slice stages its
+//! counter (`split`). Prologues are unaffected: each slice stages its
 //! operands as any tile. A point whose last slice would lie wholly past
 //! `K` is rejected ([`Constraint::Split`](crate::lower::Constraint)). The
 //! tensor-core path splits `K` the same way.

@@ -4,7 +4,7 @@
 //! Each thread owns the same chunks of every tile: `passes` chunks, chunk
 //! `tid + pass · threads` in row-major order of the shared tile (so
 //! consecutive threads copy consecutive 16 bytes of a row, coalesced),
-//! written where [`MmaStaging::chunk_offset`] puts it (swizzled tiles
+//! written where `shared_addresses` puts it (swizzled tiles
 //! permute each row's chunks: a warp's 32 chunks still fill four whole
 //! 128-byte lines).
 //! Rows hold no more chunks than the block has threads: `k`-contiguous

@@ -3,7 +3,7 @@
 //! word by word and rounded by `cvt.rna.tf32.f32` (f32 with `allow_tf32`),
 //! operand tiles moved by multi-stage `cp.async`.
 //!
-//! # When it applies ([`layout`])
+//! # When it applies (`layout`)
 //!
 //! Both factors are plain loads (a cast to f32 allowed, which widening
 //! makes exact) of f16 or bf16 tensors of the same dtype: the tensor cores
@@ -44,7 +44,7 @@
 //! synchronizes again (nothing overlaps). With `prefetch = 1` (two stages
 //! or more) each k-step's fragments are loaded during the step before,
 //! and the next tile's first k-step's right after the barrier, which moves
-//! to before the tile's last k-step ([`pipeline::ring_ahead`](super::pipeline)):
+//! to before the tile's last k-step (`pipeline::ring_ahead`):
 //! the loads' latency overlaps `mma`s, and the barrier no longer stands
 //! between a tile's loads and its first `mma`. Every thread runs the whole loop
 //! (collectives are reached by all); only the copies of a tile with fewer
@@ -66,7 +66,7 @@
 //!
 //! With `swizzle = 1` (16-bit operands) rows are unpadded and each row's
 //! 16-byte chunks are permuted by an XOR with a key of the row
-//! ([`layout::MmaStaging`]): `ldmatrix` is conflict-free as well, no
+//! (`layout::MmaStaging`): `ldmatrix` is conflict-free as well, no
 //! memory is spent on padding, and rows start on 128-byte lines, so each
 //! warp's 32 `cp.async` copies fill four whole lines. Each lane takes its
 //! row's key once, before the loop: its `ldmatrix` addresses are a few
@@ -78,15 +78,15 @@
 //! Rows past `M` or `N` only reach accumulators of outputs that are never
 //! stored, and elements past `K` must add nothing: `cp.async`'s source
 //! size zero-fills both (0 bytes read), the rows' addresses clamped to the
-//! last row so that they stay valid ([`copy`]).
+//! last row so that they stay valid (`copy`).
 //!
 //! With `split_k` above 1 each block's ring covers its slice of `K` and
-//! the slices are added up as for SIMT points ([`super::split`]), on the
+//! the slices are added up as for SIMT points (`split`), on the
 //! `mma` accumulators before the epilogue.
 //!
 //! The code is split by pass: `layout` (checking a schedule), `copy`
 //! (global → shared with `cp.async`), `emit` (the rest; its `k` loop is
-//! the ring of [`pipeline`](super::pipeline), which the SIMT lowering's
+//! the ring of `pipeline`, which the SIMT lowering's
 //! multi-stage points share).
 
 mod copy;
@@ -123,8 +123,8 @@ impl MmaTiles {
 }
 
 /// Whether the tensor-core lowering applies to the contraction's operands
-/// (see [`layout`]); the schedule's own constraints are checked by
-/// [`MmaLayout::new`].
+/// (see `layout`); the schedule's own constraints are checked by
+/// `MmaLayout::new`.
 pub fn applies(kernel: &Kernel, plan: &MatmulPlan) -> bool {
     layout::operand_kind(kernel, plan).is_ok()
 }
