@@ -229,6 +229,15 @@ impl Class {
         }
     }
 
+    /// The knobs among [`Class::knobs`] that count a block's threads.
+    pub fn thread_knobs(self) -> &'static [&'static str] {
+        match self {
+            Class::Generic | Class::Elementwise => &["block"],
+            Class::Rows => &["threads_per_row"],
+            Class::Matmul | Class::Mma => &[],
+        }
+    }
+
     /// The point of this class with `values` for its knobs, in order; `None`
     /// when the count is wrong.
     pub fn schedule(self, values: &[u32]) -> Option<Schedule> {
@@ -389,6 +398,22 @@ impl Schedule {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn thread_knobs_are_knobs_of_their_class() {
+        for class in [
+            Class::Generic,
+            Class::Elementwise,
+            Class::Rows,
+            Class::Matmul,
+            Class::Mma,
+        ] {
+            for knob in class.thread_knobs() {
+                assert!(class.knobs().contains(knob), "{class:?}: {knob}");
+            }
+        }
+        assert_eq!(Class::Rows.thread_knobs(), ["threads_per_row"]);
+    }
 
     #[test]
     fn group_m_defaults_to_one_and_is_written_only_when_set() {

@@ -19,6 +19,10 @@ use serde_json::Value as Json;
 use crate::measure::{Measurement, Measurer, Outcome, Rejection};
 use crate::space::{Knob, Point, Space, Value};
 
+/// Kernel Tuner's names for the thread block's dimensions (its default
+/// `block_size_names`): these knobs count threads.
+const BLOCK_SIZE_NAMES: [&str; 3] = ["block_size_x", "block_size_y", "block_size_z"];
+
 #[derive(Debug, thiserror::Error)]
 pub enum ReplayError {
     #[error("cannot read {path}: {source}")]
@@ -94,7 +98,12 @@ impl Replay {
                 .iter()
                 .map(|v| value_of(v).ok_or_else(|| format!("`{name}` has an unusable value {v}")))
                 .collect::<Result<Vec<_>, _>>()?;
-            knobs.push(Knob::new(name, typed));
+            let knob = Knob::new(name, typed);
+            knobs.push(if BLOCK_SIZE_NAMES.contains(&name) {
+                knob.counting_threads()
+            } else {
+                knob
+            });
             raw_values.push(values.clone());
         }
         let cache = json

@@ -48,6 +48,10 @@ impl fmt::Display for Value {
 pub struct Knob {
     pub name: String,
     pub values: Vec<Value>,
+    /// Whether the values count a thread block's threads (along one
+    /// dimension): sizes with more factors of two fill whole warps, and
+    /// the initial design favours them.
+    pub threads: bool,
 }
 
 impl Knob {
@@ -55,12 +59,36 @@ impl Knob {
         Knob {
             name: name.into(),
             values,
+            threads: false,
+        }
+    }
+
+    /// The knob, marked as counting a thread block's threads.
+    pub fn counting_threads(self) -> Self {
+        Knob {
+            threads: true,
+            ..self
         }
     }
 
     /// A knob whose values are integers.
     pub fn ints(name: impl Into<String>, values: &[i64]) -> Self {
         Knob::new(name, values.iter().map(|&v| Value::Int(v)).collect())
+    }
+
+    /// The odd factor of the value at `index`, for a knob whose values are
+    /// all positive integers and not all powers of two.
+    pub fn odd_factor(&self, index: usize) -> Option<i64> {
+        let positive = |v: &Value| match *v {
+            Value::Int(i) if i > 0 => Some(i),
+            _ => None,
+        };
+        let mut all_powers = true;
+        for v in &self.values {
+            all_powers &= positive(v)?.count_ones() == 1;
+        }
+        let v = positive(&self.values[index])?;
+        (!all_powers).then(|| v >> v.trailing_zeros())
     }
 
     /// Whether every value is a number.

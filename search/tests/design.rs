@@ -108,3 +108,43 @@ fn a_space_too_large_to_enumerate_gets_a_design_from_random_valid_points() {
     assert_eq!(design.iter().collect::<HashSet<_>>().len(), 12);
     assert_eq!(design, spread(&space, 12, &mut rng(3), |_| false));
 }
+
+#[test]
+fn a_knob_counting_threads_takes_the_roundest_size_of_each_stratum() {
+    // 32 to 256 threads in steps of 8: in each eighth of the range there
+    // is a multiple of 16 (and in most a multiple of 32). Eight points and
+    // eight tile sizes: no two rows aim at the same point.
+    let sizes: Vec<i64> = (4..=32).map(|i| 8 * i).collect();
+    let space = |threads: bool| {
+        let knob = Knob::ints("block_size_y", &sizes);
+        Space::new(vec![
+            if threads {
+                knob.counting_threads()
+            } else {
+                knob
+            },
+            Knob::ints("tile", &[1, 2, 3, 4, 5, 6, 7, 8]),
+        ])
+    };
+    let (marked, plain) = (space(true), space(false));
+    let mut plain_odd = 0;
+    for seed in 0..20 {
+        for p in spread(&marked, 8, &mut rng(seed), |_| false) {
+            let size = sizes[p.0[0] as usize];
+            assert_eq!(size % 16, 0, "seed {seed}: {size} threads");
+        }
+        plain_odd += spread(&plain, 8, &mut rng(seed), |_| false)
+            .iter()
+            .filter(|p| sizes[p.0[0] as usize] % 16 != 0)
+            .count();
+        // Only the knob counting threads is steered: the tile sizes stay
+        // one per stratum.
+        let mut tiles: Vec<u32> = spread(&marked, 8, &mut rng(seed), |_| false)
+            .iter()
+            .map(|p| p.0[1])
+            .collect();
+        tiles.sort_unstable();
+        assert_eq!(tiles, (0..8).collect::<Vec<u32>>(), "seed {seed}");
+    }
+    assert!(plain_odd > 0, "unmarked, the draws include sizes off 16");
+}

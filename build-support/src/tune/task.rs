@@ -418,7 +418,12 @@ impl Mapping {
             .chain(self.space.families.iter().flat_map(|f| {
                 f.knobs.iter().map(|k| {
                     let values: Vec<i64> = k.values.iter().map(|v| i64::from(*v)).collect();
-                    Knob::ints(format!("{}.{}", f.class.name(), k.name), &values)
+                    let knob = Knob::ints(format!("{}.{}", f.class.name(), k.name), &values);
+                    if f.class.thread_knobs().contains(&k.name) {
+                        knob.counting_threads()
+                    } else {
+                        knob
+                    }
                 })
             }))
             .collect()

@@ -22,7 +22,7 @@ pub use knn::Knn;
 #[cfg(feature = "xgboost")]
 pub use xgb::{XgbModel, XgbObjective};
 
-use crate::space::{Knob, Point, Space, Value};
+use crate::space::{Point, Space};
 
 /// A learned ranking of points.
 pub trait CostModel {
@@ -93,7 +93,7 @@ impl Features {
                     .all(|v| v.as_f64().is_some_and(|x| x > 0.0));
                 let x = knob.values[index].as_f64().unwrap_or(0.0);
                 out.push(if positive { x.log2() } else { x } as f32);
-                if let Some(odd) = odd_factor(knob, index) {
+                if let Some(odd) = knob.odd_factor(index) {
                     out.push((odd as f64).log2() as f32);
                 }
             } else if knob.values.len() <= ONE_HOT_MAX {
@@ -107,21 +107,6 @@ impl Features {
         }
         out
     }
-}
-
-/// The odd factor of a knob's value at `index`, for a knob whose values
-/// are all positive integers and not all powers of two.
-fn odd_factor(knob: &Knob, index: usize) -> Option<i64> {
-    let positive = |v: &Value| match *v {
-        Value::Int(i) if i > 0 => Some(i),
-        _ => None,
-    };
-    let mut all_powers = true;
-    for v in &knob.values {
-        all_powers &= positive(v)?.count_ones() == 1;
-    }
-    let v = positive(&knob.values[index])?;
-    (!all_powers).then(|| v >> v.trailing_zeros())
 }
 
 #[cfg(test)]
