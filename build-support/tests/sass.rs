@@ -106,6 +106,18 @@ fn machine_code(tools: &Tools, lowered: &Lowered, target: SmVersion) -> Vec<sass
     sass::parse(&listing).expect("parses")
 }
 
+/// The `ldmatrix` (LDSM) among `instructions` before their first HMMA.
+fn ldmatrix_before_first_mma(instructions: &[sass::Instruction]) -> usize {
+    let first_mma = instructions
+        .iter()
+        .position(|i| i.opcode.name == "HMMA")
+        .expect("an HMMA");
+    instructions[..first_mma]
+        .iter()
+        .filter(|i| i.opcode.name == "LDSM")
+        .count()
+}
+
 /// What a schedule asks of the machine code's access widths.
 #[derive(Debug, PartialEq, Eq)]
 struct Wants {
@@ -511,15 +523,7 @@ fn one_block_an_sm_lets_ptxas_load_fragments_ahead_of_their_mmas() {
         });
         assert_eq!(default.min_blocks, 0);
         let instructions = machine_code(&tools, &lowered, SmVersion::Sm90);
-        let first_mma = instructions
-            .iter()
-            .position(|i| i.opcode.name == "HMMA")
-            .expect("HMMA");
-        let ahead = instructions[..first_mma]
-            .iter()
-            .filter(|i| i.opcode.name == "LDSM")
-            .count();
-        (inspection, ahead)
+        (inspection, ldmatrix_before_first_mma(&instructions))
     });
     assert!(
         hinted.0.registers > free.0.registers,
@@ -583,16 +587,7 @@ fn fragments_loaded_ahead_keep_mmas_issuing_across_the_barrier() {
             .iter()
             .position(|i| i.opcode.name == "BAR")
             .expect("a barrier in the main loop");
-        let after = &body[barrier..];
-        let first_mma = after
-            .iter()
-            .position(|i| i.opcode.name == "HMMA")
-            .expect("an HMMA after the barrier");
-        let loads = after[..first_mma]
-            .iter()
-            .filter(|i| i.opcode.name == "LDSM")
-            .count();
-        (inspection, loads)
+        (inspection, ldmatrix_before_first_mma(&body[barrier..]))
     });
     assert_eq!(ahead.1, 0, "ldmatrix between the barrier and the first mma");
     assert!(
