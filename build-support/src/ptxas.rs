@@ -168,8 +168,24 @@ fn line_number(message: &str) -> Option<usize> {
     digits.parse().ok()
 }
 
+/// The architecture ptxas assembles a module printed for `target` for: the
+/// one its `.target` directive names, `sm_90a` for kernels with Hopper's
+/// warpgroup instructions (which `sm_90` lacks).
+fn arch(ptx: &str, target: SmVersion) -> String {
+    let specific = format!("{}a", target.name());
+    if ptx
+        .lines()
+        .any(|l| l.strip_prefix(".target ") == Some(&specific))
+    {
+        specific
+    } else {
+        target.name().to_owned()
+    }
+}
+
 /// Assembles `ptx` (one module with one entry) for `target` with
-/// `ptxas -arch=sm_XX -v` and reports its resource usage.
+/// `ptxas -arch=sm_XX -v` (`sm_XXa` where the module targets it) and
+/// reports its resource usage.
 pub fn assemble(ptxas: &Path, ptx: &str, target: SmVersion) -> Result<Report, Error> {
     let dir = tempfile::Builder::new()
         .prefix("ktune-ptxas-")
@@ -179,7 +195,7 @@ pub fn assemble(ptxas: &Path, ptx: &str, target: SmVersion) -> Result<Report, Er
     let cubin = dir.path().join("kernel.cubin");
     std::fs::write(&source, ptx).map_err(Error::Temp)?;
     let output = Command::new(ptxas)
-        .arg(format!("-arch={}", target.name()))
+        .arg(format!("-arch={}", arch(ptx, target)))
         .arg("-v")
         .arg("-o")
         .arg(&cubin)

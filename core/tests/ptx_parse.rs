@@ -463,3 +463,81 @@ fn split_k_instructions_round_trip() {
     let err = parse(&text.replace("fence.acq_rel.gpu", "fence.sc.gpu")).unwrap_err();
     assert!(err.message.contains("fence.sc.gpu"), "{err}");
 }
+
+/// A kernel with Hopper's warpgroup instructions prints for sm_90 as an
+/// `sm_90a` module (PTX ISA 8.0, window aligned to 1024 bytes) and parses
+/// back; a header that does not match its body is an error naming it.
+#[test]
+fn warpgroup_kernels_target_sm90a() {
+    use ktune_core::ptx::Builder;
+    use ktune_core::ptx::inst::{Cmp, MmaKind, Op, RegClass, Special, Ty};
+
+    let mut b = Builder::new();
+    let smem = b.shared_base();
+    let tid = b.special(Special::TidX);
+    let scale = b.setp(Cmp::Ne, Ty::U32, tid, smem);
+    let desc = b.reg(RegClass::B64);
+    b.push(Op::Mov {
+        ty: Ty::B64,
+        dst: desc,
+        src: ktune_core::ptx::inst::Operand::Int(1 << 62),
+    });
+    let d: Vec<_> = (0..4).map(|_| b.reg(RegClass::F32)).collect();
+    b.push(Op::FenceProxyAsync);
+    b.push(Op::WgmmaFence);
+    for (kind, trans) in [
+        (MmaKind::Bf16, true),
+        (MmaKind::F16, false),
+        (MmaKind::Tf32, false),
+    ] {
+        b.push(Op::Wgmma {
+            kind,
+            d: d.clone(),
+            a: desc,
+            b: desc,
+            scale_d: scale,
+            trans_a: false,
+            trans_b: trans,
+        });
+    }
+    b.push(Op::WgmmaCommit);
+    b.push(Op::WgmmaWait { pending: 0 });
+    let kernel = b.finish("warpgroup".into(), 0, 128, 2048);
+    let text = print(&kernel, SmVersion::Sm90);
+    for line in [
+        ".version 8.0",
+        ".target sm_90a",
+        ".extern .shared .align 1024 .b8 ktune_smem[];",
+        "\tfence.proxy.async.shared::cta;",
+        "\twgmma.fence.sync.aligned;",
+        "\twgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 {%f0, %f1, %f2, %f3}, %rd0, %rd0, %p0, 1, 1, 0, 1;",
+        "\twgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 {%f0, %f1, %f2, %f3}, %rd0, %rd0, %p0, 1, 1, 0, 0;",
+        "\twgmma.mma_async.sync.aligned.m64n8k8.f32.tf32.tf32 {%f0, %f1, %f2, %f3}, %rd0, %rd0, %p0, 1, 1;",
+        "\twgmma.commit_group.sync.aligned;",
+        "\twgmma.wait_group.sync.aligned 0;",
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "missing `{line}` in\n{text}"
+        );
+    }
+    assert_eq!(parse(&text).unwrap(), (kernel.clone(), SmVersion::Sm90));
+
+    let plain = text.replace(".target sm_90a", ".target sm_90");
+    let err = parse(&plain).unwrap_err();
+    assert_eq!(err.line, 4, "{err}");
+    assert!(err.message.contains("`.target sm_90a`"), "{err}");
+    let unaligned = text.replace(".align 1024", ".align 16");
+    let err = parse(&unaligned).unwrap_err();
+    assert!(
+        err.message.contains("aligns this kernel's to 1024"),
+        "{err}"
+    );
+    assert_eq!(err.line, 9, "{err}");
+
+    // Without them, sm_90a is not what ktune prints.
+    let empty = Builder::new().finish("empty".into(), 0, 32, 0);
+    let text = print(&empty, SmVersion::Sm90).replace(".target sm_90", ".target sm_90a");
+    let err = parse(&text).unwrap_err();
+    assert!(err.message.contains("`.target sm_90`)"), "{err}");
+}

@@ -2,6 +2,8 @@
 //! next `bar.sync` or `shfl.sync`, then completes the barriers and
 //! shuffles that can complete, until every thread has exited.
 
+mod warpgroup;
+
 use ktune_core::lower::Launch;
 use ktune_core::ptx::Kernel;
 use ktune_core::ptx::inst::{Instr, MmaKind, Op, ShflMode};
@@ -73,6 +75,7 @@ pub(crate) fn run_grid(
         regs: vec![Cell::default(); threads * program.slots as usize],
         shared: Shared::new(kernel.dynamic_shared_bytes, ntid),
         copies: AsyncCopies::new(threads),
+        warpgroups: warpgroup::Warpgroups::default(),
     };
     let grid = launch.grid;
     let mut serial = 0u32;
@@ -176,6 +179,7 @@ struct Block<'a> {
     regs: Vec<Cell>,
     shared: Shared,
     copies: AsyncCopies,
+    warpgroups: warpgroup::Warpgroups,
 }
 
 impl Block<'_> {
@@ -192,6 +196,7 @@ impl Block<'_> {
         }
         self.copies.begin_block(&mut self.shared);
         self.shared.begin_block();
+        self.warpgroups.begin_block(self.threads.len());
         let slots = self.program.slots as usize;
         loop {
             for i in 0..self.threads.len() {
@@ -211,6 +216,11 @@ impl Block<'_> {
                     Err(FaultKind::UninitializedShared { offset, .. }) => {
                         t.state = State::Parked { offset };
                     }
+                    Err(FaultKind::UninitializedRegister { reg })
+                        if self.warpgroups.holds(i, &reg, |s| self.program.reg_name(s)) =>
+                    {
+                        return Err(self.fault(env, i, FaultKind::WgmmaPending { reg }));
+                    }
                     Err(kind) => return Err(self.fault(env, i, kind)),
                 }
             }
@@ -222,17 +232,23 @@ impl Block<'_> {
                 let kind = self.shared.settle(id, offset);
                 return Err(self.fault(env, id as usize, kind));
             }
-            if self.collectives(env, stats)? {
+            if self.collectives(env, stats)? | self.warpgroup_collectives(env, stats)? {
                 continue;
             }
             if !self.barrier(env, stats)? {
+                if let Some((first, groups)) = self.warpgroups.unfinished() {
+                    let kind = FaultKind::WgmmaInFlightAtExit { groups };
+                    return Err(self.fault(env, first, kind));
+                }
                 return Ok(());
             }
         }
     }
 
     /// Completes every warp-collective instruction (`shfl.sync`,
-    /// `ldmatrix`, `mma`) a whole warp waits at; whether any did.
+    /// `ldmatrix`, `mma`) a whole warp waits at; whether any did. A warp
+    /// at a warpgroup-collective one is left to
+    /// [`Block::warpgroup_collectives`].
     fn collectives(&mut self, env: &BlockEnv<'_>, stats: &mut Stats) -> Result<bool, Fault> {
         let mut any = false;
         for warp in 0..self.threads.len().div_ceil(WARP) {
@@ -247,6 +263,9 @@ impl Block<'_> {
             };
             self.converged(env, first, lanes.clone())?;
             let pc = self.threads[first].pc;
+            if self.program.insts[pc as usize].exec.is_warpgroup() {
+                continue;
+            }
             match self.program.insts[pc as usize].exec {
                 Exec::Shfl {
                     mode, dst, clamp, ..

@@ -2,6 +2,7 @@
 //! over flat register slots, with labels resolved, operand widths checked
 //! and every type-dependent choice made once.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 
 use ktune_core::ptx::inst::{
@@ -241,6 +242,20 @@ pub(crate) enum Exec {
         offset: i64,
         value: Src,
     },
+    /// `fence.proxy.async.shared::cta`: the thread's shared-memory writes
+    /// become visible to the async proxy.
+    FenceProxy,
+    /// Warpgroup-collective, like the three after it: the threads' operands
+    /// are read when the whole warpgroup has arrived (see `warpgroup`).
+    WgmmaFence,
+    /// `wgmma.mma_async`, entry `index` of [`Program::wgmma`].
+    Wgmma {
+        index: u32,
+    },
+    WgmmaCommit,
+    WgmmaWait {
+        pending: u32,
+    },
     /// Orders nothing here: blocks run one at a time.
     Fence,
     Bar,
@@ -248,6 +263,29 @@ pub(crate) enum Exec {
         target: u32,
     },
     Ret,
+}
+
+impl Exec {
+    /// Whether the instruction is collective over a warpgroup (four
+    /// warps) rather than a warp.
+    pub(crate) fn is_warpgroup(&self) -> bool {
+        matches!(
+            self,
+            Exec::WgmmaFence | Exec::Wgmma { .. } | Exec::WgmmaCommit | Exec::WgmmaWait { .. }
+        )
+    }
+}
+
+/// A decoded `wgmma.mma_async`: N is twice `d.len()`.
+#[derive(Debug, Clone)]
+pub(crate) struct Wgmma {
+    pub kind: MmaKind,
+    pub d: Vec<Slot>,
+    pub a: Slot,
+    pub b: Slot,
+    pub scale_d: Slot,
+    pub trans_a: bool,
+    pub trans_b: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -264,6 +302,8 @@ pub(crate) struct Program {
     pub origin: Vec<usize>,
     /// Registers per thread.
     pub slots: u32,
+    /// The `wgmma.mma_async`s, which [`Exec::Wgmma`] points into.
+    pub wgmma: Vec<Wgmma>,
     class_base: [u32; 5],
     class_count: [u32; 5],
 }
@@ -287,6 +327,7 @@ impl Program {
             insts: Vec::with_capacity(kernel.body.len() + 1),
             origin: Vec::with_capacity(kernel.body.len() + 1),
             slots,
+            wgmma: Vec::new(),
             class_base,
             class_count,
         };
@@ -311,6 +352,7 @@ impl Program {
             program: &program,
             kernel,
             labels: &labels,
+            wgmma: RefCell::new(Vec::new()),
         };
         let mut insts = Vec::with_capacity(kernel.body.len() + 1);
         let mut origin = Vec::with_capacity(kernel.body.len() + 1);
@@ -327,6 +369,8 @@ impl Program {
             exec: Exec::Ret,
         });
         origin.push(kernel.body.len());
+        let wgmma = d.wgmma.into_inner();
+        program.wgmma = wgmma;
         program.insts = insts;
         program.origin = origin;
         Ok(program)
@@ -436,6 +480,7 @@ struct Decoder<'a> {
     program: &'a Program,
     kernel: &'a Kernel,
     labels: &'a HashMap<ktune_core::ptx::inst::Label, u32>,
+    wgmma: RefCell<Vec<Wgmma>>,
 }
 
 fn unsupported(what: &str, t: Ty) -> String {
@@ -769,6 +814,46 @@ impl Decoder<'_> {
                 addr,
                 value,
             } => self.atom_add(*ty, Some(*dst), addr, *value)?,
+            Op::FenceProxyAsync => Exec::FenceProxy,
+            Op::WgmmaFence => Exec::WgmmaFence,
+            Op::WgmmaCommit => Exec::WgmmaCommit,
+            Op::WgmmaWait { pending } => Exec::WgmmaWait { pending: *pending },
+            Op::Wgmma {
+                kind,
+                d,
+                a,
+                b,
+                scale_d,
+                trans_a,
+                trans_b,
+            } => {
+                let n = 2 * d.len();
+                if n % 8 != 0 || !(8..=256).contains(&n) {
+                    return Err(format!(
+                        "wgmma.mma_async has N = {n} ({} accumulators); N is a multiple of 8 from 8 to 256",
+                        d.len()
+                    ));
+                }
+                if *kind == MmaKind::Tf32 && (*trans_a || *trans_b) {
+                    return Err("tf32 wgmma.mma_async operands are K-major only".into());
+                }
+                let wgmma = Wgmma {
+                    kind: *kind,
+                    d: d.iter()
+                        .map(|r| self.f32_reg(*r))
+                        .collect::<Result<_, _>>()?,
+                    a: self.reg(*a, Width::W64)?,
+                    b: self.reg(*b, Width::W64)?,
+                    scale_d: self.reg(*scale_d, Width::Pred)?,
+                    trans_a: *trans_a,
+                    trans_b: *trans_b,
+                };
+                let mut table = self.wgmma.borrow_mut();
+                table.push(wgmma);
+                Exec::Wgmma {
+                    index: table.len() as u32 - 1,
+                }
+            }
             Op::Fence => Exec::Fence,
             Op::BarSync => Exec::Bar,
             Op::Bra { target } => Exec::Bra {

@@ -22,8 +22,8 @@ pub(crate) enum State {
         a: u32,
         b: u32,
     },
-    /// Waiting at the `ldmatrix` or `mma` at its pc; operands are read when
-    /// the whole warp is there.
+    /// Waiting at the `ldmatrix`, `mma` or `wgmma` instruction at its pc;
+    /// operands are read when the whole warp (or warpgroup) is there.
     Collective,
     /// Stopped at a load of a shared byte nobody had written yet: a race if
     /// another thread writes it before the next barrier, a read of
@@ -415,7 +415,13 @@ fn step(
             reach.copies.commit(t.id);
             reach.stats.shared_store_bytes += reach.copies.wait(t.id, 0, reach.shared)?;
         }
-        Exec::Ldmatrix { .. } | Exec::Mma { .. } => return Ok(Flow::Stop(State::Collective)),
+        Exec::Ldmatrix { .. }
+        | Exec::Mma { .. }
+        | Exec::WgmmaFence
+        | Exec::Wgmma { .. }
+        | Exec::WgmmaCommit
+        | Exec::WgmmaWait { .. } => return Ok(Flow::Stop(State::Collective)),
+        Exec::FenceProxy => reach.shared.fence_proxy(t.id),
         Exec::AtomAdd {
             float,
             dst,

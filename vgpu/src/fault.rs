@@ -196,6 +196,39 @@ pub enum FaultKind {
         other: [u32; 3],
         missing: FenceSide,
     },
+    /// A `wgmma` instruction (`.aligned`: the four warps of a warpgroup
+    /// must execute it together) that not all 128 threads of the
+    /// warpgroup reached; `lane` counts within the warpgroup.
+    WarpgroupDivergence {
+        lane: u32,
+        other_thread: [u32; 3],
+        other: LaneState,
+    },
+    /// A `wgmma.mma_async` whose operands are not the same in every thread
+    /// of the warpgroup, or whose matrix descriptor describes no layout
+    /// ktune's virtual GPU knows.
+    WgmmaOperands { reason: String },
+    /// A `wgmma.mma_async` using accumulator `reg`, which another
+    /// instruction wrote after the warpgroup's last `wgmma`, with no
+    /// `wgmma.fence` since.
+    WgmmaUnfenced { reg: String },
+    /// Register `reg` accessed while a `wgmma.mma_async` that writes it is
+    /// in flight: it lands only when a `wgmma.wait_group` completes the
+    /// instruction's group.
+    WgmmaPending { reg: String },
+    /// A thread that exits, or a block that ends, with `wgmma.mma_async`s
+    /// of its warpgroup still in flight.
+    WgmmaInFlightAtExit { groups: usize },
+    /// A write to a shared byte that an in-flight `wgmma.mma_async` reads.
+    WgmmaOverwrite { addr: u64, offset: u32 },
+    /// A `wgmma.mma_async` reading a shared byte that `writer` wrote with
+    /// no `fence.proxy.async` after the write: the async proxy the
+    /// instruction reads through may not see it.
+    AsyncProxyUnfenced {
+        addr: u64,
+        offset: u32,
+        writer: [u32; 3],
+    },
     /// A thread executed more instructions than the configured limit.
     StepLimit { limit: u64 },
     /// The instruction list is malformed (undefined label, register out of
@@ -218,7 +251,7 @@ fn lane_state(f: &mut fmt::Formatter<'_>, thread: [u32; 3], state: LaneState) ->
         ),
         LaneState::AtCollective { pc } => write!(
             f,
-            "(thread {}) waits at a different ldmatrix or mma (pc {pc})",
+            "(thread {}) waits at a different collective instruction (pc {pc})",
             Xyz(thread)
         ),
     }
@@ -399,6 +432,43 @@ impl fmt::Display for FaultKind {
                 f,
                 "load of byte {offset} of parameter {param}, which block {} stored in this launch, without a fence between this block's atomic and the load: the load may see the old value (a missing fence.acq_rel.gpu after the atomic)",
                 Xyz(*other)
+            ),
+            FaultKind::WarpgroupDivergence {
+                lane,
+                other_thread,
+                other,
+            } => {
+                write!(
+                    f,
+                    "warpgroup divergence: all 128 threads of the warpgroup must execute this wgmma instruction together, but thread {lane} of the warpgroup "
+                )?;
+                lane_state(f, *other_thread, *other)
+            }
+            FaultKind::WgmmaOperands { reason } => write!(f, "wgmma operands: {reason}"),
+            FaultKind::WgmmaUnfenced { reg } => write!(
+                f,
+                "wgmma.mma_async uses accumulator {reg}, which another instruction wrote with no wgmma.fence since"
+            ),
+            FaultKind::WgmmaPending { reg } => write!(
+                f,
+                "register {reg} is accessed while a wgmma.mma_async that writes it is in flight (no wgmma.wait_group has completed it)"
+            ),
+            FaultKind::WgmmaInFlightAtExit { groups } => write!(
+                f,
+                "the warpgroup exits with {groups} wgmma group(s) in flight (wait for them with wgmma.wait_group 0)"
+            ),
+            FaultKind::WgmmaOverwrite { addr, offset } => write!(
+                f,
+                "write to shared memory at {addr:#x} (window +{offset}), which an in-flight wgmma.mma_async reads: wait for its group with wgmma.wait_group first"
+            ),
+            FaultKind::AsyncProxyUnfenced {
+                addr,
+                offset,
+                writer,
+            } => write!(
+                f,
+                "wgmma.mma_async reads shared memory at {addr:#x} (window +{offset}), which thread {} wrote with no fence.proxy.async after the write: the async proxy may not see it",
+                Xyz(*writer)
             ),
             FaultKind::StepLimit { limit } => write!(
                 f,

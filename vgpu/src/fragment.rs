@@ -73,6 +73,12 @@ fn per_reg(kind: MmaKind) -> usize {
     }
 }
 
+/// An operand element of `kind` held in the low bits of `bits` (16 for
+/// f16 and bf16, 32 for tf32), exactly as an f32.
+pub(crate) fn value(kind: MmaKind, bits: u32) -> f32 {
+    element(kind, bits, 0)
+}
+
 /// Element `h` of a `.b32` fragment register, exactly as an f32. A tf32
 /// operand's low 13 bits are ignored, as by the tensor cores.
 fn element(kind: MmaKind, word: u32, h: usize) -> f32 {

@@ -142,6 +142,7 @@
 mod async_copy;
 mod block;
 mod decode;
+mod descriptor;
 mod exec;
 mod fault;
 mod fragment;

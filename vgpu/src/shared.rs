@@ -14,6 +14,14 @@
 //! copy's start until it lands: any access to it then is a fault; it lands
 //! as a write by the issuing thread at the `cp.async.wait_group` that
 //! completes it.
+//!
+//! Hopper's `wgmma.mma_async` reads shared memory through the async proxy
+//! ([`Shared::async_read`]): a byte must have been written before the
+//! current barrier interval, and made visible to that proxy by a
+//! `fence.proxy.async` of its writer after the write (each write is
+//! numbered, and each thread remembers the number current at its last such
+//! fence). While the instruction is in flight its bytes must not be
+//! written.
 
 use ktune_core::ptx::inst::Space;
 
@@ -37,6 +45,10 @@ struct ByteState {
     copier: u32,
     /// That `cp.async`'s index in the kernel body.
     copy_pc: u32,
+    /// The number of the last write ([`Shared::writes`] then).
+    write_number: u64,
+    /// In-flight `wgmma.mma_async`s reading the byte.
+    async_readers: u16,
 }
 
 const FRESH: ByteState = ByteState {
@@ -47,6 +59,8 @@ const FRESH: ByteState = ByteState {
     read_epoch: 0,
     copier: NOBODY,
     copy_pc: 0,
+    write_number: 0,
+    async_readers: 0,
 };
 
 #[derive(Debug)]
@@ -55,6 +69,11 @@ pub(crate) struct Shared {
     state: Vec<ByteState>,
     epoch: u32,
     block_start: u32,
+    /// Writes so far (stores and landed copies), which numbers them.
+    writes: u64,
+    /// For each thread, [`Shared::writes`] at its last `fence.proxy.async`:
+    /// its writes numbered below are visible to the async proxy.
+    proxy_fenced: Vec<u64>,
     /// `%ntid`, to name threads in faults.
     ntid: [u32; 3],
 }
@@ -66,6 +85,8 @@ impl Shared {
             state: vec![FRESH; bytes as usize],
             epoch: 0,
             block_start: 0,
+            writes: 0,
+            proxy_fenced: vec![0; ntid.iter().product::<u32>() as usize],
             ntid,
         }
     }
@@ -134,23 +155,31 @@ impl Shared {
         Ok(offset as usize)
     }
 
+    /// Byte `i`'s state if it may be read: no copy into it in flight, and
+    /// written by this block.
+    fn written(&self, i: usize) -> Result<ByteState, FaultKind> {
+        let s = self.state[i];
+        let offset = i as u32;
+        if s.copier != NOBODY {
+            return Err(self.pending(offset, s, Access::Load));
+        }
+        if s.writer == NOBODY || s.write_epoch < self.block_start {
+            return Err(FaultKind::UninitializedShared {
+                addr: u64::from(SHARED_BASE) + u64::from(offset),
+                offset,
+            });
+        }
+        Ok(s)
+    }
+
     /// The `size` bytes a load by `thread` reads, after the initialisation
     /// and race checks.
     pub(crate) fn load(&mut self, thread: u32, addr: u64, size: u32) -> Result<&[u8], FaultKind> {
         let start = self.offset(addr, size, Access::Load)?;
         let end = start + size as usize;
         for i in start..end {
-            let s = self.state[i];
+            let s = self.written(i)?;
             let offset = i as u32;
-            if s.copier != NOBODY {
-                return Err(self.pending(offset, s, Access::Load));
-            }
-            if s.writer == NOBODY || s.write_epoch < self.block_start {
-                return Err(FaultKind::UninitializedShared {
-                    addr: u64::from(SHARED_BASE) + u64::from(offset),
-                    offset,
-                });
-            }
             if s.write_epoch == self.epoch && s.writer != thread {
                 return Err(self.race(offset, s.writer, true, false));
             }
@@ -176,11 +205,61 @@ impl Shared {
         let start = self.offset(addr, size, Access::Store)?;
         let end = start + size as usize;
         self.check_write(thread, start, end)?;
+        self.mark_written(thread, start, end);
+        Ok(&mut self.data[start..end])
+    }
+
+    fn mark_written(&mut self, thread: u32, start: usize, end: usize) {
+        self.writes += 1;
         for s in &mut self.state[start..end] {
             s.writer = thread;
             s.write_epoch = self.epoch;
+            s.write_number = self.writes;
         }
-        Ok(&mut self.data[start..end])
+    }
+
+    /// A `fence.proxy.async` by `thread`: its writes so far become visible
+    /// to the async proxy.
+    pub(crate) fn fence_proxy(&mut self, thread: u32) {
+        self.proxy_fenced[thread as usize] = self.writes + 1;
+    }
+
+    /// The `size` bytes at `addr` as an in-flight `wgmma.mma_async` reads
+    /// them: written before this barrier interval, visible to the async
+    /// proxy, and then held until [`Shared::release_async_read`]. Returns
+    /// the window offset and the bytes.
+    pub(crate) fn async_read(&mut self, addr: u64, size: u32) -> Result<(u32, &[u8]), FaultKind> {
+        let start = self.offset(addr, size, Access::Load)?;
+        let end = start + size as usize;
+        for i in start..end {
+            let s = self.written(i)?;
+            let offset = i as u32;
+            // The async proxy is an agent of its own: even the issuing
+            // threads' writes need a barrier before it reads them.
+            if s.write_epoch == self.epoch {
+                return Err(self.race(offset, s.writer, true, false));
+            }
+            if self.proxy_fenced[s.writer as usize] <= s.write_number {
+                return Err(FaultKind::AsyncProxyUnfenced {
+                    addr: u64::from(SHARED_BASE) + u64::from(offset),
+                    offset,
+                    writer: self.coords(s.writer),
+                });
+            }
+        }
+        for s in &mut self.state[start..end] {
+            s.async_readers += 1;
+        }
+        Ok((start as u32, &self.data[start..end]))
+    }
+
+    /// An in-flight `wgmma.mma_async`'s read of `size` bytes at window
+    /// `offset` ends (its group completed).
+    pub(crate) fn release_async_read(&mut self, offset: u32, size: u32) {
+        let start = offset as usize;
+        for s in &mut self.state[start..start + size as usize] {
+            s.async_readers -= 1;
+        }
     }
 
     /// The checks of a write by `thread` to window bytes `start..end`:
@@ -191,6 +270,12 @@ impl Shared {
             let offset = i as u32;
             if s.copier != NOBODY {
                 return Err(self.pending(offset, s, Access::Store));
+            }
+            if s.async_readers > 0 {
+                return Err(FaultKind::WgmmaOverwrite {
+                    addr: u64::from(SHARED_BASE) + u64::from(offset),
+                    offset,
+                });
             }
             if s.write_epoch == self.epoch && s.writer != thread && s.writer != NOBODY {
                 return Err(self.race(offset, s.writer, true, true));
@@ -242,10 +327,7 @@ impl Shared {
         let end = start + data.len();
         self.cancel_async(offset, data.len() as u32);
         self.check_write(thread, start, end)?;
-        for s in &mut self.state[start..end] {
-            s.writer = thread;
-            s.write_epoch = self.epoch;
-        }
+        self.mark_written(thread, start, end);
         self.data[start..end].copy_from_slice(data);
         Ok(())
     }

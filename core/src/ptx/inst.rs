@@ -345,6 +345,42 @@ pub enum Op {
         b: [Reg; 2],
         c: [Reg; 4],
     },
+    /// `fence.proxy.async.shared::cta`: the thread's shared-memory writes
+    /// before it (stores and landed `cp.async` copies, both made through
+    /// the generic proxy) become visible to the async proxy, which
+    /// [`Op::Wgmma`] reads shared memory through; a `bar.sync` after it
+    /// extends that to the other threads' `wgmma`s.
+    FenceProxyAsync,
+    /// `wgmma.fence.sync.aligned`: warpgroup-collective; orders the
+    /// warpgroup's register accesses before it against the
+    /// [`Op::Wgmma`]s after it. Needed before the first `wgmma` and after
+    /// any other instruction touched a `wgmma`'s accumulators.
+    WgmmaFence,
+    /// `wgmma.mma_async.sync.aligned.m64n<N>k<K>.f32.<t>.<t> {d}, a, b, scale_d, 1, 1[, trans_a, trans_b]`:
+    /// warpgroup-collective (the four warps `4i..4i+4` of the block), and
+    /// asynchronous: `D (64 × N) = A (64 × K) · B (K × N) + (scale_d ? D : 0)`,
+    /// both operands read from shared memory through the 64-bit matrix
+    /// descriptors `a` and `b`, K-major, or M- and N-major where `trans_a`
+    /// and `trans_b` are set (f16 and bf16 only). `kind` fixes the operand
+    /// type and K as for [`Op::Mma`]; N is twice `d.len()`, a multiple of 8
+    /// up to 256. `d` holds the accumulator fragment, which belongs to the
+    /// instruction until a [`Op::WgmmaWait`] completes its group.
+    Wgmma {
+        kind: MmaKind,
+        d: Vec<Reg>,
+        a: Reg,
+        b: Reg,
+        scale_d: Reg,
+        trans_a: bool,
+        trans_b: bool,
+    },
+    /// `wgmma.commit_group.sync.aligned`: warpgroup-collective; the
+    /// warpgroup's uncommitted `wgmma`s become a group.
+    WgmmaCommit,
+    /// `wgmma.wait_group.sync.aligned n`: warpgroup-collective; waits
+    /// until at most `n` of the warpgroup's committed groups are
+    /// incomplete.
+    WgmmaWait { pending: u32 },
     /// `red.global.add.f32 [addr], value`: an atomic add with no result.
     RedAdd { addr: Addr, value: Operand },
     /// `atom.global.add.<ty> dst, [addr], value`: an atomic add returning
@@ -383,6 +419,22 @@ pub struct Instr {
     pub op: Op,
 }
 
+impl Op {
+    /// Whether the instruction is one of Hopper's warpgroup matrix
+    /// instructions or the async-proxy fence that feeds them, which make
+    /// their kernel's module target `sm_90a` (PTX ISA 8.0).
+    pub fn is_sm90a(&self) -> bool {
+        matches!(
+            self,
+            Op::FenceProxyAsync
+                | Op::WgmmaFence
+                | Op::Wgmma { .. }
+                | Op::WgmmaCommit
+                | Op::WgmmaWait { .. }
+        )
+    }
+}
+
 /// A complete kernel entry: its parameters are `param_count` 64-bit global
 /// pointers (the input tensors in order, then the output).
 #[derive(Debug, Clone, PartialEq)]
@@ -401,4 +453,12 @@ pub struct Kernel {
     /// How many registers of each class the body uses.
     pub reg_counts: Vec<(RegClass, u32)>,
     pub body: Vec<Instr>,
+}
+
+impl Kernel {
+    /// Whether the kernel uses Hopper's warpgroup matrix instructions (see
+    /// [`Op::is_sm90a`]).
+    pub fn is_sm90a(&self) -> bool {
+        self.body.iter().any(|i| i.op.is_sm90a())
+    }
 }

@@ -20,7 +20,9 @@
 //! ```
 
 use super::inst::*;
-use super::print::{SHARED, class_names, label_name, mma_name, shared_size_comment, write_instr};
+use super::print::{
+    Header, SHARED, class_names, label_name, mma_name, shared_size_comment, wgmma_name, write_instr,
+};
 use crate::target::SmVersion;
 
 /// Why PTX text is not a kernel in the form ktune prints.
@@ -92,20 +94,17 @@ impl<'t> Parser<'t> {
         self.expect("//")?;
         let version = self.after(".version ")?;
         let version_line = self.next;
-        let target = self.after(".target ")?;
-        let target: SmVersion = target.parse().map_err(|e| self.error(format!("{e}")))?;
-        if version != target.ptx_isa().to_string() {
-            return Err(ParseError {
-                line: version_line,
-                message: format!(
-                    "PTX ISA version {version} is not the one ktune prints for {target} ({})",
-                    target.ptx_isa()
-                ),
-            });
-        }
+        let target_name = self.after(".target ")?;
+        // `sm_90a` is sm_90 with its arch-specific instructions; whether the
+        // kernel needs them is checked against its body below.
+        let target: SmVersion = target_name
+            .strip_suffix('a')
+            .unwrap_or(target_name)
+            .parse()
+            .map_err(|e| self.error(format!("{e}")))?;
         self.expect(".address_size 64")?;
         self.expect("")?;
-        let dynamic_shared_bytes = self.shared_window()?;
+        let (dynamic_shared_bytes, shared_align) = self.shared_window()?;
         let entry = self.after(".visible .entry ")?;
         let entry = entry
             .strip_suffix('(')
@@ -143,6 +142,25 @@ impl<'t> Parser<'t> {
             reg_counts,
             body,
         };
+        let header = Header::of(&kernel, target);
+        if version != header.isa.to_string() || target_name != header.target {
+            return Err(ParseError {
+                line: version_line,
+                message: format!(
+                    "`.version {version}` and `.target {target_name}` are not what ktune prints for this kernel on {target} (`.version {}`, `.target {}`)",
+                    header.isa, header.target
+                ),
+            });
+        }
+        if dynamic_shared_bytes > 0 && shared_align != header.shared_align {
+            return Err(ParseError {
+                line: version_line + 5,
+                message: format!(
+                    "the shared-memory window is aligned to {shared_align} bytes; ktune aligns this kernel's to {}",
+                    header.shared_align
+                ),
+            });
+        }
         Ok((kernel, target))
     }
 
@@ -159,13 +177,14 @@ impl<'t> Parser<'t> {
             .ok_or_else(|| self.error(format!("`.minnctapersm {count}` is not a positive count")))
     }
 
-    /// The size comment and `.extern .shared` declaration, if present.
-    fn shared_window(&mut self) -> Result<u32, ParseError> {
+    /// The size comment and `.extern .shared` declaration, if present: the
+    /// window's size and alignment.
+    fn shared_window(&mut self) -> Result<(u32, u32), ParseError> {
         let Some(comment) = self
             .peek()
             .and_then(|l| l.strip_prefix(&format!("// {SHARED}: ")))
         else {
-            return Ok(0);
+            return Ok((0, 0));
         };
         self.next += 1;
         let bytes = comment
@@ -177,9 +196,17 @@ impl<'t> Parser<'t> {
         if self.lines[self.next - 1] != shared_size_comment(bytes) {
             return Err(self.error(format!("expected `{}`", shared_size_comment(bytes))));
         }
-        self.expect(&format!(".extern .shared .align 16 .b8 {SHARED}[];"))?;
+        let declaration = self.line()?;
+        let align = [16, 1024]
+            .into_iter()
+            .find(|a| declaration == format!(".extern .shared .align {a} .b8 {SHARED}[];"))
+            .ok_or_else(|| {
+                self.error(format!(
+                    "expected `.extern .shared .align 16 .b8 {SHARED}[];` (or `.align 1024`), found `{declaration}`"
+                ))
+            })?;
         self.expect("")?;
-        Ok(bytes)
+        Ok((bytes, align))
     }
 
     /// `\t.param .u64 param_<i>,` lines up to `)`.
@@ -516,6 +543,21 @@ impl<'t> Parser<'t> {
                     c: self.regs(ops[3], counts)?,
                 }
             }
+            "wgmma" => match parts.get(1) {
+                Some(&"fence") => Op::WgmmaFence,
+                Some(&"commit_group") => Op::WgmmaCommit,
+                Some(&"wait_group") => {
+                    arity(1)?;
+                    Op::WgmmaWait {
+                        pending: ops[0].parse().map_err(|_| {
+                            self.error(format!("`{}` is not a group count", ops[0]))
+                        })?,
+                    }
+                }
+                Some(&"mma_async") => self.wgmma(opcode, ops, counts)?,
+                _ => return Err(self.error(format!("`{opcode}` is not a wgmma form ktune emits"))),
+            },
+            "fence" if opcode == "fence.proxy.async.shared::cta" => Op::FenceProxyAsync,
             "red" => {
                 arity(2)?;
                 Op::RedAdd {
@@ -648,6 +690,45 @@ impl<'t> Parser<'t> {
     }
 
     /// `{r0, …}` with exactly `N` registers.
+    /// A `wgmma.mma_async` (see [`Op::Wgmma`]).
+    fn wgmma(&self, opcode: &str, ops: &[&str], counts: &[u32]) -> Result<Op, ParseError> {
+        let d: Vec<Reg> = self
+            .list(ops.first().copied().unwrap_or(""))
+            .iter()
+            .map(|r| self.reg(r, counts))
+            .collect::<Result<_, _>>()?;
+        let kind = [MmaKind::F16, MmaKind::Bf16, MmaKind::Tf32]
+            .into_iter()
+            .find(|k| wgmma_name(*k, 2 * d.len()) == opcode)
+            .ok_or_else(|| {
+                self.error(format!(
+                    "`{opcode}` with {} accumulators is not a wgmma form ktune emits",
+                    d.len()
+                ))
+            })?;
+        let operands = if kind == MmaKind::Tf32 { 6 } else { 8 };
+        if ops.len() != operands {
+            return Err(self.error(format!(
+                "`{opcode}` takes {operands} operands, found {}",
+                ops.len()
+            )));
+        }
+        let flag = |i: usize| match ops.get(i) {
+            Some(&"1") => Ok(true),
+            Some(&"0") | None => Ok(false),
+            Some(other) => Err(self.error(format!("`{other}` is not a transpose flag (0 or 1)"))),
+        };
+        Ok(Op::Wgmma {
+            kind,
+            d,
+            a: self.reg(ops[1], counts)?,
+            b: self.reg(ops[2], counts)?,
+            scale_d: self.reg(ops[3], counts)?,
+            trans_a: flag(6)?,
+            trans_b: flag(7)?,
+        })
+    }
+
     fn regs<const N: usize>(&self, text: &str, counts: &[u32]) -> Result<[Reg; N], ParseError> {
         let regs: Vec<Reg> = self
             .list(text)
