@@ -221,6 +221,7 @@ fn suite() -> Vec<(Kernel, Vec<Schedule>)> {
             min_blocks: 0,
             swizzle: 0,
             prefetch: 0,
+            wgmma: 0,
         })
     };
     let tf32_points = vec![
@@ -316,6 +317,7 @@ fn suite() -> Vec<(Kernel, Vec<Schedule>)> {
                 min_blocks: 0,
                 swizzle: 0,
                 prefetch: 0,
+                wgmma: 0,
             }),
         ],
     ));

@@ -605,3 +605,42 @@ fn fragments_loaded_ahead_keep_mmas_issuing_across_the_barrier() {
         needed.0.tensor_core_instructions
     );
 }
+
+/// The bf16 matmul + bias + gelu on Hopper's warpgroup instructions
+/// (`wgmma = 1`, sm_90a): its main loop issues each k-step's `wgmma`s as
+/// HGMMA and loads no fragments (no LDSM, no HMMA), and it does not spill.
+#[test]
+fn warpgroup_tiles_run_on_hgmma() {
+    let tools = tools();
+    let kernel = bf16_matmul_bias_gelu();
+    let target = SmVersion::Sm90;
+    let tiles = MmaTiles {
+        block_m: 128,
+        block_n: 64,
+        block_k: 64,
+        warp_m: 128,
+        warp_n: 64,
+        stages: 3,
+        group_m: 8,
+        split_k: 1,
+        min_blocks: 0,
+        swizzle: 1,
+        prefetch: 0,
+        wgmma: 1,
+    };
+    let schedule = Schedule::Mma(tiles);
+    let lowered = lower::lower(&kernel, &schedule, target)
+        .unwrap_or_else(|e| panic!("{}: {e}", schedule.to_json()));
+    let ptx = ktune_core::ptx::print(&lowered.ptx, target);
+    assert!(ptx.contains("\n.target sm_90a\n"), "{ptx}");
+    let inspection = sass::inspect(&tools, &Request::lowered(&lowered, target))
+        .unwrap_or_else(|e| panic!("{}: {e}", schedule.to_json()));
+    assert!(!inspection.spills(), "{inspection:?}");
+    let instructions = machine_code(&tools, &lowered, target);
+    let body = &instructions[sass::main_loop(&instructions).expect("a main loop")];
+    let count = |name: &str| body.iter().filter(|i| i.opcode.name == name).count();
+    // Two m64n64k16 a k-step (warp_m 128), four k-steps a tile.
+    assert_eq!(count("HGMMA"), 8, "{body:#?}");
+    assert_eq!(count("HMMA") + count("LDSM"), 0);
+    assert_eq!(inspection.threads_per_block, 128);
+}

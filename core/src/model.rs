@@ -43,7 +43,9 @@
 //!   [`Hardware::tf32_flops_per_sm_clock`], half of it; derated on sm_90, whose peak
 //!   needs `wgmma`: `mma.sync` reaches about `MMA_SYNC_SM90` of it there,
 //!   which is why cuBLAS outruns this path on H100; and there only with
-//!   `MMA_WARPS_PER_SCHEDULER` warps a scheduler), the shared-memory
+//!   `MMA_WARPS_PER_SCHEDULER` warps a scheduler; a warpgroup's
+//!   `wgmma`, `wgmma = 1`, is taken at the full rate, from the published
+//!   peak alone: no GPU has measured this path yet), the shared-memory
 //!   bytes the fragment reads (`ldmatrix`, or tf32's 32-bit loads) and
 //!   `cp.async` writes, instruction issue (tf32 adds a load and a `cvt` per
 //!   fragment register), and
@@ -831,7 +833,10 @@ fn tensor_core(
         f64::from(tiles.block_k),
     );
     let (wm, wn) = (f64::from(tiles.warp_m), f64::from(tiles.warp_n));
-    let warps = f64::from(tiles.warps());
+    let warpgroups = tiles.wgmma == 1;
+    // Warps, or with `wgmma` warpgroups: the readers of operand tiles.
+    let readers = f64::from(tiles.warps());
+    let warps = f64::from(layout.threads / 32);
 
     // One block_k step of one block.
     let peak = match layout.kind {
@@ -839,33 +844,42 @@ fn tensor_core(
         MmaKind::Tf32 => hw.tf32_flops_per_sm_clock,
     };
     let mma_rate = f64::from(peak)
-        * if target == SmVersion::Sm90 {
+        * if target == SmVersion::Sm90 && !warpgroups {
             MMA_SYNC_SM90
         } else {
             1.0
         };
     let mma_cycles = 2.0 * bm * bn * bk / mma_rate;
-    // Every warp reads its A rows and B columns; the copies write both tiles.
+    // Every warp (warpgroup) reads its A rows and B columns; the copies
+    // write both tiles.
     let element = f64::from(layout.a.element_bytes);
-    let shared_bytes = (warps * (wm + wn) + bm + bn) * bk * element;
+    let shared_bytes = (readers * (wm + wn) + bm + bn) * bk * element;
     let shared_cycles = shared_bytes / SHARED_BYTES_PER_CLOCK;
     let k_steps = bk / f64::from(layout.kind.k());
-    let mmas = (wm / 16.0) * (wn / 8.0) * k_steps;
-    // Fragment reads per k-step: an `ldmatrix.x4` per 16×16 of A and of B,
-    // or for tf32 a 32-bit load and a `cvt` per fragment register.
-    let fragment_reads = match layout.kind {
-        MmaKind::F16 | MmaKind::Bf16 => wm / 16.0 + wn / 16.0,
-        MmaKind::Tf32 => 2.0 * (wm / 16.0 * 4.0 + wn / 8.0 * 2.0),
-    } * k_steps;
     let copies = f64::from(layout.a.passes + layout.b.passes);
-    let issue_cycles = warps * (mmas + fragment_reads + 3.0 * copies + 16.0) / ISSUE_PER_CLOCK;
+    let per_warp = if warpgroups {
+        // Each warp issues its warpgroup's `wgmma`s (64 rows each) and
+        // their descriptors; no fragments.
+        (wm / 64.0) * k_steps * 2.0 + 3.0 * copies + 24.0
+    } else {
+        let mmas = (wm / 16.0) * (wn / 8.0) * k_steps;
+        // Fragment reads per k-step: an `ldmatrix.x4` per 16×16 of A and
+        // of B, or for tf32 a 32-bit load and a `cvt` per fragment
+        // register.
+        let fragment_reads = match layout.kind {
+            MmaKind::F16 | MmaKind::Bf16 => wm / 16.0 + wn / 16.0,
+            MmaKind::Tf32 => 2.0 * (wm / 16.0 * 4.0 + wn / 8.0 * 2.0),
+        } * k_steps;
+        mmas + fragment_reads + 3.0 * copies + 16.0
+    };
+    let issue_cycles = warps * per_warp / ISSUE_PER_CLOCK;
 
     // On sm_90, a scheduler with fewer than `MMA_WARPS_PER_SCHEDULER` warps
-    // waits out its fragment loads between `mma`s.
+    // waits out its fragment loads between `mma`s (`wgmma` loads none).
     let sm_blocks = f64::from(block.resident);
     let per_scheduler = sm_blocks * warps / SCHEDULERS;
     let fed = match target {
-        SmVersion::Sm90 => (per_scheduler / MMA_WARPS_PER_SCHEDULER).min(1.0),
+        SmVersion::Sm90 if !warpgroups => (per_scheduler / MMA_WARPS_PER_SCHEDULER).min(1.0),
         _ => 1.0,
     };
     let compute = sm_blocks * mma_cycles.max(issue_cycles) / fed;
@@ -1160,6 +1174,7 @@ mod tests {
             min_blocks: 0,
             swizzle: 0,
             prefetch: 0,
+            wgmma: 0,
         })
     }
 
@@ -1224,6 +1239,7 @@ mod tests {
                 min_blocks: 0,
                 swizzle: 0,
                 prefetch: 0,
+                wgmma: 0,
             })
         };
         let narrow = estimate(&k, &tile(16, 4), SmVersion::Sm90).unwrap();

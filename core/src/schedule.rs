@@ -160,6 +160,14 @@ pub struct MmaTiles {
     /// form when 0.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub prefetch: u32,
+    /// Which tensor-core instructions multiply: 0, each warp's `mma.sync`
+    /// on fragments it loads with `ldmatrix`; 1 (sm_90, 16-bit operands),
+    /// Hopper's `wgmma.mma_async`, a warpgroup's four warps multiplying
+    /// operands the tensor cores read from shared memory themselves.
+    /// `warp_m × warp_n` is then a warpgroup's tile. Absent from the JSON
+    /// form when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub wgmma: u32,
 }
 
 fn one() -> u32 {
@@ -225,6 +233,7 @@ impl Class {
                 "min_blocks",
                 "swizzle",
                 "prefetch",
+                "wgmma",
             ],
         }
     }
@@ -298,6 +307,7 @@ impl Class {
                     min_blocks,
                     swizzle,
                     prefetch,
+                    wgmma,
                 ],
             ) => Schedule::Mma(MmaTiles {
                 block_m,
@@ -311,6 +321,7 @@ impl Class {
                 min_blocks,
                 swizzle,
                 prefetch,
+                wgmma,
             }),
             _ => return None,
         })
@@ -373,9 +384,10 @@ impl Schedule {
                 min_blocks,
                 swizzle,
                 prefetch,
+                wgmma,
             }) => vec![
                 block_m, block_n, block_k, warp_m, warp_n, stages, group_m, split_k, min_blocks,
-                swizzle, prefetch,
+                swizzle, prefetch, wgmma,
             ],
         }
     }
@@ -484,45 +496,54 @@ mod tests {
     fn mma_split_k_defaults_to_one_and_is_written_only_when_set() {
         let old = r#"{"class":"mma","block_m":64,"block_n":64,"block_k":32,"warp_m":32,"warp_n":32,"stages":3,"group_m":8}"#;
         let parsed = Schedule::from_json(old).expect("a schedule written before split_k");
-        assert_eq!(parsed.knob_values(), [64, 64, 32, 32, 32, 3, 8, 1, 0, 0, 0]);
+        assert_eq!(
+            parsed.knob_values(),
+            [64, 64, 32, 32, 32, 3, 8, 1, 0, 0, 0, 0]
+        );
         assert_eq!(parsed.to_json(), old);
         let split = Class::Mma
-            .schedule(&[64, 64, 32, 32, 32, 3, 1, 4, 0, 0, 0])
-            .expect("eleven knobs");
+            .schedule(&[64, 64, 32, 32, 32, 3, 1, 4, 0, 0, 0, 0])
+            .expect("twelve knobs");
         let json = split.to_json();
         assert!(json.ends_with(r#","stages":3,"split_k":4}"#), "{json}");
         assert_eq!(Schedule::from_json(&json).expect("round trip"), split);
     }
 
-    /// `min_blocks`, `swizzle` and `prefetch` default to 0 in schedules
+    /// `min_blocks`, `swizzle`, `prefetch` and `wgmma` default to 0 in schedules
     /// written before them, and are written only when set.
     #[test]
     fn register_and_layout_knobs_default_to_zero_and_are_written_only_when_set() {
         let cases = [
             (
                 r#"{"class":"mma","block_m":128,"block_n":128,"block_k":32,"warp_m":64,"warp_n":64,"stages":3,"split_k":2}"#,
-                [128, 128, 32, 64, 64, 3, 1, 2, 0, 0, 0],
-                [128, 128, 32, 64, 64, 3, 1, 1, 1, 0, 0],
+                [128, 128, 32, 64, 64, 3, 1, 2, 0, 0, 0, 0],
+                [128, 128, 32, 64, 64, 3, 1, 1, 1, 0, 0, 0],
                 r#","stages":3,"min_blocks":1}"#,
             ),
             (
                 r#"{"class":"mma","block_m":128,"block_n":128,"block_k":32,"warp_m":64,"warp_n":64,"stages":3,"min_blocks":1}"#,
-                [128, 128, 32, 64, 64, 3, 1, 1, 1, 0, 0],
-                [128, 128, 32, 64, 64, 3, 1, 1, 0, 1, 0],
+                [128, 128, 32, 64, 64, 3, 1, 1, 1, 0, 0, 0],
+                [128, 128, 32, 64, 64, 3, 1, 1, 0, 1, 0, 0],
                 r#","stages":3,"swizzle":1}"#,
             ),
             (
                 r#"{"class":"mma","block_m":128,"block_n":128,"block_k":32,"warp_m":64,"warp_n":64,"stages":3,"swizzle":1}"#,
-                [128, 128, 32, 64, 64, 3, 1, 1, 0, 1, 0],
-                [128, 128, 32, 64, 64, 3, 1, 1, 0, 1, 1],
+                [128, 128, 32, 64, 64, 3, 1, 1, 0, 1, 0, 0],
+                [128, 128, 32, 64, 64, 3, 1, 1, 0, 1, 1, 0],
                 r#","stages":3,"swizzle":1,"prefetch":1}"#,
+            ),
+            (
+                r#"{"class":"mma","block_m":128,"block_n":128,"block_k":64,"warp_m":64,"warp_n":128,"stages":3,"swizzle":1}"#,
+                [128, 128, 64, 64, 128, 3, 1, 1, 0, 1, 0, 0],
+                [128, 128, 64, 64, 128, 3, 1, 1, 0, 1, 0, 1],
+                r#","stages":3,"swizzle":1,"wgmma":1}"#,
             ),
         ];
         for (old, knobs, set, suffix) in cases {
             let parsed = Schedule::from_json(old).expect("a schedule written before the knob");
             assert_eq!(parsed.knob_values(), knobs);
             assert_eq!(parsed.to_json(), old);
-            let with = Class::Mma.schedule(&set).expect("eleven knobs");
+            let with = Class::Mma.schedule(&set).expect("twelve knobs");
             let json = with.to_json();
             assert!(json.ends_with(suffix), "{json}");
             assert_eq!(Schedule::from_json(&json).expect("round trip"), with);

@@ -281,6 +281,7 @@ fn contraction_knobs_out_of_range_are_reported_not_trusted() {
         min_blocks: 0,
         swizzle: 0,
         prefetch: 0,
+        wgmma: 0,
     };
     let schedules = [
         Schedule::Matmul(simt),
@@ -322,6 +323,7 @@ fn tensor_core_records_pass_with_or_without_the_register_hint_the_swizzle_or_the
             min_blocks,
             swizzle,
             prefetch,
+            wgmma: 0,
         });
         let db = Database::parse(&db_of(vec![r]).to_text()).unwrap();
         assert_eq!(

@@ -304,6 +304,8 @@ pub(crate) struct Program {
     pub slots: u32,
     /// The `wgmma.mma_async`s, which [`Exec::Wgmma`] points into.
     pub wgmma: Vec<Wgmma>,
+    /// Every register a `wgmma.mma_async` accumulates in, once each.
+    pub wgmma_accumulators: Vec<Slot>,
     class_base: [u32; 5],
     class_count: [u32; 5],
 }
@@ -328,6 +330,7 @@ impl Program {
             origin: Vec::with_capacity(kernel.body.len() + 1),
             slots,
             wgmma: Vec::new(),
+            wgmma_accumulators: Vec::new(),
             class_base,
             class_count,
         };
@@ -370,7 +373,11 @@ impl Program {
         });
         origin.push(kernel.body.len());
         let wgmma = d.wgmma.into_inner();
+        let mut accumulators: Vec<Slot> = wgmma.iter().flat_map(|w| w.d.iter().copied()).collect();
+        accumulators.sort_unstable();
+        accumulators.dedup();
         program.wgmma = wgmma;
+        program.wgmma_accumulators = accumulators;
         program.insts = insts;
         program.origin = origin;
         Ok(program)

@@ -4,7 +4,8 @@
 //! under every point of its schedule space when the space has at most
 //! `EVERY_POINT` points and a seeded sample of `SAMPLE` points otherwise
 //! (the tensor-core family of a 16-bit or `allow_tf32` contraction sampled on
-//! its own, `SAMPLE_MMA` points; a contraction's grouped walks, `group_m` above 1,
+//! its own, `SAMPLE_MMA` points, and its warpgroup points, `wgmma = 1`, on
+//! sm_90, `SAMPLE_WGMMA`; a contraction's grouped walks, `group_m` above 1,
 //! on their own too: every one up to `SAMPLE_GROUPED`, a sample beyond;
 //! its SIMT points pipelined by `cp.async`, `stages` above 1, up to
 //! `SAMPLE_STAGED`; each family's points split along `K`, `split_k`
@@ -45,6 +46,9 @@ const EVERY_POINT: usize = 24;
 const SAMPLE: usize = 24;
 /// Tensor-core points sampled besides, when the space has them.
 const SAMPLE_MMA: usize = 12;
+/// Warpgroup tensor-core points (`wgmma = 1`) sampled besides on sm_90,
+/// the one target that has them, when the space there has them.
+const SAMPLE_WGMMA: usize = 8;
 /// Grouped-walk points (`group_m` above 1) run besides, per family: all of
 /// them up to this many, else a sample of this many.
 const SAMPLE_GROUPED: usize = 8;
@@ -745,6 +749,18 @@ pub fn points(kernel: &Kernel, seed: u64) -> Vec<(Schedule, SmVersion)> {
                 .flat_map(|points| pick(points, SAMPLE_ROWS_KNOB, SAMPLE_ROWS_KNOB)),
         );
     let mut out: Vec<(Schedule, SmVersion)> = chosen.map(|s| (s, target)).collect();
+    // Only contractions with tensor-core points have warpgroup ones.
+    if out.iter().any(|(s, _)| s.kind() == Class::Mma) {
+        let warpgroups: Vec<Schedule> = candidates(kernel, SmVersion::Sm90)
+            .into_iter()
+            .filter(|s| matches!(s, Schedule::Mma(t) if t.wgmma == 1))
+            .collect();
+        out.extend(
+            pick(warpgroups, SAMPLE_WGMMA, SAMPLE_WGMMA)
+                .into_iter()
+                .map(|s| (s, SmVersion::Sm90)),
+        );
+    }
     for t in SmVersion::ALL {
         let h = heuristic(kernel, t);
         if !out.iter().any(|(s, _)| *s == h) {
@@ -827,6 +843,8 @@ pub struct Report<E> {
     /// Tensor-core runs that load fragments one k-step ahead
     /// (`prefetch = 1`).
     pub prefetched: usize,
+    /// Tensor-core runs on warpgroups' `wgmma.mma_async` (`wgmma = 1`).
+    pub warpgroup: usize,
     /// Runs walking the grid in groups of block rows: SIMT, tensor cores.
     pub grouped: [usize; 2],
     /// SIMT runs pipelined by `cp.async`.
@@ -858,7 +876,7 @@ pub fn run<E: Send>(
 ) -> Report<E> {
     let jobs = shaped(catalogue);
     let next = AtomicUsize::new(0);
-    let counts: [AtomicUsize; 12] = Default::default();
+    let counts: [AtomicUsize; 13] = Default::default();
     let failures = Mutex::new(Vec::new());
     std::thread::scope(|scope| {
         for _ in 0..workers.max(1) {
@@ -891,6 +909,7 @@ pub fn run<E: Send>(
         points,
         tensor,
         prefetched,
+        warpgroup,
         simt_grouped,
         tensor_grouped,
         staged,
@@ -907,6 +926,7 @@ pub fn run<E: Send>(
         points,
         tensor,
         prefetched,
+        warpgroup,
         grouped: [simt_grouped, tensor_grouped],
         staged,
         split: [simt_split, tensor_split],
@@ -919,11 +939,11 @@ pub fn run<E: Send>(
 }
 
 /// Which of [`Report`]'s counts a run of `schedule` adds to, in the order
-/// `run` keeps them: every run, tensor cores, fragments loaded ahead, SIMT
-/// grouped, tensor-core
+/// `run` keeps them: every run, tensor cores, fragments loaded ahead,
+/// warpgroups, SIMT grouped, tensor-core
 /// grouped, pipelined SIMT, SIMT split, tensor-core split, one pass, row
 /// in shared memory, shared-memory tree, two reductions in one pass.
-fn families(schedule: &Schedule) -> [bool; 12] {
+fn families(schedule: &Schedule) -> [bool; 13] {
     let tensor = schedule.kind() == Class::Mma;
     let grouped = grouped(schedule);
     let (cache, tree, online) = match *schedule {
@@ -936,10 +956,12 @@ fn families(schedule: &Schedule) -> [bool; 12] {
         _ => (0, false, false),
     };
     let prefetched = matches!(schedule, Schedule::Mma(t) if t.prefetch == 1);
+    let warpgroup = matches!(schedule, Schedule::Mma(t) if t.wgmma == 1);
     [
         true,
         tensor,
         prefetched,
+        warpgroup,
         grouped && !tensor,
         grouped && tensor,
         staged(schedule),
@@ -958,8 +980,8 @@ impl<E> fmt::Display for Report<E> {
         let [simt_grouped, tensor_grouped] = self.grouped;
         writeln!(
             f,
-            "of which on tensor cores: {} schedule points, {} with fragments loaded ahead (prefetch = 1)",
-            self.tensor, self.prefetched
+            "of which on tensor cores: {} schedule points, {} with fragments loaded ahead (prefetch = 1), {} on warpgroups (wgmma = 1)",
+            self.tensor, self.prefetched, self.warpgroup
         )?;
         writeln!(
             f,

@@ -580,6 +580,7 @@ fn tf32_tiles() -> Schedule {
         min_blocks: 0,
         swizzle: 0,
         prefetch: 0,
+        wgmma: 0,
     })
 }
 

@@ -5,38 +5,11 @@
 //! read its matrices without bank conflicts (one shared-memory wavefront
 //! per matrix, as the virtual GPU counts them).
 
-use ktune_core::ir::Kernel;
+mod common;
+
 use ktune_core::schedule::{MmaTiles, Schedule};
-use ktune_core::syntax::parse_kernel;
 use ktune_core::target::SmVersion;
 use ktune_vgpu::verify::verify;
-use quote::{format_ident, quote};
-
-/// `out[m][n] = Σ_k x·w` on `dtype` factors, A stored `(K, M)` when
-/// `a_transposed`, B stored `(N, K)` when `b_transposed`.
-fn gemm(dtype: &str, a_transposed: bool, b_transposed: bool) -> Kernel {
-    let t = format_ident!("{dtype}");
-    let (a_shape, a_read) = if a_transposed {
-        (quote!((K, M)), quote!(x[k][m]))
-    } else {
-        (quote!((M, K)), quote!(x[m][k]))
-    };
-    let (b_shape, b_read) = if b_transposed {
-        (quote!((N, K)), quote!(w[n][k]))
-    } else {
-        (quote!((K, N)), quote!(w[k][n]))
-    };
-    parse_kernel(
-        // Edges along M (a partial block row), N and K (a partial tile).
-        quote!(shape(M = 72, N = 88, K = 72)),
-        quote! {
-            fn gemm(x: Tensor<#t, #a_shape>, w: Tensor<#t, #b_shape>) -> Tensor<f32, (M, N)> {
-                compute(|m, n| sum(K, |k| #a_read * #b_read))
-            }
-        },
-    )
-    .expect("valid kernel")
-}
 
 /// Block tile (`block_m`, `block_n`, `block_k`) and warp tile.
 type Tile = ((u32, u32, u32), (u32, u32));
@@ -61,7 +34,8 @@ fn padded_and_swizzled_tiles_compute_the_product_and_read_fragments_without_conf
     let mut checked = 0;
     for dtype in ["bf16", "f16"] {
         for (a_transposed, b_transposed) in [(false, false), (false, true), (true, false)] {
-            let kernel = gemm(dtype, a_transposed, b_transposed);
+            // Edges along M (a partial block row), N and K (a partial tile).
+            let kernel = common::gemm(dtype, a_transposed, b_transposed, (72, 88, 72));
             for ((block_m, block_n, block_k), (warp_m, warp_n)) in TILES {
                 for (swizzle, prefetch) in [(0, 0), (1, 0), (0, 1), (1, 1)] {
                     let schedule = Schedule::Mma(MmaTiles {
@@ -76,6 +50,7 @@ fn padded_and_swizzled_tiles_compute_the_product_and_read_fragments_without_conf
                         min_blocks: 0,
                         swizzle,
                         prefetch,
+                        wgmma: 0,
                     });
                     let what =
                         format!("{dtype} A^T {a_transposed} B^T {b_transposed} {schedule:?}");

@@ -47,6 +47,11 @@ fn every_kernel_class_and_dtype_over_many_points_and_shapes() {
         "only {} tensor-core points loaded fragments ahead",
         report.prefetched
     );
+    assert!(
+        report.warpgroup >= 40,
+        "only {} tensor-core points ran on warpgroups (wgmma)",
+        report.warpgroup
+    );
     let [simt_grouped, tensor_grouped] = report.grouped;
     assert!(
         simt_grouped >= 50 && tensor_grouped >= 20,

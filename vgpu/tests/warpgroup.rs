@@ -185,6 +185,8 @@ enum Bug {
     ExitInFlight,
     /// Each thread's A descriptor moves by its thread index.
     DivergentDescriptor,
+    /// The accumulators are zeroed by plain moves after the fence.
+    WriteAfterFence,
 }
 
 fn arith(
@@ -278,6 +280,15 @@ fn kernel(case: Case, bug: Option<Bug>) -> Kernel {
     let d: Vec<Reg> = (0..case.n / 2).map(|_| b.reg(RegClass::F32)).collect();
     if bug != Some(Bug::NoWgmmaFence) {
         b.push(Op::WgmmaFence);
+    }
+    if bug == Some(Bug::WriteAfterFence) {
+        for r in &d {
+            b.push(Op::Mov {
+                ty: Ty::F32,
+                dst: *r,
+                src: Operand::F32(0.0),
+            });
+        }
     }
     let first = b.setp(Cmp::Ne, Ty::U32, tid, tid);
     let rest = b.setp(Cmp::Eq, Ty::U32, tid, tid);
@@ -538,6 +549,7 @@ fn caught(bug: Bug, kind: &FaultKind) -> bool {
         Bug::OverwriteInFlight => matches!(kind, FaultKind::WgmmaOverwrite { .. }),
         Bug::ExitInFlight => matches!(kind, FaultKind::WgmmaInFlightAtExit { groups: 1 }),
         Bug::DivergentDescriptor => matches!(kind, FaultKind::WgmmaOperands { .. }),
+        Bug::WriteAfterFence => matches!(kind, FaultKind::WgmmaUnfenced { .. }),
     }
 }
 
@@ -552,6 +564,7 @@ fn each_missing_step_is_its_own_fault() {
         Bug::OverwriteInFlight,
         Bug::ExitInFlight,
         Bug::DivergentDescriptor,
+        Bug::WriteAfterFence,
     ];
     for bug in bugs {
         let (got, _) = run(case, Some(bug), 128);

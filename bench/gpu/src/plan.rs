@@ -52,6 +52,9 @@ impl Variant {
 }
 
 /// A case's kernel at its benchmark shape and the schedules measured.
+/// Warpgroup (`wgmma`) points measured beside a tensor-core default.
+pub const WGMMA_ALTERNATIVES: usize = 3;
+
 #[derive(Debug, Clone)]
 pub struct Plan {
     pub case: &'static Case,
@@ -65,7 +68,9 @@ pub struct Plan {
     /// order: [`BOUNDED_CANDIDATES`] of the model's best points, spread
     /// over the knobs, less the default.
     pub bounded: Vec<Schedule>,
-    /// The default with its fragment loads (`prefetch`) flipped, then its
+    /// On sm_90, the heuristic model's [`WGMMA_ALTERNATIVES`] favourite
+    /// points on Hopper's warpgroup instructions (`wgmma = 1`); then the
+    /// default with its fragment loads (`prefetch`) flipped, then its
     /// tensor-core layout and register knobs (`swizzle`, `min_blocks`)
     /// flipped, one and both, then with tiles twice as deep in either
     /// layout, where valid: an A/B of the choices the heuristic model
@@ -99,9 +104,19 @@ impl Plan {
             .into_iter()
             .filter(|s| *s != default)
             .collect();
-        let alternatives = alternatives(&default)
-            .into_iter()
-            .filter(|s| valid.contains(s))
+        // On sm_90 the model's favourite warpgroup (`wgmma`) points first:
+        // no GPU has measured that path yet.
+        let warpgroup = ranked
+            .iter()
+            .filter(|(s, _)| matches!(s, Schedule::Mma(t) if t.wgmma == 1))
+            .take(WGMMA_ALTERNATIVES)
+            .map(|(s, _)| s.clone());
+        let alternatives = warpgroup
+            .chain(
+                alternatives(&default)
+                    .into_iter()
+                    .filter(|s| valid.contains(s)),
+            )
             .collect();
         let others: Vec<Schedule> = valid.iter().filter(|p| **p != default).cloned().collect();
         let mut sample = space::sample(&others, sample, seed);
@@ -377,13 +392,21 @@ mod tests {
     }
 
     #[test]
-    fn the_defaults_alternatives_flip_the_loads_the_layout_and_the_register_hint_and_go_deeper() {
+    fn the_defaults_alternatives_try_warpgroups_flip_the_loads_the_layout_and_the_register_hint_and_go_deeper()
+     {
         let plan = Plan::new(case("bf16_gemm_4096"), SmVersion::Sm90, 0, 1).expect("a plan");
         let Schedule::Mma(default) = plan.default else {
             panic!("a tensor-core default: {:?}", plan.default)
         };
-        let knobs: Vec<(u32, u32, u32, u32)> = plan
-            .alternatives
+        // The model's favourite warpgroup points come first.
+        let (warpgroup, flipped) = plan.alternatives.split_at(WGMMA_ALTERNATIVES);
+        assert!(
+            warpgroup
+                .iter()
+                .all(|s| matches!(s, Schedule::Mma(t) if t.wgmma == 1)),
+            "{warpgroup:?}"
+        );
+        let knobs: Vec<(u32, u32, u32, u32)> = flipped
             .iter()
             .map(|s| match *s {
                 Schedule::Mma(t) => {

@@ -231,7 +231,7 @@ fn knobs(schedule: &Schedule, target: SmVersion) -> Result<(), String> {
                 tiles.group_m,
                 tiles.split_k,
             ])?;
-            check(tiles.warps().saturating_mul(32))
+            check(tiles.threads())
         }
     }
 }

@@ -82,6 +82,15 @@
 //!   ring's barrier; with `stages = 1` there is no second slot to read
 //!   ahead from (a [`Constraint::Range`](crate::lower::Constraint)
 //!   rejection).
+//! - **Warpgroups** (`wgmma`, tensor-core contractions of 16-bit operands
+//!   on sm_90): 0, each warp's `mma.sync` on the fragments it loads, and
+//!   1, Hopper's `wgmma.mma_async`, which reads both operands from shared
+//!   memory itself; `warp_m × warp_n` is then a warpgroup's tile, 64 or
+//!   128 rows by up to 256 columns (`warp_n` offers 256 there). It needs
+//!   swizzled rows, no `prefetch` and no split-K, and reads an operand not
+//!   contiguous along `k` whole in each warpgroup, at most 64 wide (a
+//!   [`Constraint::Range`](crate::lower::Constraint) or
+//!   [`Constraint::Tiling`](crate::lower::Constraint) rejection otherwise).
 
 use super::{Coverage, Family, Knob, Space};
 use crate::dtype::DType;
@@ -192,6 +201,7 @@ fn matmul(kernel: &Kernel, plan: &MatmulPlan, target: SmVersion) -> Space {
         ],
     }];
     if mma::applies(kernel, plan) {
+        let warpgroups = wgmmas(kernel, plan, target);
         // Tensor-core tiles are at least one 16-wide fragment.
         let tile = |extent: u32, high: u32| powers(16, extent.next_power_of_two().clamp(16, high));
         families.push(Family {
@@ -201,13 +211,18 @@ fn matmul(kernel: &Kernel, plan: &MatmulPlan, target: SmVersion) -> Space {
                 knob("block_n", tile(n, 256)),
                 knob("block_k", tile(plan.k_extent(kernel), 64)),
                 knob("warp_m", tile(m, 128)),
-                knob("warp_n", tile(n, 128)),
+                // A warpgroup's `wgmma` tiles are up to 256 wide.
+                knob(
+                    "warp_n",
+                    tile(n, if warpgroups.len() > 1 { 256 } else { 128 }),
+                ),
                 knob("stages", stages.clone()),
                 knob("group_m", groups(m.div_ceil(16), n.div_ceil(16))),
                 knob("split_k", split_k_values(kernel, plan, target)),
                 knob("min_blocks", vec![0, 1]),
                 knob("swizzle", swizzles(kernel, plan)),
                 knob("prefetch", prefetches(&stages)),
+                knob("wgmma", warpgroups),
             ],
         });
     }
@@ -222,6 +237,15 @@ fn matmul(kernel: &Kernel, plan: &MatmulPlan, target: SmVersion) -> Space {
 fn swizzles(kernel: &Kernel, plan: &MatmulPlan) -> Vec<u32> {
     match kernel.input(plan.a.tensor).dtype {
         DType::F16 | DType::Bf16 => vec![0, 1],
+        _ => vec![0],
+    }
+}
+
+/// Which tensor-core instructions multiply: warps' `mma.sync` (0), and
+/// on sm_90 for 16-bit operands warpgroups' `wgmma.mma_async` (1).
+fn wgmmas(kernel: &Kernel, plan: &MatmulPlan, target: SmVersion) -> Vec<u32> {
+    match kernel.input(plan.a.tensor).dtype {
+        DType::F16 | DType::Bf16 if target == SmVersion::Sm90 => vec![0, 1],
         _ => vec![0],
     }
 }

@@ -15,10 +15,10 @@
 //!   before is a fault, as is one writing them (found when the result
 //!   lands); a later `wgmma.mma_async` of the same warpgroup may chain on
 //!   them, reading the result still in flight;
-//! - a `wgmma.mma_async` with no `wgmma.fence` since the warpgroup's last
-//!   `wgmma`, whose accumulators hold anything but what a `wgmma` left
-//!   there, is a fault (an instruction writing them after the fence is
-//!   not caught);
+//! - a `wgmma.mma_async` whose accumulators another instruction wrote
+//!   since the warpgroup's last `wgmma.fence` is a fault: each holds what
+//!   it held at the fence or what a `wgmma` landed in it since (a write of
+//!   the value already there goes unseen);
 //! - descriptors and `scale-d` must be the same in every thread;
 //! - a warpgroup that exits with groups in flight is a fault.
 
@@ -43,16 +43,15 @@ pub(super) struct Warpgroups {
 
 #[derive(Debug, Default, Clone)]
 struct Group {
-    /// A `wgmma.fence` came after the last `wgmma.mma_async`.
-    fenced: bool,
     open: Vec<Issued>,
     committed: VecDeque<Vec<Issued>>,
     /// For each accumulator register in-flight instructions write, how
     /// many do.
     in_flight: HashMap<Slot, u32>,
-    /// What the last instruction to land wrote into each accumulator
-    /// register, per thread.
-    landed: HashMap<Slot, Vec<u32>>,
+    /// What each accumulator register may hold when a `wgmma` uses it, per
+    /// thread: its value at the last `wgmma.fence` (`None`: unwritten), or
+    /// what a `wgmma` landed in it since. Empty before the first fence.
+    fenced: HashMap<Slot, Vec<Option<u64>>>,
 }
 
 /// An in-flight `wgmma.mma_async`.
@@ -122,7 +121,7 @@ impl Block<'_> {
             };
             let pc = self.threads[first].pc;
             match self.program.insts[pc as usize].exec {
-                Exec::WgmmaFence => self.warpgroups.groups[group].fenced = true,
+                Exec::WgmmaFence => self.wgmma_fence(env, group),
                 Exec::WgmmaCommit => {
                     let g = &mut self.warpgroups.groups[group];
                     let open = std::mem::take(&mut g.open);
@@ -288,30 +287,50 @@ impl Block<'_> {
         for slot in &d {
             *g.in_flight.entry(*slot).or_default() += 1;
         }
-        g.fenced = false;
         g.open.push(Issued { d, values, reads });
         Ok(())
     }
 
-    /// Faults unless every accumulator in `d` is in flight (chained), still
-    /// holds what a `wgmma` left there, or a `wgmma.fence` came since the
-    /// last `wgmma`.
+    /// Thread `thread`'s register `slot`: its value, `None` if unwritten
+    /// in this block.
+    fn peek(&self, env: &BlockEnv<'_>, thread: usize, slot: Slot) -> Option<u64> {
+        let cell = self.regs[thread * self.program.slots as usize + slot as usize];
+        (cell.block == env.serial).then_some(cell.value)
+    }
+
+    /// `wgmma.fence`: what every accumulator register holds now is what a
+    /// `wgmma` may find there.
+    fn wgmma_fence(&mut self, env: &BlockEnv<'_>, group: usize) {
+        let first = group * WARPGROUP;
+        let fenced = self
+            .program
+            .wgmma_accumulators
+            .iter()
+            .map(|slot| {
+                let values = (first..first + WARPGROUP)
+                    .map(|i| self.peek(env, i, *slot))
+                    .collect();
+                (*slot, values)
+            })
+            .collect();
+        self.warpgroups.groups[group].fenced = fenced;
+    }
+
+    /// Faults unless every accumulator in `d` is in flight (chained) or
+    /// holds what it held at the last `wgmma.fence` or what a `wgmma`
+    /// landed in it since.
     fn check_fenced(&self, env: &BlockEnv<'_>, group: usize, d: &[Slot]) -> Result<(), Fault> {
         let g = &self.warpgroups.groups[group];
-        if g.fenced {
-            return Ok(());
-        }
         let first = group * WARPGROUP;
         for slot in d {
             if g.in_flight.contains_key(slot) {
                 continue;
             }
-            let untouched = g.landed.get(slot).is_some_and(|values| {
-                values.iter().enumerate().all(|(t, v)| {
-                    let cell =
-                        self.regs[(first + t) * self.program.slots as usize + *slot as usize];
-                    cell.block == env.serial && cell.value == u64::from(*v)
-                })
+            let untouched = g.fenced.get(slot).is_some_and(|values| {
+                values
+                    .iter()
+                    .enumerate()
+                    .all(|(t, v)| self.peek(env, first + t, *slot) == *v)
             });
             if !untouched {
                 let kind = FaultKind::WgmmaUnfenced {
@@ -364,7 +383,8 @@ impl Block<'_> {
                         }
                         self.set(env, i, *slot, u64::from(*v));
                     }
-                    self.warpgroups.groups[group].landed.insert(*slot, values);
+                    let landed = values.iter().map(|v| Some(u64::from(*v))).collect();
+                    self.warpgroups.groups[group].fenced.insert(*slot, landed);
                 }
             }
         }

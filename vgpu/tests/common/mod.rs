@@ -188,3 +188,34 @@ pub fn map_f32(inputs: &[&[f32]], build: impl FnOnce(&mut Builder, &[Reg]) -> Re
         .unwrap_or_else(|f| panic!("{f}"))
         .0
 }
+
+/// `out[m][n] = Σ_k x·w` on `dtype` factors at `(M, N, K)`, A stored
+/// `(K, M)` when `a_transposed`, B stored `(N, K)` when `b_transposed`.
+pub fn gemm(
+    dtype: &str,
+    a_transposed: bool,
+    b_transposed: bool,
+    (m, n, k): (u32, u32, u32),
+) -> ktune_core::ir::Kernel {
+    use quote::{format_ident, quote};
+    let t = format_ident!("{dtype}");
+    let (a_shape, a_read) = if a_transposed {
+        (quote!((K, M)), quote!(x[k][m]))
+    } else {
+        (quote!((M, K)), quote!(x[m][k]))
+    };
+    let (b_shape, b_read) = if b_transposed {
+        (quote!((N, K)), quote!(w[n][k]))
+    } else {
+        (quote!((K, N)), quote!(w[k][n]))
+    };
+    ktune_core::syntax::parse_kernel(
+        quote!(shape(M = #m, N = #n, K = #k)),
+        quote! {
+            fn gemm(x: Tensor<#t, #a_shape>, w: Tensor<#t, #b_shape>) -> Tensor<f32, (M, N)> {
+                compute(|m, n| sum(K, |k| #a_read * #b_read))
+            }
+        },
+    )
+    .expect("valid kernel")
+}

@@ -160,6 +160,7 @@ fn pipelined(
         tiles: layout.k_tiles(),
         stages: t.stages,
         slot_bytes: layout.slot_bytes,
+        async_proxy: false,
     };
     pipeline::ring(b, ring, issue, |b, slot| {
         let a_slot = b.u32_op(ArithOp::Add, a_frag, slot);

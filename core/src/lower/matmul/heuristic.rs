@@ -370,6 +370,7 @@ fn tensor_core(
             min_blocks: 0,
             swizzle,
             prefetch: u32::from(stages > 1),
+            wgmma: 0,
         })
         .find(|t| MmaLayout::new(kernel, plan, *t, target).is_ok())
 }

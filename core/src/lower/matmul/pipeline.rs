@@ -51,6 +51,10 @@ pub(super) struct Ring {
     pub tiles: u32,
     pub stages: u32,
     pub slot_bytes: u32,
+    /// Whether the tiles are read through the async proxy (`wgmma`): each
+    /// thread then fences its landed copies (`fence.proxy.async`) before
+    /// the barrier that hands them to the block.
+    pub async_proxy: bool,
 }
 
 /// The registers that walk the ring: the byte offsets of the slot read and
@@ -123,6 +127,15 @@ impl Ring {
     /// and for every thread to reach this point.
     fn wait(self, b: &mut Builder) {
         b.cp_async_wait(self.stages - 2);
+        self.hand_over(b);
+    }
+
+    /// The barrier after a thread's copies have landed, behind the proxy
+    /// fence the async proxy's readers need.
+    fn hand_over(self, b: &mut Builder) {
+        if self.async_proxy {
+            b.push(Op::FenceProxyAsync);
+        }
         b.push(Op::BarSync);
     }
 
@@ -160,7 +173,7 @@ pub(super) fn ring(
         issue(b, cursor.read);
         b.cp_async_commit();
         b.cp_async_wait(0);
-        b.push(Op::BarSync);
+        ring.hand_over(b);
     } else {
         // Tile kt is visible to the block, and every thread is done with
         // slot kt - 1, which the next copies overwrite.

@@ -28,7 +28,7 @@ use crate::lower::matmul::output::{BlockShape, Outputs, Tile, finish};
 use crate::lower::matmul::pipeline::{self, Ring, Steps};
 use crate::lower::matmul::{MatmulPlan, Side};
 use crate::ptx::Builder;
-use crate::ptx::inst::{Addr, ArithOp, MmaKind, Op, Operand, Reg, Space, Ty};
+use crate::ptx::inst::{Addr, ArithOp, Label, MmaKind, Op, Operand, Reg, Space, Ty};
 
 pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &MmaLayout) -> Lowered {
     let t = layout.tiles;
@@ -88,11 +88,25 @@ pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &MmaLayout) -> Lo
     let reduced = layout
         .split
         .map(|split| split.reduce(&mut b, &tile, (smem, layout.threads, params), &sums));
+    store(b, (kernel, plan, layout), &tile, (&sums, &ms, &ns), reduced)
+}
+
+/// The epilogue and the kernel's end: each thread's sums `sums[i][j]`,
+/// for outputs `(ms[i], ns[j])` (pairs of consecutive columns), stored;
+/// `reduced` the label split-K's blocks that did not reduce jump to.
+pub(super) fn store(
+    b: Builder,
+    (kernel, plan, layout): (&Kernel, &MatmulPlan, &MmaLayout),
+    tile: &Tile,
+    (sums, ms, ns): (&[Vec<Reg>], &[Reg], &[Reg]),
+    reduced: Option<Label>,
+) -> Lowered {
+    let t = layout.tiles;
     let bound = |extent: u32, block: u32| (!extent.is_multiple_of(block)).then_some(extent);
     let outputs = Outputs {
-        acc: &sums,
-        ms: &ms,
-        ns: &ns,
+        acc: sums,
+        ms,
+        ns,
         m_bound: bound(layout.m_extent, t.block_m),
         n_bound: bound(layout.n_extent, t.block_n),
         run: 2,
@@ -101,13 +115,13 @@ pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &MmaLayout) -> Lo
         b,
         kernel,
         plan,
-        (&tile, &outputs),
+        (tile, &outputs),
         reduced,
         BlockShape {
             threads: layout.threads,
             shared_bytes: layout.shared_bytes,
             split: layout.split,
-            min_blocks: layout.tiles.min_blocks,
+            min_blocks: t.min_blocks,
         },
     )
 }
@@ -246,6 +260,7 @@ fn main_loop(
         tiles: layout.k_tiles(),
         stages: t.stages,
         slot_bytes: layout.slot_bytes,
+        async_proxy: false,
     };
     let warp = Warp { layout, acc, lanes };
     if t.prefetch == 1 {
@@ -384,7 +399,7 @@ fn tf32_fragments(
 }
 
 /// `base + delta`, with no instruction when `delta` is 0.
-fn offset(b: &mut Builder, base: Reg, delta: u32) -> Reg {
+pub(super) fn offset(b: &mut Builder, base: Reg, delta: u32) -> Reg {
     if delta == 0 {
         base
     } else {
@@ -392,6 +407,6 @@ fn offset(b: &mut Builder, base: Reg, delta: u32) -> Reg {
     }
 }
 
-fn imm(value: u32) -> Operand {
+pub(super) fn imm(value: u32) -> Operand {
     Operand::Int(i64::from(value))
 }

@@ -95,6 +95,51 @@ impl MmaStaging {
     }
 }
 
+impl MmaStaging {
+    /// Bytes of one stored row.
+    pub fn row_bytes(&self) -> u32 {
+        self.pitch * self.element_bytes
+    }
+
+    /// Checks that `wgmma` can read the tile, in swizzled rows, as one of
+    /// its canonical layouts: rows of at most 128 bytes (a `k`-major row
+    /// is at most 64 16-bit elements, always), and an M- or N-major tile
+    /// read whole by each warpgroup (`warp_x` the block's width), so that
+    /// its descriptors start on the swizzle's rows.
+    fn check_canonical(&self, name: &str, warp_x: u32) -> Result<(), Violation> {
+        if self.row_bytes() > 128 {
+            return Err(Violation::new(
+                Constraint::Tiling,
+                format!(
+                    "wgmma reads {name}'s tile in rows of at most 128 bytes; its rows along k hold {} elements ({} bytes)",
+                    self.cols,
+                    self.row_bytes()
+                ),
+            ));
+        }
+        if !self.k_major && warp_x != self.block_x {
+            return Err(Violation::new(
+                Constraint::Tiling,
+                format!(
+                    "{name} is not contiguous along k: each warpgroup reads its whole {}-wide tile, but its own is {warp_x} wide",
+                    self.block_x
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The swizzle mode of a `wgmma` matrix descriptor for the tile's rows
+    /// (1: 128 bytes, 2: 64, 3: 32).
+    pub fn descriptor_mode(&self) -> u64 {
+        match self.row_bytes() {
+            128 => 1,
+            64 => 2,
+            _ => 3,
+        }
+    }
+}
+
 /// 16-byte chunks of a 128-byte line (the 32 banks once over).
 const LINE_CHUNKS: u32 = 8;
 
@@ -140,13 +185,17 @@ impl MmaLayout {
             min_blocks,
             swizzle,
             prefetch,
+            wgmma,
         } = tiles;
+        let warpgroups = wgmma == 1;
+        // A warpgroup's `wgmma`s are 64 rows by up to 256 columns.
+        let (warp_m_low, warp_n_high) = if warpgroups { (64, 256) } else { (16, 128) };
         for (name, value, low, high) in [
             ("block_m", block_m, 16, 256),
             ("block_n", block_n, 16, 256),
             ("block_k", block_k, 16, 64),
-            ("warp_m", warp_m, 16, 128),
-            ("warp_n", warp_n, 16, 128),
+            ("warp_m", warp_m, warp_m_low, 128),
+            ("warp_n", warp_n, 16, warp_n_high),
         ] {
             if !value.is_power_of_two() || !(low..=high).contains(&value) {
                 return Err(Violation::new(
@@ -203,6 +252,16 @@ impl MmaLayout {
                 ));
             }
         }
+        if warpgroups {
+            check_warpgroups(tiles, kind, target)?;
+        } else if wgmma > 1 {
+            return Err(Violation::new(
+                Constraint::Range,
+                format!(
+                    "wgmma = {wgmma}; expected 0 (warps' mma.sync) or 1 (warpgroups' wgmma.mma_async)"
+                ),
+            ));
+        }
         check_group(group_m, block_m, kernel.extent(plan.m))?;
         let k_extent = kernel.extent(plan.k);
         let grid = u64::from(kernel.extent(plan.m).div_ceil(block_m))
@@ -225,9 +284,13 @@ impl MmaLayout {
                 ),
             ));
         }
-        let threads = 32 * tiles.warps();
+        let threads = tiles.threads();
         check_block(threads, target).map_err(|v| Violation {
-            reason: format!("32·(block_m/warp_m)·(block_n/warp_n) gives {}", v.reason),
+            reason: format!(
+                "{}·(block_m/warp_m)·(block_n/warp_n) gives {}",
+                threads / tiles.warps().max(1),
+                v.reason
+            ),
             ..v
         })?;
 
@@ -237,7 +300,18 @@ impl MmaLayout {
             offset: a.bytes(),
             ..b
         };
-        let slot_bytes = a.bytes() + b.bytes();
+        if warpgroups {
+            for (s, name, warp_x) in [(&a, "A", warp_m), (&b, "B", warp_n)] {
+                s.check_canonical(name, warp_x)?;
+            }
+        }
+        // `wgmma` reads swizzled tiles whose pattern repeats every 1024
+        // bytes at most, from slots that keep it in phase.
+        let slot_bytes = if warpgroups {
+            (a.bytes() + b.bytes()).next_multiple_of(WGMMA_SWIZZLE_PERIOD)
+        } else {
+            a.bytes() + b.bytes()
+        };
         let shared_bytes = stages * slot_bytes;
         let max_shared = target.limits().max_shared_per_block;
         if shared_bytes > max_shared {
@@ -253,12 +327,20 @@ impl MmaLayout {
         // steps' either way where a tile has more), the copy pointers
         // (64-bit), the fragments' lane addresses and the addressing around
         // them come on top.
-        let accumulators = (warp_m / 16) * (warp_n / 8) * 4;
         let k_steps = block_k / kind.k();
-        let buffers = if prefetch == 1 && k_steps == 1 { 2 } else { 1 };
-        let fragments = ((warp_m / 16) * 4 + (warp_n / 8) * 2) * buffers;
-        let lanes = a.lane_registers(warp_m, k_steps) + b.lane_registers(warp_n, k_steps);
-        let registers = accumulators + fragments + 2 * (a.passes + b.passes) + lanes + 30;
+        let (accumulators, registers) = if warpgroups {
+            // A thread holds 1/128 of its warpgroup's tile; no fragments,
+            // two 64-bit descriptors.
+            let accumulators = warp_m * warp_n / 128;
+            (accumulators, accumulators + 2 * (a.passes + b.passes) + 34)
+        } else {
+            let accumulators = (warp_m / 16) * (warp_n / 8) * 4;
+            let buffers = if prefetch == 1 && k_steps == 1 { 2 } else { 1 };
+            let fragments = ((warp_m / 16) * 4 + (warp_n / 8) * 2) * buffers;
+            let lanes = a.lane_registers(warp_m, k_steps) + b.lane_registers(warp_n, k_steps);
+            let registers = accumulators + fragments + 2 * (a.passes + b.passes) + lanes + 30;
+            (accumulators, registers)
+        };
         let budget = REGISTER_BUDGET.min(target.limits().registers_per_sm / threads);
         if registers > budget {
             return Err(Violation::new(
@@ -295,6 +377,56 @@ impl MmaLayout {
     pub fn k_overhangs(&self) -> bool {
         split::k_overhangs(self.split, self.k_extent, self.tiles.block_k)
     }
+}
+
+/// The period of the widest swizzle `wgmma` reads (128-byte rows, 8 of
+/// them), which tiles and ring slots start at multiples of.
+pub(crate) const WGMMA_SWIZZLE_PERIOD: u32 = 1024;
+
+/// The knobs `wgmma = 1` needs: sm_90's instruction, 16-bit operands in
+/// swizzled rows (its canonical layouts), and none of the `mma.sync`
+/// path's fragment loads nor split-K (not built for it).
+fn check_warpgroups(tiles: MmaTiles, kind: MmaKind, target: SmVersion) -> Result<(), Violation> {
+    if target != SmVersion::Sm90 {
+        return Err(Violation::new(
+            Constraint::Range,
+            format!("wgmma = 1 is sm_90's warpgroup instruction; {target} has none"),
+        ));
+    }
+    if kind == MmaKind::Tf32 {
+        return Err(Violation::new(
+            Constraint::Operands,
+            "wgmma = 1 multiplies f16 or bf16 operands; tf32 products run on mma.sync".to_owned(),
+        ));
+    }
+    for (name, value, want, why) in [
+        (
+            "swizzle",
+            tiles.swizzle,
+            1,
+            "wgmma reads tiles in swizzled rows",
+        ),
+        (
+            "prefetch",
+            tiles.prefetch,
+            0,
+            "wgmma loads no fragments into registers",
+        ),
+        (
+            "split_k",
+            tiles.split_k,
+            1,
+            "split-K is not built for wgmma",
+        ),
+    ] {
+        if value != want {
+            return Err(Violation::new(
+                Constraint::Range,
+                format!("{name} = {value} with wgmma = 1; expected {want} ({why})"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The `mma` form for the contraction's operands, or why tensor cores do

@@ -84,16 +84,29 @@
 //! the slices are added up as for SIMT points (`split`), on the
 //! `mma` accumulators before the epilogue.
 //!
+//! # Warpgroups (`wgmma = 1`)
+//!
+//! On sm_90, 16-bit operands can be multiplied by Hopper's
+//! `wgmma.mma_async` instead: the block's threads form warpgroups of 128,
+//! each computing a `warp_m × warp_n` sub-tile (64 or 128 rows, up to 256
+//! columns), and the tensor cores read both operands from the ring
+//! themselves, through matrix descriptors: no fragments in registers, no
+//! `ldmatrix`. The swizzled rows above are the instruction's canonical
+//! layouts when a row is at most 128 bytes, which `k`-contiguous tiles
+//! always are; a tile contiguous along `m` or `n` must be at most 64 wide
+//! and is read whole by each warpgroup (see `warpgroup`).
+//!
 //! The code is split by pass: `layout` (checking a schedule), `copy`
 //! (global → shared with `cp.async`), `emit` (the rest; its `k` loop is
 //! the ring of `pipeline`, which the SIMT lowering's
-//! multi-stage points share).
+//! multi-stage points share), `warpgroup` (the rest for `wgmma = 1`).
 
 mod copy;
 mod emit;
 pub(crate) mod layout;
 #[cfg(test)]
 mod tests;
+mod warpgroup;
 
 use super::MatmulPlan;
 use crate::ir::Kernel;
@@ -116,9 +129,15 @@ impl MmaTiles {
         Schedule::Mma(self)
     }
 
-    /// Warps per block.
+    /// Warps per block, or with `wgmma = 1` warpgroups per block.
     pub fn warps(self) -> u32 {
         (self.block_m / self.warp_m.max(1)).saturating_mul(self.block_n / self.warp_n.max(1))
+    }
+
+    /// Threads per block: 32 a warp, or 128 a warpgroup with `wgmma = 1`.
+    pub fn threads(self) -> u32 {
+        let per: u32 = if self.wgmma == 1 { 128 } else { 32 };
+        per.saturating_mul(self.warps())
     }
 }
 
@@ -138,5 +157,9 @@ pub(crate) fn lower(
     target: SmVersion,
 ) -> Result<Lowered, Violation> {
     let layout = MmaLayout::new(kernel, plan, tiles, target)?;
-    Ok(emit::emit(kernel, plan, &layout))
+    Ok(if tiles.wgmma == 1 {
+        warpgroup::emit(kernel, plan, &layout)
+    } else {
+        emit::emit(kernel, plan, &layout)
+    })
 }

@@ -41,6 +41,7 @@ fn tiles(block: (u32, u32, u32), warp: (u32, u32), stages: u32) -> MmaTiles {
         min_blocks: 0,
         swizzle: 0,
         prefetch: 0,
+        wgmma: 0,
     }
 }
 

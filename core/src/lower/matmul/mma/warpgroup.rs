@@ -1,0 +1,195 @@
+//! Emits a tensor-core contraction on Hopper's warpgroup instructions
+//! (`wgmma = 1`, sm_90, f16 and bf16) for a checked [`MmaLayout`].
+//!
+//! The block's threads form `(block_m / warp_m) · (block_n / warp_n)`
+//! warpgroups of 128; each computes a `warp_m × warp_n` sub-tile as
+//! `warp_m / 64` accumulators of `m64n<warp_n>` (a thread holds
+//! `warp_m · warp_n / 128` f32 values). The operand tiles move through the
+//! same `cp.async` ring as the `mma.sync` path's, in swizzled rows, which
+//! are the canonical layouts `wgmma` reads (`layout::MmaStaging`): rows of
+//! 32, 64 or 128 bytes, 8 of them a period (the descriptor's stride
+//! offset), chunks XOR-permuted by row as the descriptor's swizzle mode
+//! says. `k`-major tiles are read K-major; the others M- or N-major
+//! (`imm-trans`), whole by each warpgroup.
+//!
+//! ```text
+//! decode tile and batch from ctaid.x; copy pointers; the warpgroup's first A and B elements
+//! accumulators zeroed
+//! loop over the K tiles, the ring of `pipeline` (each thread's landed copies behind
+//! fence.proxy.async before the barrier, for the async proxy `wgmma` reads through):
+//!     descriptors of the slot's A and B tiles
+//!     wgmma.fence; block_k / 16 k-steps: warp_m / 64 wgmma.mma_async each
+//!     wgmma.commit_group; wgmma.wait_group 0   (the slot is free for the copies after the next barrier)
+//! epilogue: accumulator register 4j + 2h + e of wgmma i is row 64i + 16w + g + 8h,
+//! column 8j + 2t + e of the warpgroup's sub-tile (warp w of the warpgroup, lane 4g + t)
+//! ```
+
+use super::MmaLayout;
+use super::copy::Copier;
+use super::emit::{imm, offset, store};
+use super::layout::MmaStaging;
+use crate::ir::Kernel;
+use crate::lower::Lowered;
+use crate::lower::matmul::output::Tile;
+use crate::lower::matmul::pipeline::{self, Ring};
+use crate::lower::matmul::{MatmulPlan, Side};
+use crate::ptx::Builder;
+use crate::ptx::inst::{ArithOp, Cmp, Op, Operand, Reg, RegClass, Ty};
+
+/// Threads of a warpgroup.
+const WARPGROUP: u32 = 128;
+
+/// Rows of one `wgmma`'s A and accumulator.
+const WGMMA_M: u32 = 64;
+
+pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &MmaLayout) -> Lowered {
+    let t = layout.tiles;
+    let mut b = Builder::new();
+    let tile = Tile::decode(&mut b, kernel, plan, (t.block_m, t.block_n), t.group_m);
+    let smem = b.shared_base();
+    let a = Copier::new(&mut b, kernel, plan, layout, Side::A, &tile, (smem, None));
+    let bs = Copier::new(&mut b, kernel, plan, layout, Side::B, &tile, (smem, None));
+
+    let group = b.u32_op(ArithOp::Div, tile.tid, imm(WARPGROUP));
+    let member = b.u32_op(ArithOp::Rem, tile.tid, imm(WARPGROUP));
+    let group_n = b.u32_op(ArithOp::Rem, group, imm(layout.warps_n));
+    let group_m = b.u32_op(ArithOp::Div, group, imm(layout.warps_n));
+    let wm0 = b.u32_op(ArithOp::Mul, group_m, imm(t.warp_m));
+    let wn0 = b.u32_op(ArithOp::Mul, group_n, imm(t.warp_n));
+    let a_start = first_element(&mut b, &layout.a, wm0, smem);
+    let b_start = first_element(&mut b, &layout.b, wn0, smem);
+
+    let acc: Vec<Vec<Reg>> = (0..t.warp_m / WGMMA_M)
+        .map(|_| (0..t.warp_n / 2).map(|_| b.f32_imm(0.0)).collect())
+        .collect();
+    // `scale-d` true: every product adds to the accumulators.
+    let accumulate = b.setp(Cmp::Eq, Ty::U32, tile.tid, tile.tid);
+    let issue = |b: &mut Builder, slot: Reg| {
+        a.issue(b, slot);
+        bs.issue(b, slot);
+        a.advance(b);
+        bs.advance(b);
+    };
+    let ring = Ring {
+        tiles: layout.k_tiles(),
+        stages: t.stages,
+        slot_bytes: layout.slot_bytes,
+        async_proxy: true,
+    };
+    pipeline::ring(&mut b, ring, issue, |b, slot| {
+        let a_desc = descriptor(b, a_start, slot, &layout.a);
+        let b_desc = descriptor(b, b_start, slot, &layout.b);
+        b.push(Op::WgmmaFence);
+        for step in 0..t.block_k / layout.kind.k() {
+            let b_at = advance(b, b_desc, step_bytes(&layout.b, step));
+            for (i, d) in acc.iter().enumerate() {
+                let rows = WGMMA_M * i as u32 * layout.a.row_bytes();
+                let a_at = advance(b, a_desc, rows + step_bytes(&layout.a, step));
+                b.push(Op::Wgmma {
+                    kind: layout.kind,
+                    d: d.clone(),
+                    a: a_at,
+                    b: b_at,
+                    scale_d: accumulate,
+                    trans_a: !layout.a.k_major,
+                    trans_b: !layout.b.k_major,
+                });
+            }
+        }
+        b.push(Op::WgmmaCommit);
+        b.push(Op::WgmmaWait { pending: 0 });
+    });
+
+    let warp = b.u32_op(ArithOp::Div, member, imm(32));
+    let lane = b.u32_op(ArithOp::Rem, member, imm(32));
+    let g = b.u32_op(ArithOp::Div, lane, imm(4));
+    let t4 = b.u32_op(ArithOp::Rem, lane, imm(4));
+    let m_base = b.u32_op(ArithOp::Add, tile.m0, wm0);
+    let m_base = b.u32_mad(warp, imm(16), m_base);
+    let m_base = b.u32_op(ArithOp::Add, m_base, g);
+    let n_base = b.u32_op(ArithOp::Add, tile.n0, wn0);
+    let n_base = b.u32_mad(t4, imm(2), n_base);
+    let ms: Vec<Reg> = (0..2 * acc.len() as u32)
+        .map(|r| offset(&mut b, m_base, WGMMA_M * (r / 2) + 8 * (r % 2)))
+        .collect();
+    let ns: Vec<Reg> = (0..t.warp_n / 4)
+        .map(|c| offset(&mut b, n_base, 8 * (c / 2) + c % 2))
+        .collect();
+    let sums: Vec<Vec<Reg>> = (0..ms.len())
+        .map(|r| {
+            (0..ns.len())
+                .map(|c| acc[r / 2][4 * (c / 2) + 2 * (r % 2) + c % 2])
+                .collect()
+        })
+        .collect();
+    store(b, (kernel, plan, layout), &tile, (&sums, &ms, &ns), None)
+}
+
+/// The shared address (slot 0) of the first element of the tile's part
+/// `x0` on along its `x` (a `k`-major tile's rows; the others are read
+/// whole, `x0` 0).
+fn first_element(b: &mut Builder, s: &MmaStaging, x0: Reg, smem: Reg) -> Reg {
+    let per_x = if s.k_major {
+        s.row_bytes()
+    } else {
+        s.element_bytes
+    };
+    let at = b.u32_mad(x0, imm(per_x), smem);
+    b.u32_op(ArithOp::Add, at, imm(s.offset))
+}
+
+/// Bytes a descriptor's start moves for k-step `step`: 16 elements along
+/// a `k`-major row, 16 rows down the others.
+fn step_bytes(s: &MmaStaging, step: u32) -> u32 {
+    if s.k_major {
+        step * 16 * s.element_bytes
+    } else {
+        step * 16 * s.row_bytes()
+    }
+}
+
+/// The matrix descriptor of the tile whose first element is at `start`
+/// in the slot at byte offset `slot`: the 18-bit shared address in units
+/// of 16 bytes, the stride offset of 8 rows, the swizzle of the rows (the
+/// leading offset is unused: K-major swizzled rows hold a k-step whole,
+/// the other tiles are one swizzle atom wide).
+fn descriptor(b: &mut Builder, start: Reg, slot: Reg, s: &MmaStaging) -> Reg {
+    let at = b.u32_op(ArithOp::Add, start, slot);
+    let at = b.u32_op(ArithOp::And, at, imm(0x3ffff));
+    let at = b.u32_op(ArithOp::Shr, at, imm(4));
+    let wide = b.reg(RegClass::B64);
+    b.push(Op::Cvt {
+        to: Ty::U64,
+        from: Ty::U32,
+        dst: wide,
+        src: at,
+    });
+    let stride = u64::from(8 * s.row_bytes() / 16);
+    let fields = 1 << 16 | stride << 32 | s.descriptor_mode() << 62;
+    let desc = b.reg(RegClass::B64);
+    b.push(Op::Arith {
+        op: ArithOp::Or,
+        ty: Ty::B64,
+        dst: desc,
+        a: wide.into(),
+        b: Operand::Int(fields as i64),
+    });
+    desc
+}
+
+/// `desc` with its start `bytes` further on (a multiple of 16; no carry
+/// leaves the 14-bit field, the window being below 256 KiB).
+fn advance(b: &mut Builder, desc: Reg, bytes: u32) -> Reg {
+    if bytes == 0 {
+        return desc;
+    }
+    let moved = b.reg(RegClass::B64);
+    b.push(Op::Arith {
+        op: ArithOp::Add,
+        ty: Ty::U64,
+        dst: moved,
+        a: desc.into(),
+        b: Operand::Int(i64::from(bytes / 16)),
+    });
+    moved
+}
