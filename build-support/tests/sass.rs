@@ -607,8 +607,10 @@ fn fragments_loaded_ahead_keep_mmas_issuing_across_the_barrier() {
 }
 
 /// The bf16 matmul + bias + gelu on Hopper's warpgroup instructions
-/// (`wgmma = 1`, sm_90a): its main loop issues each k-step's `wgmma`s as
-/// HGMMA and loads no fragments (no LDSM, no HMMA), and it does not spill.
+/// (`wgmma = 1`, sm_90a), on 128×256 tiles of two warpgroups, each 64×256
+/// (B, stored `(K, N)`, in four 128-byte panels): its main loop issues
+/// each k-step's `wgmma` as HGMMA.64x256x16 and loads no fragments (no
+/// LDSM, no HMMA), and it does not spill.
 #[test]
 fn warpgroup_tiles_run_on_hgmma() {
     let tools = tools();
@@ -616,10 +618,10 @@ fn warpgroup_tiles_run_on_hgmma() {
     let target = SmVersion::Sm90;
     let tiles = MmaTiles {
         block_m: 128,
-        block_n: 64,
+        block_n: 256,
         block_k: 64,
-        warp_m: 128,
-        warp_n: 64,
+        warp_m: 64,
+        warp_n: 256,
         stages: 3,
         group_m: 8,
         split_k: 1,
@@ -639,8 +641,15 @@ fn warpgroup_tiles_run_on_hgmma() {
     let instructions = machine_code(&tools, &lowered, target);
     let body = &instructions[sass::main_loop(&instructions).expect("a main loop")];
     let count = |name: &str| body.iter().filter(|i| i.opcode.name == name).count();
-    // Two m64n64k16 a k-step (warp_m 128), four k-steps a tile.
-    assert_eq!(count("HGMMA"), 8, "{body:#?}");
+    // One m64n256k16 a k-step, four k-steps a tile.
+    let hgmma: Vec<_> = body.iter().filter(|i| i.opcode.name == "HGMMA").collect();
+    assert_eq!(hgmma.len(), 4, "{body:#?}");
+    assert!(
+        hgmma
+            .iter()
+            .all(|i| i.opcode.modifiers.first().map(String::as_str) == Some("64x256x16")),
+        "{hgmma:#?}"
+    );
     assert_eq!(count("HMMA") + count("LDSM"), 0);
-    assert_eq!(inspection.threads_per_block, 128);
+    assert_eq!(inspection.threads_per_block, 256);
 }

@@ -88,7 +88,7 @@
 //!   memory itself; `warp_m × warp_n` is then a warpgroup's tile, 64 or
 //!   128 rows by up to 256 columns (`warp_n` offers 256 there). It needs
 //!   swizzled rows, no `prefetch` and no split-K, and reads an operand not
-//!   contiguous along `k` whole in each warpgroup, at most 64 wide (a
+//!   contiguous along `k` from the start of a 128-byte panel (a
 //!   [`Constraint::Range`](crate::lower::Constraint) or
 //!   [`Constraint::Tiling`](crate::lower::Constraint) rejection otherwise).
 

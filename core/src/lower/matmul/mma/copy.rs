@@ -240,7 +240,8 @@ impl<'a> Copier<'a> {
 
 /// Where each pass's chunk lies in slot 0 (window included), for the
 /// thread whose first chunk is `col_chunk` of `row`: pass `p` writes the
-/// same chunk of row `row + p · rows_per_pass`.
+/// same chunk of row `row + p · rows_per_pass` (rows cut into panels
+/// keep a panel's rows together, `MmaStaging::panels`).
 ///
 /// Padded rows take an offset per pass from one register. Swizzled rows
 /// permute their chunks by the row's key, which moves on by
@@ -258,7 +259,17 @@ fn shared_addresses(
     let row_bytes = staging.pitch * staging.element_bytes;
     let row_start = b.u32_mad(row, imm(row_bytes), smem);
     let row_start = b.u32_op(ArithOp::Add, row_start, imm(staging.offset));
-    let at = |b: &mut Builder, chunk: Reg| b.u32_mad(chunk, imm(16), row_start);
+    let at = |b: &mut Builder, chunk: Reg| {
+        if staging.panels == 1 {
+            return b.u32_mad(chunk, imm(16), row_start);
+        }
+        // Chunk `c` of a row lies in panel `c / 8`, at chunk `c % 8` of
+        // the panel's row (the swizzle's XOR leaves the panel bits alone).
+        let panel = b.u32_op(ArithOp::Shr, chunk, imm(3));
+        let within = b.u32_op(ArithOp::And, chunk, imm(7));
+        let at = b.u32_mad(panel, imm(staging.panel_bytes()), row_start);
+        b.u32_mad(within, imm(16), at)
+    };
     let pass_offset = |pass: u32| i64::from(pass * rows_per_pass * row_bytes);
     if !staging.swizzled {
         let base = at(b, col_chunk);

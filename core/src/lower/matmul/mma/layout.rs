@@ -53,10 +53,21 @@ pub(crate) struct MmaStaging {
     pub partial: bool,
     /// Whether rows are unpadded and their chunks XOR-permuted.
     pub swizzled: bool,
+    /// Column panels a row is cut into (1: whole rows). A `wgmma` tile
+    /// contiguous along `x` and wider than 128 bytes is stored as panels
+    /// of 128 bytes, one after another, each `rows` deep and swizzled on
+    /// its own: the swizzle atoms side by side along `x` that `wgmma`'s
+    /// M- and N-major layouts read.
+    pub panels: u32,
 }
 
 impl MmaStaging {
     pub fn bytes(&self) -> u32 {
+        self.rows * self.pitch * self.element_bytes * self.panels
+    }
+
+    /// Bytes of one column panel (the whole tile when it has one).
+    pub fn panel_bytes(&self) -> u32 {
         self.rows * self.pitch * self.element_bytes
     }
 
@@ -102,31 +113,22 @@ impl MmaStaging {
     }
 
     /// Checks that `wgmma` can read the tile, in swizzled rows, as one of
-    /// its canonical layouts: rows of at most 128 bytes (a `k`-major row
-    /// is at most 64 16-bit elements, always), and an M- or N-major tile
-    /// read whole by each warpgroup (`warp_x` the block's width), so that
-    /// its descriptors start on the swizzle's rows.
+    /// its canonical layouts: rows (or panels) of at most 128 bytes (a
+    /// `k`-major row is at most 64 16-bit elements, always), and an M- or
+    /// N-major tile read by each warpgroup from the start of a swizzle
+    /// atom: whole, or in whole 128-byte panels.
     fn check_canonical(&self, name: &str, warp_x: u32) -> Result<(), Violation> {
-        if self.row_bytes() > 128 {
-            return Err(Violation::new(
-                Constraint::Tiling,
-                format!(
-                    "wgmma reads {name}'s tile in rows of at most 128 bytes; its rows along k hold {} elements ({} bytes)",
-                    self.cols,
-                    self.row_bytes()
-                ),
-            ));
+        let atom = LINE_CHUNKS * CHUNK_BYTES / self.element_bytes;
+        if self.k_major || warp_x == self.block_x || warp_x.is_multiple_of(atom) {
+            return Ok(());
         }
-        if !self.k_major && warp_x != self.block_x {
-            return Err(Violation::new(
-                Constraint::Tiling,
-                format!(
-                    "{name} is not contiguous along k: each warpgroup reads its whole {}-wide tile, but its own is {warp_x} wide",
-                    self.block_x
-                ),
-            ));
-        }
-        Ok(())
+        Err(Violation::new(
+            Constraint::Tiling,
+            format!(
+                "{name} is not contiguous along k: each warpgroup reads it from the start of a 128-byte panel, but its {warp_x}-wide part of the {}-wide tile is not a multiple of {atom}",
+                self.block_x
+            ),
+        ))
     }
 
     /// The swizzle mode of a `wgmma` matrix descriptor for the tile's rows
@@ -558,6 +560,13 @@ fn staging(
     };
     let swizzled = tiles.swizzle == 1;
     let chunks = rows * cols / chunk;
+    // `wgmma` reads rows of at most 128 bytes: wider ones (never `k`-major,
+    // `block_k` being at most 64) are cut into panels.
+    let panels = if tiles.wgmma == 1 {
+        (cols * element_bytes).div_ceil(LINE_CHUNKS * CHUNK_BYTES)
+    } else {
+        1
+    };
     Ok(MmaStaging {
         k_major,
         element_bytes,
@@ -565,7 +574,7 @@ fn staging(
         rows,
         cols,
         pitch: if swizzled {
-            cols
+            cols / panels
         } else {
             cols + pad(kind, k_major)
         },
@@ -573,5 +582,6 @@ fn staging(
         passes: chunks.div_ceil(threads),
         partial: chunks < threads,
         swizzled,
+        panels,
     })
 }

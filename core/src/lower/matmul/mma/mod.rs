@@ -93,8 +93,9 @@
 //! themselves, through matrix descriptors: no fragments in registers, no
 //! `ldmatrix`. The swizzled rows above are the instruction's canonical
 //! layouts when a row is at most 128 bytes, which `k`-contiguous tiles
-//! always are; a tile contiguous along `m` or `n` must be at most 64 wide
-//! and is read whole by each warpgroup (see `warpgroup`).
+//! always are; a tile contiguous along `m` or `n` and wider is stored in
+//! 128-byte column panels (`layout::MmaStaging::panels`), each
+//! warpgroup's part starting on one (see `warpgroup`).
 //!
 //! The code is split by pass: `layout` (checking a schedule), `copy`
 //! (global → shared with `cp.async`), `emit` (the rest; its `k` loop is

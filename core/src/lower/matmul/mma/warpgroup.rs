@@ -83,7 +83,7 @@ pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &MmaLayout) -> Lo
         for step in 0..t.block_k / layout.kind.k() {
             let b_at = advance(b, b_desc, step_bytes(&layout.b, step));
             for (i, d) in acc.iter().enumerate() {
-                let rows = WGMMA_M * i as u32 * layout.a.row_bytes();
+                let rows = x_bytes(&layout.a, WGMMA_M * i as u32);
                 let a_at = advance(b, a_desc, rows + step_bytes(&layout.a, step));
                 b.push(Op::Wgmma {
                     kind: layout.kind,
@@ -126,16 +126,22 @@ pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &MmaLayout) -> Lo
 }
 
 /// The shared address (slot 0) of the first element of the tile's part
-/// `x0` on along its `x` (a `k`-major tile's rows; the others are read
-/// whole, `x0` 0).
+/// `x0` on along its `x`.
 fn first_element(b: &mut Builder, s: &MmaStaging, x0: Reg, smem: Reg) -> Reg {
-    let per_x = if s.k_major {
-        s.row_bytes()
-    } else {
-        s.element_bytes
-    };
+    let per_x = x_bytes(s, 1);
     let at = b.u32_mad(x0, imm(per_x), smem);
     b.u32_op(ArithOp::Add, at, imm(s.offset))
+}
+
+/// Bytes from the tile's first element to its `x`-th along `x`: `x` rows
+/// of a `k`-major tile; for the others, whose parts start on a panel (or
+/// are the whole tile, `x` 0), `x / 64` panels (16-bit elements).
+fn x_bytes(s: &MmaStaging, x: u32) -> u32 {
+    if s.k_major {
+        x * s.row_bytes()
+    } else {
+        x * s.panel_bytes() / (s.row_bytes() / s.element_bytes)
+    }
 }
 
 /// Bytes a descriptor's start moves for k-step `step`: 16 elements along
@@ -150,9 +156,9 @@ fn step_bytes(s: &MmaStaging, step: u32) -> u32 {
 
 /// The matrix descriptor of the tile whose first element is at `start`
 /// in the slot at byte offset `slot`: the 18-bit shared address in units
-/// of 16 bytes, the stride offset of 8 rows, the swizzle of the rows (the
-/// leading offset is unused: K-major swizzled rows hold a k-step whole,
-/// the other tiles are one swizzle atom wide).
+/// of 16 bytes, the stride offset of 8 rows, the swizzle of the rows, and
+/// the leading offset from one panel to the next (unused in K-major
+/// swizzled rows, which hold a k-step whole, and in one-panel tiles).
 fn descriptor(b: &mut Builder, start: Reg, slot: Reg, s: &MmaStaging) -> Reg {
     let at = b.u32_op(ArithOp::Add, start, slot);
     let at = b.u32_op(ArithOp::And, at, imm(0x3ffff));
@@ -164,8 +170,14 @@ fn descriptor(b: &mut Builder, start: Reg, slot: Reg, s: &MmaStaging) -> Reg {
         dst: wide,
         src: at,
     });
+    // Atoms side by side along M or N: one panel after the other.
+    let leading = if s.panels > 1 {
+        u64::from(s.panel_bytes() / 16)
+    } else {
+        1
+    };
     let stride = u64::from(8 * s.row_bytes() / 16);
-    let fields = 1 << 16 | stride << 32 | s.descriptor_mode() << 62;
+    let fields = leading << 16 | stride << 32 | s.descriptor_mode() << 62;
     let desc = b.reg(RegClass::B64);
     b.push(Op::Arith {
         op: ArithOp::Or,
