@@ -57,6 +57,7 @@ fn warpgroup_tiles_compute_the_product() {
                 ((128, 32, 32), (64, 32), 3),
                 ((128, 128, 32), (64, 128), 2),
                 ((64, 16, 16), (64, 16), 1),
+                ((64, 64, 16), (64, 64), 4),
             ];
             for &(block, warp, stages) in points {
                 let t = tiles(block, warp, stages);
@@ -70,7 +71,7 @@ fn warpgroup_tiles_compute_the_product() {
             }
         }
     }
-    assert_eq!(checked, 2 * 4 * 8);
+    assert_eq!(checked, 2 * 4 * 9);
 }
 
 #[test]

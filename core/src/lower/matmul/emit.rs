@@ -161,6 +161,7 @@ fn pipelined(
         stages: t.stages,
         slot_bytes: layout.slot_bytes,
         async_proxy: false,
+        held: 0,
     };
     pipeline::ring(b, ring, issue, |b, slot| {
         let a_slot = b.u32_op(ArithOp::Add, a_frag, slot);

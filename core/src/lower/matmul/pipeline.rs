@@ -16,6 +16,11 @@
 //! count always names tile `kt`. With one stage the loop copies, waits,
 //! synchronizes, computes and synchronizes again (nothing overlaps).
 //!
+//! A ring whose compute leaves its slot still being read (`held = 1`:
+//! `wgmma`s in flight past the tile, waited for one tile later) copies
+//! one tile less ahead, tile `kt + stages - 2` into slot `(kt - 2) %
+//! stages`, whose reads every thread finished before this barrier.
+//!
 //! [`ring_ahead`] runs the same ring with each of a tile's steps'
 //! operands loaded into registers one step ahead of their use, the next
 //! tile's first step's across the barrier, before the tile's last step:
@@ -55,6 +60,11 @@ pub(super) struct Ring {
     /// thread then fences its landed copies (`fence.proxy.async`) before
     /// the barrier that hands them to the block.
     pub async_proxy: bool,
+    /// Slots still read once their tile's compute has returned (0 or 1:
+    /// the `wgmma`s of the tile before, in flight): the copies run that
+    /// many tiles less ahead, so that a slot is refilled only after the
+    /// barrier that follows its last read. Needs `stages` of 3 or more.
+    pub held: u32,
 }
 
 /// The registers that walk the ring: the byte offsets of the slot read and
@@ -84,19 +94,24 @@ impl Ring {
         });
     }
 
-    /// The registers, and the copies of the first `stages - 1` tiles, one
-    /// commit group each.
+    /// Tiles whose copies are in flight while one is computed.
+    fn ahead(self) -> u32 {
+        self.stages - 1 - self.held
+    }
+
+    /// The registers, and the copies of the first [`Ring::ahead`] tiles,
+    /// one commit group each.
     fn prologue(self, b: &mut Builder, issue: &impl Fn(&mut Builder, Reg)) -> Cursor {
         let read = b.u32_imm(0);
-        let write = b.u32_imm((self.stages - 1) * self.slot_bytes);
+        let write = b.u32_imm(self.ahead() * self.slot_bytes);
         if self.stages > 1 {
             let slot = b.u32_imm(0);
-            for s in 0..self.stages - 1 {
+            for s in 0..self.ahead() {
                 if s < self.tiles {
                     issue(b, slot);
                 }
                 b.cp_async_commit();
-                if s + 1 < self.stages - 1 {
+                if s + 1 < self.ahead() {
                     self.next_slot(b, slot);
                 }
             }
@@ -109,12 +124,12 @@ impl Ring {
         }
     }
 
-    /// The copies of tile `kt + stages - 1` into the write slot, when there
-    /// is one, and their commit group (`stages` above 1).
+    /// The copies of tile `kt + ahead` into the write slot, when there is
+    /// one, and their commit group (`stages` above 1).
     fn refill(self, b: &mut Builder, cursor: &Cursor, issue: &impl Fn(&mut Builder, Reg)) {
-        if self.tiles > self.stages - 1 {
+        if self.tiles > self.ahead() {
             let skip = b.label();
-            let ahead = b.u32_op(ArithOp::Add, cursor.counter, imm(self.stages - 1));
+            let ahead = b.u32_op(ArithOp::Add, cursor.counter, imm(self.ahead()));
             let more = b.setp(Cmp::Lt, Ty::U32, ahead, imm(self.tiles));
             b.bra_if(more, true, skip);
             issue(b, cursor.write);
@@ -126,7 +141,7 @@ impl Ring {
     /// Waits for tile `kt + 1`'s copies (`kt` at the top of the loop body)
     /// and for every thread to reach this point.
     fn wait(self, b: &mut Builder) {
-        b.cp_async_wait(self.stages - 2);
+        b.cp_async_wait(self.ahead() - 1);
         self.hand_over(b);
     }
 
@@ -166,6 +181,10 @@ pub(super) fn ring(
     issue: impl Fn(&mut Builder, Reg),
     mut compute: impl FnMut(&mut Builder, Reg),
 ) {
+    assert!(
+        ring.held == 0 || ring.stages >= 3,
+        "a held slot needs a third"
+    );
     let cursor = ring.prologue(b, &issue);
     let top = b.label();
     b.place(top);

@@ -261,6 +261,7 @@ fn main_loop(
         stages: t.stages,
         slot_bytes: layout.slot_bytes,
         async_proxy: false,
+        held: 0,
     };
     let warp = Warp { layout, acc, lanes };
     if t.prefetch == 1 {

@@ -19,7 +19,11 @@
 //! fence.proxy.async before the barrier, for the async proxy `wgmma` reads through):
 //!     descriptors of the slot's A and B tiles
 //!     wgmma.fence; block_k / 16 k-steps: warp_m / 64 wgmma.mma_async each
-//!     wgmma.commit_group; wgmma.wait_group 0   (the slot is free for the copies after the next barrier)
+//!     wgmma.commit_group; wgmma.wait_group 1   (the tile before is done: its slot is free
+//!                                               for the copies after the next barrier)
+//! wgmma.wait_group 0
+//! (with fewer than 3 stages, wgmma.wait_group 0 in the loop: a ring of two
+//! has no slot to spare for a tile in flight)
 //! epilogue: accumulator register 4j + 2h + e of wgmma i is row 64i + 16w + g + 8h,
 //! column 8j + 2t + e of the warpgroup's sub-tile (warp w of the warpgroup, lane 4g + t)
 //! ```
@@ -70,11 +74,15 @@ pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &MmaLayout) -> Lo
         a.advance(b);
         bs.advance(b);
     };
+    // With a third slot, a tile's `wgmma`s stay in flight while the next
+    // tile's are issued, and are waited for then.
+    let held = u32::from(t.stages >= 3);
     let ring = Ring {
         tiles: layout.k_tiles(),
         stages: t.stages,
         slot_bytes: layout.slot_bytes,
         async_proxy: true,
+        held,
     };
     pipeline::ring(&mut b, ring, issue, |b, slot| {
         let a_desc = descriptor(b, a_start, slot, &layout.a);
@@ -97,8 +105,11 @@ pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &MmaLayout) -> Lo
             }
         }
         b.push(Op::WgmmaCommit);
-        b.push(Op::WgmmaWait { pending: 0 });
+        b.push(Op::WgmmaWait { pending: held });
     });
+    if held > 0 {
+        b.push(Op::WgmmaWait { pending: 0 });
+    }
 
     let warp = b.u32_op(ArithOp::Div, member, imm(32));
     let lane = b.u32_op(ArithOp::Rem, member, imm(32));
