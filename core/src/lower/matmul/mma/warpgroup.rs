@@ -10,7 +10,8 @@
 //! 32, 64 or 128 bytes, 8 of them a period (the descriptor's stride
 //! offset), chunks XOR-permuted by row as the descriptor's swizzle mode
 //! says. `k`-major tiles are read K-major; the others M- or N-major
-//! (`imm-trans`), whole by each warpgroup.
+//! (`imm-trans`), in 128-byte column panels, each warpgroup's part from
+//! the start of one (or the whole tile, when it is one panel or less).
 //!
 //! ```text
 //! decode tile and batch from ctaid.x; copy pointers; the warpgroup's first A and B elements
