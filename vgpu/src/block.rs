@@ -196,7 +196,9 @@ impl Block<'_> {
         }
         self.copies.begin_block(&mut self.shared);
         self.shared.begin_block();
-        self.warpgroups.begin_block(self.threads.len());
+        if self.program.warpgroups {
+            self.warpgroups.begin_block(self.threads.len());
+        }
         let slots = self.program.slots as usize;
         loop {
             for i in 0..self.threads.len() {
@@ -232,7 +234,8 @@ impl Block<'_> {
                 let kind = self.shared.settle(id, offset);
                 return Err(self.fault(env, id as usize, kind));
             }
-            if self.collectives(env, stats)? | self.warpgroup_collectives(env, stats)? {
+            let warp = self.collectives(env, stats)?;
+            if warp | (self.program.warpgroups && self.warpgroup_collectives(env, stats)?) {
                 continue;
             }
             if !self.barrier(env, stats)? {

@@ -306,6 +306,9 @@ pub(crate) struct Program {
     pub wgmma: Vec<Wgmma>,
     /// Every register a `wgmma.mma_async` accumulates in, once each.
     pub wgmma_accumulators: Vec<Slot>,
+    /// Whether any instruction is warpgroup-collective: blocks of other
+    /// kernels keep no warpgroup state.
+    pub warpgroups: bool,
     class_base: [u32; 5],
     class_count: [u32; 5],
 }
@@ -331,6 +334,7 @@ impl Program {
             slots,
             wgmma: Vec::new(),
             wgmma_accumulators: Vec::new(),
+            warpgroups: false,
             class_base,
             class_count,
         };
@@ -378,6 +382,7 @@ impl Program {
         accumulators.dedup();
         program.wgmma = wgmma;
         program.wgmma_accumulators = accumulators;
+        program.warpgroups = insts.iter().any(|i| i.exec.is_warpgroup());
         program.insts = insts;
         program.origin = origin;
         Ok(program)
