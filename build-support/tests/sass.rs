@@ -651,5 +651,7 @@ fn warpgroup_tiles_run_on_hgmma() {
         "{hgmma:#?}"
     );
     assert_eq!(count("HMMA") + count("LDSM"), 0);
+    // Three slots of 48 KiB: the ring's advance divides nothing.
+    assert_eq!(count("MUFU") + count("I2F") + count("F2I"), 0, "{body:#?}");
     assert_eq!(inspection.threads_per_block, 256);
 }
