@@ -162,6 +162,30 @@ fn bounded_search_measures_the_default_and_the_models_best() {
 }
 
 #[test]
+fn bounded_candidates_on_hopper_alternate_unmeasured_warpgroup_tiles_with_mma_sync() {
+    let k = parse_kernel(
+        quote!(shape(M = 1024, N = 1024, K = 1024)),
+        quote! {
+            fn gemm(a: Tensor<bf16, (M, K)>, b: Tensor<bf16, (K, N)>) -> Tensor<f32, (M, N)> {
+                compute(|m, n| sum(K, |k| a[m][k] * b[k][n]))
+            }
+        },
+    )
+    .expect("valid kernel");
+    let warpgroup = |s: &Schedule| matches!(s, Schedule::Mma(t) if t.wgmma == 1);
+    // The model rates `wgmma` at the published peak, above every
+    // `mma.sync` point, but no GPU has measured it: half the candidates,
+    // every other one, are the best of the measured path.
+    let candidates = Task::new(&k, "", SmVersion::Sm90, &[]).bounded_candidates(8);
+    let pattern: Vec<bool> = candidates.iter().map(warpgroup).collect();
+    assert_eq!(pattern, [true, false].repeat(4), "{candidates:?}");
+    // Before Hopper there is nothing to hedge.
+    let candidates = Task::new(&k, "", SmVersion::Sm80, &[]).bounded_candidates(8);
+    assert_eq!(candidates.len(), 8);
+    assert!(!candidates.iter().any(warpgroup));
+}
+
+#[test]
 fn full_search_rejects_wrong_candidates_with_their_reason_and_goes_on() {
     let k = softmax();
     let mut bench = Fake::default();

@@ -45,7 +45,8 @@
 //!   which is why cuBLAS outruns this path on H100; and there only with
 //!   `MMA_WARPS_PER_SCHEDULER` warps a scheduler; a warpgroup's
 //!   `wgmma`, `wgmma = 1`, is taken at the full rate, from the published
-//!   peak alone: no GPU has measured this path yet), the shared-memory
+//!   peak alone: no GPU has measured this path yet, and its estimates say
+//!   so, [`Estimate::unmeasured`]), the shared-memory
 //!   bytes the fragment reads (`ldmatrix`, or tf32's 32-bit loads) and
 //!   `cp.async` writes, instruction issue (tf32 adds a load and a `cvt` per
 //!   fragment register), and
@@ -202,6 +203,10 @@ pub struct Estimate {
     /// Values per thread a one-pass rows point keeps in registers (the row
     /// elements each thread owns); 0 for every other point.
     pub cached_per_thread: u32,
+    /// Whether the estimate rests on a rate no GPU has measured: sm_90's
+    /// warpgroup `wgmma`, taken at the published peak. A search should not
+    /// trust such a point's rank over measured paths alone.
+    pub unmeasured: bool,
 }
 
 /// Estimates `schedule`'s run time for `kernel` on `target`; an invalid
@@ -258,6 +263,7 @@ pub fn estimate(
         waves,
         intensity,
         cached_per_thread: cost.cached_per_thread,
+        unmeasured: false,
     })
 }
 
@@ -663,6 +669,7 @@ impl Block {
             waves,
             intensity,
             cached_per_thread: 0,
+            unmeasured: false,
         }
     }
 }
@@ -907,7 +914,10 @@ fn tensor_core(
     } else {
         busy
     };
-    block.estimate(kernel, plan, (step_cycles, bound), intensity)
+    Estimate {
+        unmeasured: warpgroups,
+        ..block.estimate(kernel, plan, (step_cycles, bound), intensity)
+    }
 }
 
 #[cfg(test)]
