@@ -2,9 +2,10 @@
 //! (`wgmma = 1`) on the virtual GPU: every operand layout (A contiguous
 //! along `k` or along `m`, B along `k` or along `n`), 16-bit dtypes, rows
 //! of 32, 64 and 128 bytes, tiles contiguous along `m` or `n` of one to
-//! four 128-byte panels, one to four warpgroups, one to three stages, on
-//! shapes with edges in every dimension, against the CPU reference; and
-//! the schedules `wgmma` cannot run rejected by their constraint.
+//! four 128-byte panels, one to four warpgroups, one to four stages, `K`
+//! whole or split two or four ways, on shapes with edges in every
+//! dimension, against the CPU reference; and the schedules `wgmma` cannot
+//! run rejected by their constraint.
 
 mod common;
 
@@ -20,6 +21,7 @@ fn tiles(
     (block_m, block_n, block_k): (u32, u32, u32),
     (warp_m, warp_n): (u32, u32),
     stages: u32,
+    split_k: u32,
 ) -> MmaTiles {
     MmaTiles {
         block_m,
@@ -29,7 +31,7 @@ fn tiles(
         warp_n,
         stages,
         group_m: 1,
-        split_k: 1,
+        split_k,
         min_blocks: 0,
         swizzle: 1,
         prefetch: 0,
@@ -37,8 +39,8 @@ fn tiles(
     }
 }
 
-/// Block tile, warpgroup tile and stages.
-type Point = ((u32, u32, u32), (u32, u32), u32);
+/// Block tile, warpgroup tile, stages and slices of `K`.
+type Point = ((u32, u32, u32), (u32, u32), u32, u32);
 
 #[test]
 fn warpgroup_tiles_compute_the_product() {
@@ -48,19 +50,23 @@ fn warpgroup_tiles_compute_the_product() {
         for (a_t, b_t) in [(false, false), (false, true), (true, true), (true, false)] {
             // Edges along M (a partial block row), N and K (a partial tile).
             let kernel = gemm(dtype, a_t, b_t, (136, 72, 152));
+            // Split two ways, K's 5 tiles of 32 are slices of 3 and 2;
+            // four ways, its 10 tiles of 16 are 3, 3, 3 and 1.
             let points: &[Point] = &[
-                ((64, 64, 64), (64, 64), 2),
-                ((128, 64, 32), (64, 64), 3),
-                ((64, 128, 16), (64, 64), 1),
-                ((128, 128, 64), (128, 64), 2),
-                ((64, 256, 64), (64, 256), 2),
-                ((128, 32, 32), (64, 32), 3),
-                ((128, 128, 32), (64, 128), 2),
-                ((64, 16, 16), (64, 16), 1),
-                ((64, 64, 16), (64, 64), 4),
+                ((64, 64, 64), (64, 64), 2, 1),
+                ((128, 64, 32), (64, 64), 3, 1),
+                ((64, 128, 16), (64, 64), 1, 1),
+                ((128, 128, 64), (128, 64), 2, 1),
+                ((64, 256, 64), (64, 256), 2, 1),
+                ((128, 32, 32), (64, 32), 3, 1),
+                ((128, 128, 32), (64, 128), 2, 1),
+                ((64, 16, 16), (64, 16), 1, 1),
+                ((64, 64, 16), (64, 64), 4, 1),
+                ((64, 64, 32), (64, 64), 3, 2),
+                ((128, 64, 16), (64, 64), 2, 4),
             ];
-            for &(block, warp, stages) in points {
-                let t = tiles(block, warp, stages);
+            for &(block, warp, stages, split_k) in points {
+                let t = tiles(block, warp, stages, split_k);
                 let schedule = Schedule::Mma(t);
                 let what = format!("{dtype} A^T {a_t} B^T {b_t} {t:?}");
                 let verified = verify(&kernel, &schedule, target, 11)
@@ -71,13 +77,13 @@ fn warpgroup_tiles_compute_the_product() {
             }
         }
     }
-    assert_eq!(checked, 2 * 4 * 9);
+    assert_eq!(checked, 2 * 4 * 11);
 }
 
 #[test]
 fn schedules_wgmma_cannot_run_are_rejected_by_their_constraint() {
     let kernel = gemm("bf16", false, false, (128, 128, 128));
-    let good = tiles((128, 64, 64), (64, 64), 2);
+    let good = tiles((128, 64, 64), (64, 64), 2, 1);
     assert!(validate(&kernel, &Schedule::Mma(good), SmVersion::Sm90).is_ok());
     let cases = [
         (good, SmVersion::Sm80, Constraint::Range),
@@ -91,11 +97,6 @@ fn schedules_wgmma_cannot_run_are_rejected_by_their_constraint() {
                 prefetch: 1,
                 ..good
             },
-            SmVersion::Sm90,
-            Constraint::Range,
-        ),
-        (
-            MmaTiles { split_k: 2, ..good },
             SmVersion::Sm90,
             Constraint::Range,
         ),

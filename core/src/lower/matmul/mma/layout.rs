@@ -387,7 +387,7 @@ pub(crate) const WGMMA_SWIZZLE_PERIOD: u32 = 1024;
 
 /// The knobs `wgmma = 1` needs: sm_90's instruction, 16-bit operands in
 /// swizzled rows (its canonical layouts), and none of the `mma.sync`
-/// path's fragment loads nor split-K (not built for it).
+/// path's fragment loads.
 fn check_warpgroups(tiles: MmaTiles, kind: MmaKind, target: SmVersion) -> Result<(), Violation> {
     if target != SmVersion::Sm90 {
         return Err(Violation::new(
@@ -413,12 +413,6 @@ fn check_warpgroups(tiles: MmaTiles, kind: MmaKind, target: SmVersion) -> Result
             tiles.prefetch,
             0,
             "wgmma loads no fragments into registers",
-        ),
-        (
-            "split_k",
-            tiles.split_k,
-            1,
-            "split-K is not built for wgmma",
         ),
     ] {
         if value != want {

@@ -25,6 +25,8 @@
 //! wgmma.wait_group 0
 //! (with fewer than 3 stages, wgmma.wait_group 0 in the loop: a ring of two
 //! has no slot to spare for a tile in flight)
+//! split-K (split_k above 1): each block's ring covers its slice of K; the
+//! partial sums are added up in the workspace as on warps (`split`)
 //! epilogue: accumulator register 4j + 2h + e of wgmma i is row 64i + 16w + g + 8h,
 //! column 8j + 2t + e of the warpgroup's sub-tile (warp w of the warpgroup, lane 4g + t)
 //! ```
@@ -52,8 +54,9 @@ pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &MmaLayout) -> Lo
     let mut b = Builder::new();
     let tile = Tile::decode(&mut b, kernel, plan, (t.block_m, t.block_n), t.group_m);
     let smem = b.shared_base();
-    let a = Copier::new(&mut b, kernel, plan, layout, Side::A, &tile, (smem, None));
-    let bs = Copier::new(&mut b, kernel, plan, layout, Side::B, &tile, (smem, None));
+    let k0 = layout.split.map(|split| split.k0(&mut b, t.block_k));
+    let a = Copier::new(&mut b, kernel, plan, layout, Side::A, &tile, (smem, k0));
+    let bs = Copier::new(&mut b, kernel, plan, layout, Side::B, &tile, (smem, k0));
 
     let group = b.u32_op(ArithOp::Div, tile.tid, imm(WARPGROUP));
     let member = b.u32_op(ArithOp::Rem, tile.tid, imm(WARPGROUP));
@@ -134,7 +137,11 @@ pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &MmaLayout) -> Lo
                 .collect()
         })
         .collect();
-    store(b, (kernel, plan, layout), &tile, (&sums, &ms, &ns), None)
+    let params = kernel.inputs.len() + 1;
+    let reduced = layout
+        .split
+        .map(|split| split.reduce(&mut b, &tile, (smem, layout.threads, params), &sums));
+    store(b, (kernel, plan, layout), &tile, (&sums, &ms, &ns), reduced)
 }
 
 /// The shared address (slot 0) of the first element of the tile's part
