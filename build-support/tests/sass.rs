@@ -651,6 +651,9 @@ fn warpgroup_tiles_run_on_hgmma() {
         "{hgmma:#?}"
     );
     assert_eq!(count("HMMA") + count("LDSM"), 0);
+    // The warpgroup's descriptors are computed on the uniform datapath,
+    // which HGMMA reads them from: none is moved there in the loop.
+    assert_eq!(count("R2UR"), 0, "{body:#?}");
     // Three slots of 48 KiB: the ring's advance divides nothing.
     assert_eq!(count("MUFU") + count("I2F") + count("F2I"), 0, "{body:#?}");
     assert_eq!(inspection.threads_per_block, 256);

@@ -14,7 +14,8 @@
 //! the start of one (or the whole tile, when it is one panel or less).
 //!
 //! ```text
-//! decode tile and batch from ctaid.x; copy pointers; the warpgroup's first A and B elements
+//! decode tile and batch from ctaid.x; copy pointers; the warpgroup (tid / 128, read from
+//! lane 0: warp-uniform for ptxas); its first A and B elements
 //! accumulators zeroed
 //! loop over the K tiles, the ring of `pipeline` (each thread's landed copies behind
 //! fence.proxy.async before the barrier, for the async proxy `wgmma` reads through):
@@ -41,7 +42,7 @@ use crate::lower::matmul::output::Tile;
 use crate::lower::matmul::pipeline::{self, Ring};
 use crate::lower::matmul::{MatmulPlan, Side};
 use crate::ptx::Builder;
-use crate::ptx::inst::{ArithOp, Cmp, Op, Operand, Reg, RegClass, Ty};
+use crate::ptx::inst::{ArithOp, Cmp, Op, Operand, Reg, RegClass, ShflMode, Ty};
 
 /// Threads of a warpgroup.
 const WARPGROUP: u32 = 128;
@@ -59,6 +60,7 @@ pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &MmaLayout) -> Lo
     let bs = Copier::new(&mut b, kernel, plan, layout, Side::B, &tile, (smem, k0));
 
     let group = b.u32_op(ArithOp::Div, tile.tid, imm(WARPGROUP));
+    let group = broadcast(&mut b, group);
     let member = b.u32_op(ArithOp::Rem, tile.tid, imm(WARPGROUP));
     let group_n = b.u32_op(ArithOp::Rem, group, imm(layout.warps_n));
     let group_m = b.u32_op(ArithOp::Div, group, imm(layout.warps_n));
@@ -142,6 +144,23 @@ pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &MmaLayout) -> Lo
         .split
         .map(|split| split.reduce(&mut b, &tile, (smem, layout.threads, params), &sums));
     store(b, (kernel, plan, layout), &tile, (&sums, &ms, &ns), reduced)
+}
+
+/// `value`, the same in every lane of a warp, read from lane 0. ptxas
+/// cannot tell that a value computed from `%tid` is warp-uniform; read
+/// through `shfl.sync.idx` it can, and keeps what follows from it (the
+/// warpgroup's descriptors) on the uniform datapath, which `wgmma` reads
+/// them from: nothing moves into uniform registers in the main loop.
+fn broadcast(b: &mut Builder, value: Reg) -> Reg {
+    let dst = b.reg(RegClass::B32);
+    b.push(Op::Shfl {
+        mode: ShflMode::Idx,
+        dst,
+        src: value,
+        lane: Operand::Int(0),
+        clamp: 0x1f,
+    });
+    dst
 }
 
 /// The shared address (slot 0) of the first element of the tile's part
