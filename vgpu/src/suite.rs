@@ -5,7 +5,8 @@
 //! `EVERY_POINT` points and a seeded sample of `SAMPLE` points otherwise
 //! (the tensor-core family of a 16-bit or `allow_tf32` contraction sampled on
 //! its own, `SAMPLE_MMA` points, and its warpgroup points, `wgmma = 1`, on
-//! sm_90, `SAMPLE_WGMMA`; a contraction's grouped walks, `group_m` above 1,
+//! sm_90, `SAMPLE_WGMMA`, and `SAMPLE_WGMMA_SPLIT` of them split along
+//! `K`; a contraction's grouped walks, `group_m` above 1,
 //! on their own too: every one up to `SAMPLE_GROUPED`, a sample beyond;
 //! its SIMT points pipelined by `cp.async`, `stages` above 1, up to
 //! `SAMPLE_STAGED`; each family's points split along `K`, `split_k`
@@ -49,6 +50,9 @@ const SAMPLE_MMA: usize = 12;
 /// Warpgroup tensor-core points (`wgmma = 1`) sampled besides on sm_90,
 /// the one target that has them, when the space there has them.
 const SAMPLE_WGMMA: usize = 8;
+/// Warpgroup points split along `K` sampled besides, where the space on
+/// sm_90 has them.
+const SAMPLE_WGMMA_SPLIT: usize = 4;
 /// Grouped-walk points (`group_m` above 1) run besides, per family: all of
 /// them up to this many, else a sample of this many.
 const SAMPLE_GROUPED: usize = 8;
@@ -751,13 +755,15 @@ pub fn points(kernel: &Kernel, seed: u64) -> Vec<(Schedule, SmVersion)> {
     let mut out: Vec<(Schedule, SmVersion)> = chosen.map(|s| (s, target)).collect();
     // Only contractions with tensor-core points have warpgroup ones.
     if out.iter().any(|(s, _)| s.kind() == Class::Mma) {
-        let warpgroups: Vec<Schedule> = candidates(kernel, SmVersion::Sm90)
-            .into_iter()
-            .filter(|s| matches!(s, Schedule::Mma(t) if t.wgmma == 1))
-            .collect();
-        out.extend(
-            pick(warpgroups, SAMPLE_WGMMA, SAMPLE_WGMMA)
+        let (split_groups, whole_groups): (Vec<Schedule>, Vec<Schedule>) =
+            candidates(kernel, SmVersion::Sm90)
                 .into_iter()
+                .filter(|s| matches!(s, Schedule::Mma(t) if t.wgmma == 1))
+                .partition(split);
+        out.extend(
+            pick(whole_groups, SAMPLE_WGMMA, SAMPLE_WGMMA)
+                .into_iter()
+                .chain(pick(split_groups, SAMPLE_WGMMA_SPLIT, SAMPLE_WGMMA_SPLIT))
                 .map(|s| (s, SmVersion::Sm90)),
         );
     }
@@ -843,8 +849,9 @@ pub struct Report<E> {
     /// Tensor-core runs that load fragments one k-step ahead
     /// (`prefetch = 1`).
     pub prefetched: usize,
-    /// Tensor-core runs on warpgroups' `wgmma.mma_async` (`wgmma = 1`).
-    pub warpgroup: usize,
+    /// Tensor-core runs on warpgroups' `wgmma.mma_async` (`wgmma = 1`):
+    /// all of them, those split along `K`.
+    pub warpgroup: [usize; 2],
     /// Runs walking the grid in groups of block rows: SIMT, tensor cores.
     pub grouped: [usize; 2],
     /// SIMT runs pipelined by `cp.async`.
@@ -876,7 +883,7 @@ pub fn run<E: Send>(
 ) -> Report<E> {
     let jobs = shaped(catalogue);
     let next = AtomicUsize::new(0);
-    let counts: [AtomicUsize; 13] = Default::default();
+    let counts: [AtomicUsize; 14] = Default::default();
     let failures = Mutex::new(Vec::new());
     std::thread::scope(|scope| {
         for _ in 0..workers.max(1) {
@@ -910,6 +917,7 @@ pub fn run<E: Send>(
         tensor,
         prefetched,
         warpgroup,
+        warpgroup_split,
         simt_grouped,
         tensor_grouped,
         staged,
@@ -926,7 +934,7 @@ pub fn run<E: Send>(
         points,
         tensor,
         prefetched,
-        warpgroup,
+        warpgroup: [warpgroup, warpgroup_split],
         grouped: [simt_grouped, tensor_grouped],
         staged,
         split: [simt_split, tensor_split],
@@ -940,10 +948,10 @@ pub fn run<E: Send>(
 
 /// Which of [`Report`]'s counts a run of `schedule` adds to, in the order
 /// `run` keeps them: every run, tensor cores, fragments loaded ahead,
-/// warpgroups, SIMT grouped, tensor-core
+/// warpgroups, warpgroups split, SIMT grouped, tensor-core
 /// grouped, pipelined SIMT, SIMT split, tensor-core split, one pass, row
 /// in shared memory, shared-memory tree, two reductions in one pass.
-fn families(schedule: &Schedule) -> [bool; 13] {
+fn families(schedule: &Schedule) -> [bool; 14] {
     let tensor = schedule.kind() == Class::Mma;
     let grouped = grouped(schedule);
     let (cache, tree, online) = match *schedule {
@@ -962,6 +970,7 @@ fn families(schedule: &Schedule) -> [bool; 13] {
         tensor,
         prefetched,
         warpgroup,
+        warpgroup && split(schedule),
         grouped && !tensor,
         grouped && tensor,
         staged(schedule),
@@ -980,8 +989,9 @@ impl<E> fmt::Display for Report<E> {
         let [simt_grouped, tensor_grouped] = self.grouped;
         writeln!(
             f,
-            "of which on tensor cores: {} schedule points, {} with fragments loaded ahead (prefetch = 1), {} on warpgroups (wgmma = 1)",
-            self.tensor, self.prefetched, self.warpgroup
+            "of which on tensor cores: {} schedule points, {} with fragments loaded ahead (prefetch = 1), \
+             {} on warpgroups (wgmma = 1), {} of them split along K",
+            self.tensor, self.prefetched, self.warpgroup[0], self.warpgroup[1]
         )?;
         writeln!(
             f,

@@ -47,10 +47,10 @@ fn every_kernel_class_and_dtype_over_many_points_and_shapes() {
         "only {} tensor-core points loaded fragments ahead",
         report.prefetched
     );
+    let [warpgroup, warpgroup_split] = report.warpgroup;
     assert!(
-        report.warpgroup >= 40,
-        "only {} tensor-core points ran on warpgroups (wgmma)",
-        report.warpgroup
+        warpgroup >= 40 && warpgroup_split >= 10,
+        "only {warpgroup} tensor-core points ran on warpgroups (wgmma), {warpgroup_split} split along K"
     );
     let [simt_grouped, tensor_grouped] = report.grouped;
     assert!(
