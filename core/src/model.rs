@@ -51,7 +51,9 @@
 //!   `cp.async` writes, instruction issue (tf32 adds a load and a `cvt` per
 //!   fragment register), and
 //!   the global-memory latency of a step, which `stages - 1` tiles in
-//!   flight (and the other resident blocks) hide; then L2 and DRAM traffic
+//!   flight (and the other resident blocks) hide, one fewer where a
+//!   `wgmma` ring holds a slot for the tile before ([`MmaTiles::held`]);
+//!   then L2 and DRAM traffic
 //!   and waves as for SIMT tiles.
 //!   With `min_blocks = 1` (`.minnctapersm 1`), a thread is assumed to
 //!   take all the registers it may have, and the blocks an SM holds
@@ -891,12 +893,13 @@ fn tensor_core(
     };
     let compute = sm_blocks * mma_cycles.max(issue_cycles) / fed;
     let shared = sm_blocks * shared_cycles;
-    // `stages - 1` tiles are in flight while one is computed; with one
-    // stage nothing overlaps the copies.
+    // `stages - 1` tiles are in flight while one is computed, one fewer
+    // when a slot is held for `wgmma`s in flight; with one stage nothing
+    // overlaps the copies.
     let memory = block.memory_cycles();
     let latency = match tiles.stages {
         1 => 0.0,
-        s => memory / f64::from(s - 1),
+        _ => memory / f64::from(tiles.tiles_in_flight()),
     } + BARRIER_CYCLES;
     let (busy, mut bound) = [
         (compute, Bound::Compute),
@@ -1230,6 +1233,34 @@ mod tests {
             assert!(points.iter().any(|p| matches!(p, Schedule::Mma(_))));
             assert_eq!(rank(&small, target, &points).len(), points.len());
         }
+    }
+
+    #[test]
+    fn a_wgmma_ring_holding_a_slot_keeps_one_tile_fewer_in_flight() {
+        let k = bf16_matmul(4096, 4096, 4096);
+        let warpgroup = |stages| {
+            Schedule::Mma(MmaTiles {
+                block_m: 64,
+                block_n: 64,
+                warp_m: 64,
+                warp_n: 64,
+                swizzle: 1,
+                wgmma: 1,
+                ..MmaTiles::from_schedule(&tc(64, 64, stages)).expect("an mma point")
+            })
+        };
+        let [two, three, four] =
+            [2, 3, 4].map(|s| estimate(&k, &warpgroup(s), SmVersion::Sm90).expect("valid"));
+        // Three slots, one held for the tile before's `wgmma`s: one tile in
+        // flight, as with two, for more shared memory.
+        assert_eq!(two.bound, Bound::Latency);
+        assert!(three.seconds >= two.seconds, "{three:?} {two:?}");
+        assert!(four.seconds < three.seconds, "{four:?} {three:?}");
+        // On warps nothing is held: the third slot is a second tile in
+        // flight.
+        let [two, three] =
+            [2, 3].map(|s| estimate(&k, &tc(64, 32, s), SmVersion::Sm90).expect("valid"));
+        assert!(three.seconds < two.seconds, "{three:?} {two:?}");
     }
 
     #[test]

@@ -135,6 +135,19 @@ impl MmaTiles {
         (self.block_m / self.warp_m.max(1)).saturating_mul(self.block_n / self.warp_n.max(1))
     }
 
+    /// Ring slots a tile's compute still reads once it has returned: 1
+    /// with `wgmma = 1` and three stages or more (the tile's `wgmma`s stay
+    /// in flight while the next tile's are issued), else 0. The copies
+    /// then run that many tiles less ahead (`pipeline::Ring::held`).
+    pub fn held(self) -> u32 {
+        u32::from(self.wgmma == 1 && self.stages >= 3)
+    }
+
+    /// Tiles whose copies are in flight while one is computed.
+    pub fn tiles_in_flight(self) -> u32 {
+        self.stages.saturating_sub(1 + self.held())
+    }
+
     /// Threads per block: 32 a warp, or 128 a warpgroup with `wgmma = 1`.
     pub fn threads(self) -> u32 {
         let per: u32 = if self.wgmma == 1 { 128 } else { 32 };

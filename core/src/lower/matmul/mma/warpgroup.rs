@@ -82,7 +82,7 @@ pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &MmaLayout) -> Lo
     };
     // With a third slot, a tile's `wgmma`s stay in flight while the next
     // tile's are issued, and are waited for then.
-    let held = u32::from(t.stages >= 3);
+    let held = t.held();
     let ring = Ring {
         tiles: layout.k_tiles(),
         stages: t.stages,
