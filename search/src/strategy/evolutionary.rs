@@ -280,8 +280,15 @@ impl Strategy for Evolutionary {
 }
 
 /// The points of a knob's line worth measuring: the model's favourites,
-/// about the square root of the line's length of them, all of the line's
-/// points when the model is untrained (it scores everything alike).
+/// about half the square root of the line's length of them and at least
+/// 2, all of the line's points when the model is untrained (it scores
+/// everything alike). Where a knob matters little, its line's points are
+/// near-copies of each other, and measuring more of them spends the
+/// budget on noise: on the recorded pnpoly space, whose 31 block sizes
+/// are within a few percent of each other in its fast basin, the slow
+/// seeds measured six of them on every polish (the whole square root);
+/// three took its median from 27 to 20 evaluations over 200 seeds
+/// (the other spaces: `bench/results/strategies/README.md`).
 fn guided_line(
     session: &Session<'_>,
     line: Vec<Point>,
@@ -294,7 +301,7 @@ fn guided_line(
     if scores.windows(2).all(|w| w[0] == w[1]) {
         return line;
     }
-    let keep = ((line.len() as f64).sqrt().ceil() as usize).max(2);
+    let keep = (((line.len() as f64).sqrt() / 2.0).ceil() as usize).max(2);
     let mut order: Vec<usize> = (0..line.len()).collect();
     order.sort_by(|&a, &b| scores[a].total_cmp(&scores[b]));
     order.truncate(keep);
