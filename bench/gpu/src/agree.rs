@@ -34,8 +34,9 @@ const PROGRESS_EVERY: Duration = Duration::from_secs(10);
 /// The kernels the suite runs.
 #[derive(Debug, Clone)]
 pub enum Kernels {
-    /// The verification suite's catalogue.
-    Catalogue,
+    /// The verification suite's catalogue: its kernels whose names start
+    /// with the prefix, or all of them.
+    Catalogue(Option<String>),
     /// The kernels [`ktune_vgpu::random`] writes from these seeds.
     Random(Range<u64>),
 }
@@ -44,7 +45,10 @@ impl Kernels {
     /// What the results file records.
     fn describe(&self) -> String {
         match self {
-            Kernels::Catalogue => "the verification suite's catalogue".to_owned(),
+            Kernels::Catalogue(None) => "the verification suite's catalogue".to_owned(),
+            Kernels::Catalogue(Some(prefix)) => {
+                format!("the verification suite's catalogue, kernels named {prefix}*")
+            }
             Kernels::Random(seeds) => format!(
                 "random kernels (ktune_vgpu::random), seeds {}..{}",
                 seeds.start, seeds.end
@@ -55,7 +59,13 @@ impl Kernels {
     /// The entries, and the source of each generated kernel by name.
     fn entries(&self) -> (Vec<suite::Entry>, HashMap<String, String>) {
         match self {
-            Kernels::Catalogue => (suite::catalogue(), HashMap::new()),
+            Kernels::Catalogue(prefix) => (
+                suite::catalogue()
+                    .into_iter()
+                    .filter(|e| prefix.as_ref().is_none_or(|p| e.kernel.name.starts_with(p)))
+                    .collect(),
+                HashMap::new(),
+            ),
             Kernels::Random(seeds) => seeds
                 .clone()
                 .map(|seed| {
@@ -430,9 +440,12 @@ mod tests {
                 "{source}"
             );
         }
-        let (catalogue, none) = Kernels::Catalogue.entries();
+        let (catalogue, none) = Kernels::Catalogue(None).entries();
         assert_eq!(catalogue.len(), suite::catalogue().len());
         assert!(none.is_empty());
+        let (tensor, _) = Kernels::Catalogue(Some("mma_".into())).entries();
+        assert!(!tensor.is_empty() && tensor.len() < catalogue.len());
+        assert!(tensor.iter().all(|e| e.kernel.name.starts_with("mma_")));
     }
 
     #[test]

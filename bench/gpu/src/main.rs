@@ -97,6 +97,15 @@ struct Cli {
     /// its kernel's source.
     #[arg(long, value_name = "FIRST..END", requires = "agree", value_parser = ktune_vgpu::random::seeds)]
     random: Option<Range<u64>>,
+    /// With `--agree`: only the catalogue's kernels whose names start with
+    /// this (`mma_`: the tensor-core kernels, warpgroups included).
+    #[arg(
+        long,
+        value_name = "PREFIX",
+        requires = "agree",
+        conflicts_with = "random"
+    )]
+    only: Option<String>,
     /// Without a GPU: how well the heuristic model ranks the schedules a
     /// results file (`bench.json`) measured, case by case, as a table
     /// (`--json`: with every schedule's estimate beside its time).
@@ -221,10 +230,19 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 eprintln!("ktune-bench: {e:#}");
             }
         };
-        let kernels = cli
-            .random
-            .clone()
-            .map_or(agree::Kernels::Catalogue, agree::Kernels::Random);
+        if let Some(prefix) = &cli.only
+            && !ktune_vgpu::suite::catalogue()
+                .iter()
+                .any(|e| e.kernel.name.starts_with(prefix.as_str()))
+        {
+            anyhow::bail!(
+                "--only {prefix}: no kernel of the verification suite's catalogue is named so"
+            );
+        }
+        let kernels = cli.random.clone().map_or(
+            agree::Kernels::Catalogue(cli.only.clone()),
+            agree::Kernels::Random,
+        );
         let results =
             agree::agree(&gpu, &kernels, compiler, deadline, &date, stopped).results(&gpu, date);
         finish(&results)?;

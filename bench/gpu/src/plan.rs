@@ -69,7 +69,8 @@ pub struct Plan {
     /// over the knobs, less the default.
     pub bounded: Vec<Schedule>,
     /// On sm_90, the heuristic model's [`WGMMA_ALTERNATIVES`] favourite
-    /// points on Hopper's warpgroup instructions (`wgmma = 1`); then the
+    /// points on Hopper's warpgroup instructions (`wgmma = 1`) and its
+    /// favourite of those on the default's block tile; then the
     /// default with its fragment loads (`prefetch`) flipped, then its
     /// tensor-core layout and register knobs (`swizzle`, `min_blocks`)
     /// flipped, one and both, then with tiles twice as deep in either
@@ -105,13 +106,26 @@ impl Plan {
             .filter(|s| *s != default)
             .collect();
         // On sm_90 the model's favourite warpgroup (`wgmma`) points first:
-        // no GPU has measured that path yet.
-        let warpgroup = ranked
+        // no GPU has measured that path yet. Then its favourite on the
+        // default's block tile, the same tile on the other instruction.
+        let on_warpgroups = |s: &Schedule| matches!(s, Schedule::Mma(t) if t.wgmma == 1);
+        let mut warpgroup: Vec<Schedule> = ranked
             .iter()
-            .filter(|(s, _)| matches!(s, Schedule::Mma(t) if t.wgmma == 1))
+            .filter(|(s, _)| on_warpgroups(s))
             .take(WGMMA_ALTERNATIVES)
-            .map(|(s, _)| s.clone());
+            .map(|(s, _)| s.clone())
+            .collect();
+        if let Schedule::Mma(d) = default
+            && let Some((same_tile, _)) = ranked.iter().find(|(s, _)| {
+                on_warpgroups(s)
+                    && matches!(s, Schedule::Mma(t) if (t.block_m, t.block_n) == (d.block_m, d.block_n))
+            })
+            && !warpgroup.contains(same_tile)
+        {
+            warpgroup.push(same_tile.clone());
+        }
         let alternatives = warpgroup
+            .into_iter()
             .chain(
                 alternatives(&default)
                     .into_iter()
@@ -398,12 +412,21 @@ mod tests {
         let Schedule::Mma(default) = plan.default else {
             panic!("a tensor-core default: {:?}", plan.default)
         };
-        // The model's favourite warpgroup points come first.
-        let (warpgroup, flipped) = plan.alternatives.split_at(WGMMA_ALTERNATIVES);
+        // The model's favourite warpgroup points come first, one of them
+        // on the default's block tile.
+        let warpgroups = plan
+            .alternatives
+            .iter()
+            .take_while(|s| matches!(s, Schedule::Mma(t) if t.wgmma == 1))
+            .count();
+        let (warpgroup, flipped) = plan.alternatives.split_at(warpgroups);
         assert!(
-            warpgroup
-                .iter()
-                .all(|s| matches!(s, Schedule::Mma(t) if t.wgmma == 1)),
+            (WGMMA_ALTERNATIVES..=WGMMA_ALTERNATIVES + 1).contains(&warpgroups),
+            "{warpgroup:?}"
+        );
+        assert!(
+            warpgroup.iter().any(|s| matches!(s, Schedule::Mma(t)
+                if (t.block_m, t.block_n) == (default.block_m, default.block_n))),
             "{warpgroup:?}"
         );
         let knobs: Vec<(u32, u32, u32, u32)> = flipped
