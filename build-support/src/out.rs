@@ -49,8 +49,9 @@ pub fn write_kernel(
         let launch = &v.lowered.launch;
         let _ = writeln!(
             table,
-            "    ::ktune::__private::Variant {{\n        gpu: {:?},\n        sm: ({major}, {minor}),\n        schedule: {:?},\n        entry: {:?},\n        ptx: include_str!({:?}),\n        grid: {:?},\n        block: {:?},\n        dynamic_shared_bytes: {},\n        workspace_bytes: {},\n    }},",
+            "    ::ktune::__private::Variant {{\n        gpu: {:?},\n        sm: ({major}, {minor}),\n        arch_specific: {},\n        schedule: {:?},\n        entry: {:?},\n        ptx: include_str!({:?}),\n        grid: {:?},\n        block: {:?},\n        dynamic_shared_bytes: {},\n        workspace_bytes: {},\n    }},",
             v.gpu,
+            v.arch_specific(),
             v.schedule.to_json(),
             v.lowered.ptx.entry,
             path.display().to_string(),

@@ -51,7 +51,15 @@ pub struct Variant {
 }
 
 impl Variant {
-    /// A file-name-safe label: `sm_80.default`, or `sm_90.<gpu>` once tuned.
+    /// Whether the code uses instructions only its target's architecture
+    /// has (Hopper's `wgmma`): an `sm_90a` module, which loads on compute
+    /// capability 9.0 alone.
+    pub fn arch_specific(&self) -> bool {
+        self.lowered.ptx.is_sm90a()
+    }
+
+    /// A file-name-safe label: `sm_80.default`, `sm_90a.default` for an
+    /// architecture-specific default, or `sm_90.<gpu>` once tuned.
     pub fn label(&self) -> String {
         let who = match &self.gpu {
             None => "default".to_owned(),
@@ -66,7 +74,8 @@ impl Variant {
                 })
                 .collect(),
         };
-        format!("{}.{who}", self.target)
+        let suffix = if self.arch_specific() { "a" } else { "" };
+        format!("{}{suffix}.{who}", self.target)
     }
 }
 
@@ -79,19 +88,32 @@ pub fn targets(declared: &[SmVersion]) -> Vec<SmVersion> {
     all
 }
 
-/// Chooses and lowers one variant per target for a kernel.
+/// Chooses and lowers the heuristic defaults of a kernel: one per target,
+/// and where that one is architecture-specific (Hopper's `wgmma`) the
+/// portable default of the target beside it, for newer GPUs.
 pub fn variants(
     kernel: &Kernel,
     location: &Location,
     targets: &[SmVersion],
 ) -> Result<Vec<Variant>, Error> {
-    targets
-        .iter()
-        .map(|target| {
-            let schedule = lower::heuristic(kernel, *target);
-            variant(kernel, location, *target, schedule, Source::Heuristic)
-        })
-        .collect()
+    let mut out = Vec::new();
+    for &target in targets {
+        let schedule = lower::heuristic(kernel, target);
+        let default = variant(kernel, location, target, schedule, Source::Heuristic)?;
+        let specific = default.arch_specific();
+        out.push(default);
+        if specific {
+            let schedule = lower::portable_heuristic(kernel, target);
+            out.push(variant(
+                kernel,
+                location,
+                target,
+                schedule,
+                Source::Heuristic,
+            )?);
+        }
+    }
+    Ok(out)
 }
 
 /// Lowers one kernel with a given schedule.

@@ -89,7 +89,16 @@ fn demo_kernels() -> Vec<Kernel> {
 
 /// The default schedule of `kernel` on `target`, lowered and inspected.
 fn inspect_default(tools: &Tools, kernel: &Kernel, target: SmVersion) -> (Schedule, Inspection) {
-    let schedule = lower::heuristic(kernel, target);
+    inspect(tools, kernel, lower::heuristic(kernel, target), target)
+}
+
+/// `schedule` for `kernel` on `target`, lowered and inspected.
+fn inspect(
+    tools: &Tools,
+    kernel: &Kernel,
+    schedule: Schedule,
+    target: SmVersion,
+) -> (Schedule, Inspection) {
     let lowered = lower::lower(kernel, &schedule, target)
         .unwrap_or_else(|e| panic!("{} does not lower for {target}: {e}", kernel.name));
     let inspection = sass::inspect(tools, &Request::lowered(&lowered, target))
@@ -189,14 +198,20 @@ fn row(table: &mut String, kernel: &str, schedule: &Schedule, i: &Inspection) {
     );
 }
 
-/// The failures of the thresholds every default schedule must meet.
-/// Tensor-core instructions in the main loop (0 when none was found).
+/// `mma.sync` (HMMA) instructions in the main loop (0 when none was
+/// found).
 fn main_loop_hmma(i: &Inspection) -> u32 {
-    i.main_loop
-        .as_ref()
-        .map_or(0, |l| l.mix.get("HMMA").copied().unwrap_or(0))
+    main_loop_count(i, "HMMA")
 }
 
+/// Instructions named `name` in the main loop (0 when none was found).
+fn main_loop_count(i: &Inspection, name: &str) -> u32 {
+    i.main_loop
+        .as_ref()
+        .map_or(0, |l| l.mix.get(name).copied().unwrap_or(0))
+}
+
+/// The failures of the thresholds every default schedule must meet.
 fn check(kernel: &Kernel, schedule: &Schedule, i: &Inspection) -> Vec<String> {
     let at = format!("{} {} {}", kernel.name, i.target, schedule.to_json());
     let mut failures = Vec::new();
@@ -297,18 +312,41 @@ fn bf16_matmul_bias_gelu_meets_the_static_thresholds() {
     let kernel = bf16_matmul_bias_gelu();
     let mut table = String::new();
     let mut failures = Vec::new();
-    for target in TARGETS {
-        let (schedule, i) = inspect_default(&tools, &kernel, target);
+    // Each target's default, and sm_90's portable one (`mma.sync`, what
+    // GPUs newer than Hopper get) beside Hopper's own.
+    let defaults = TARGETS
+        .map(|target| (target, lower::heuristic(&kernel, target)))
+        .into_iter()
+        .chain([(
+            SmVersion::Sm90,
+            lower::portable_heuristic(&kernel, SmVersion::Sm90),
+        )]);
+    for (target, schedule) in defaults {
+        let (schedule, i) = inspect(&tools, &kernel, schedule, target);
         row(&mut table, &kernel.name, &schedule, &i);
-        assert_eq!(
-            schedule.kind(),
-            Class::Mma,
-            "the default bf16 schedule is a tensor-core one: {}",
-            schedule.to_json()
-        );
+        let Schedule::Mma(tiles) = schedule else {
+            panic!(
+                "the default bf16 schedule is a tensor-core one: {}",
+                schedule.to_json()
+            )
+        };
         failures.extend(check(&kernel, &schedule, &i));
         if !i.uses_tensor_cores() {
-            failures.push(format!("bf16 {target}: no HMMA"));
+            failures.push(format!("bf16 {target}: no HMMA or HGMMA"));
+        }
+        if tiles.wgmma == 1 {
+            // Hopper's default: one `wgmma` a k-step for each of the
+            // thread's warpgroup, no fragments in registers.
+            let hgmma = main_loop_count(&i, "HGMMA");
+            let _ = writeln!(table, "  main loop HGMMA {hgmma}");
+            if hgmma < tiles.block_k / 16 || main_loop_hmma(&i) + main_loop_count(&i, "LDSM") > 0 {
+                failures.push(format!(
+                    "bf16 {target}: {hgmma} HGMMA in the main loop (want ≥ {}, and no HMMA or LDSM): {:?}",
+                    tiles.block_k / 16,
+                    i.main_loop
+                ));
+            }
+            continue;
         }
         let hmma = main_loop_hmma(&i);
         let _ = writeln!(table, "  main loop HMMA {hmma}");
@@ -487,15 +525,15 @@ fn loads_after_stores_take_the_read_only_path() {
 /// k-step's `ldmatrix` fragments ahead of its `mma`s; left to itself it
 /// fits three blocks an SM and loads each A fragment just before its eight
 /// `mma`s. Neither spills.
-/// The bf16 matmul's default tensor-core tiles on sm_90 with `change`
-/// made, lowered and inspected; it must not spill.
+/// The bf16 matmul's portable tensor-core default on sm_90 (`mma.sync`)
+/// with `change` made, lowered and inspected; it must not spill.
 fn bf16_default_with(
     tools: &Tools,
     change: impl Fn(MmaTiles) -> MmaTiles,
 ) -> (MmaTiles, Lowered, Inspection) {
     let kernel = bf16_matmul_bias_gelu();
     let target = SmVersion::Sm90;
-    let Schedule::Mma(default) = lower::heuristic(&kernel, target) else {
+    let Schedule::Mma(default) = lower::portable_heuristic(&kernel, target) else {
         panic!("the bf16 default is a tensor-core schedule")
     };
     let schedule = Schedule::Mma(change(default));

@@ -11,7 +11,7 @@ use ktune_build::tune::{
 use ktune_core::SmVersion;
 use ktune_core::db::{ComputeCapability, Gpu, MeasuredOn};
 use ktune_core::ir::Kernel;
-use ktune_core::lower::heuristic;
+use ktune_core::lower::{heuristic, portable_heuristic};
 use ktune_core::schedule::Schedule;
 use ktune_core::syntax::parse_kernel;
 use ktune_search::measure::Rejection;
@@ -162,9 +162,9 @@ fn bounded_search_measures_the_default_and_the_models_best() {
 }
 
 #[test]
-fn bounded_candidates_on_hopper_alternate_unmeasured_warpgroup_tiles_with_mma_sync() {
+fn on_hopper_a_large_bf16_products_default_and_bounded_candidates_lead_with_warpgroups() {
     let k = parse_kernel(
-        quote!(shape(M = 1024, N = 1024, K = 1024)),
+        quote!(shape(M = 4096, N = 4096, K = 4096)),
         quote! {
             fn gemm(a: Tensor<bf16, (M, K)>, b: Tensor<bf16, (K, N)>) -> Tensor<f32, (M, N)> {
                 compute(|m, n| sum(K, |k| a[m][k] * b[k][n]))
@@ -173,13 +173,15 @@ fn bounded_candidates_on_hopper_alternate_unmeasured_warpgroup_tiles_with_mma_sy
     )
     .expect("valid kernel");
     let warpgroup = |s: &Schedule| matches!(s, Schedule::Mma(t) if t.wgmma == 1);
-    // The model rates `wgmma` at the published peak, above every
-    // `mma.sync` point, but no GPU has measured it: half the candidates,
-    // every other one, are the best of the measured path.
+    // Measured on the H200, `wgmma` tiles ran 1.65 times as fast as the
+    // `mma.sync` default on this product's 4096³: the build measures the
+    // warpgroup default first and the model's best points after it.
+    assert!(warpgroup(&heuristic(&k, SmVersion::Sm90)));
+    assert!(!warpgroup(&portable_heuristic(&k, SmVersion::Sm90)));
     let candidates = Task::new(&k, "", SmVersion::Sm90, &[]).bounded_candidates(8);
-    let pattern: Vec<bool> = candidates.iter().map(warpgroup).collect();
-    assert_eq!(pattern, [true, false].repeat(4), "{candidates:?}");
-    // Before Hopper there is nothing to hedge.
+    assert_eq!(candidates.len(), 8);
+    assert!(warpgroup(&candidates[0]), "{candidates:?}");
+    // Before Hopper there are none.
     let candidates = Task::new(&k, "", SmVersion::Sm80, &[]).bounded_candidates(8);
     assert_eq!(candidates.len(), 8);
     assert!(!candidates.iter().any(warpgroup));

@@ -62,12 +62,28 @@ pub const COMFORTABLE_CACHE: u32 = 32;
 const ELEMENTWISE_BLOCK: u32 = 256;
 const ROWS_BLOCK: u32 = 128;
 
-/// The default schedule for `kernel` on `target`.
+/// The default schedule for `kernel` on GPUs of `target`. On sm_90 it may
+/// use instructions only Hopper has (a 16-bit contraction on warpgroups,
+/// `wgmma`), whose module loads on compute capability 9.0 alone;
+/// [`portable`] is the default that runs on newer GPUs too.
 pub fn heuristic(kernel: &Kernel, target: SmVersion) -> Schedule {
     match classify(kernel) {
+        OpClass::Matmul(plan) => crate::lower::matmul::heuristic(kernel, &plan, target),
+        class => portable_of(kernel, class, target),
+    }
+}
+
+/// The default schedule for `kernel` on `target` that also runs on every
+/// newer GPU: [`heuristic`] without architecture-specific instructions.
+pub fn portable(kernel: &Kernel, target: SmVersion) -> Schedule {
+    portable_of(kernel, classify(kernel), target)
+}
+
+fn portable_of(kernel: &Kernel, class: OpClass, target: SmVersion) -> Schedule {
+    match class {
         OpClass::Elementwise => elementwise(kernel, target),
         OpClass::Rows(plan) => rows(kernel, &plan, target),
-        OpClass::Matmul(plan) => crate::lower::matmul::heuristic(kernel, &plan, target),
+        OpClass::Matmul(plan) => crate::lower::matmul::portable(kernel, &plan, target),
         OpClass::Generic => Schedule::Generic {
             block: GENERIC_BLOCK,
         },

@@ -78,8 +78,13 @@ pub struct Variant {
     /// The exact GPU model name (as the driver reports it, e.g.
     /// `"NVIDIA H200"`) this variant was tuned on; `None` for a heuristic default.
     pub gpu: Option<&'static str>,
-    /// The compute capability the PTX targets; it runs on this and newer GPUs.
+    /// The compute capability the PTX targets; it runs on this and newer
+    /// GPUs, or with `arch_specific` on this one alone.
     pub sm: (u32, u32),
+    /// Whether the PTX targets the architecture-specific `sm_XYa` (it uses
+    /// instructions only that architecture has, as Hopper's `wgmma`): the
+    /// driver loads it on GPUs of compute capability `sm` exactly.
+    pub arch_specific: bool,
     /// The schedule, as JSON, for reports.
     pub schedule: &'static str,
     /// The PTX entry function's name.
@@ -99,7 +104,8 @@ pub struct Variant {
 }
 
 impl Variant {
-    /// `sm_90 NVIDIA H200` for a tuned variant, `sm_80 default` for a heuristic one.
+    /// `sm_90 NVIDIA H200` for a tuned variant, `sm_80 default` for a
+    /// heuristic one, `sm_90a default` for Hopper's own.
     pub fn label(&self) -> String {
         self.to_string()
     }
@@ -113,7 +119,12 @@ impl Variant {
 impl fmt::Display for Variant {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let (major, minor) = self.sm;
-        write!(f, "sm_{major}{minor} {}", self.gpu.unwrap_or("default"))
+        let suffix = if self.arch_specific { "a" } else { "" };
+        write!(
+            f,
+            "sm_{major}{minor}{suffix} {}",
+            self.gpu.unwrap_or("default")
+        )
     }
 }
 

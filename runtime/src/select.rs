@@ -6,12 +6,15 @@ use crate::{Error, KernelInfo, Variant};
 /// compute capability `cc`.
 ///
 /// PTX for sm_X runs on sm_X and every newer GPU (the driver compiles it), so
-/// a variant whose `sm` is newer than `cc` is never picked. Among the others:
+/// a variant whose `sm` is newer than `cc` is never picked, nor an
+/// architecture-specific one (`sm_XYa`) for another compute capability than
+/// its own. Among the others:
 ///
 /// 1. a variant tuned on this exact GPU model (the newest `sm` if several);
 /// 2. else one for exactly this compute capability, preferring one tuned on
 ///    another GPU of the same architecture (same limits, measured) over the
-///    heuristic default;
+///    heuristic defaults, and of those the architecture's own (Hopper's
+///    `wgmma` default) over the portable one;
 /// 3. else the newest `sm` below `cc`, preferring the heuristic default over
 ///    one tuned on another architecture (which may rely on that GPU's
 ///    shared-memory capacity).
@@ -34,10 +37,18 @@ pub fn select_variant(
             kernel: kernel.name,
         });
     }
-    let runnable = || variants.iter().filter(move |v| v.sm <= cc);
+    let runnable = || {
+        variants
+            .iter()
+            .filter(move |v| v.sm <= cc && (!v.arch_specific || v.sm == cc))
+    };
 
     let same_model = first_max_by_key(runnable().filter(|v| v.gpu == Some(gpu_name)), |v| v.sm);
-    let same_cc = || first_max_by_key(runnable().filter(|v| v.sm == cc), |v| v.is_tuned());
+    let same_cc = || {
+        first_max_by_key(runnable().filter(|v| v.sm == cc), |v| {
+            (v.is_tuned(), v.arch_specific)
+        })
+    };
     let newest_older = || first_max_by_key(runnable(), |v| (v.sm, !v.is_tuned()));
 
     same_model

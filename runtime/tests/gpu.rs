@@ -143,6 +143,7 @@ fn the_variant_tuned_on_this_gpu_model_is_launched() {
         Variant {
             gpu: None,
             sm: (8, 0),
+            arch_specific: false,
             schedule: "{}",
             entry: "softmax_default",
             ptx: expanded::SOFTMAX_PTX,
@@ -154,6 +155,7 @@ fn the_variant_tuned_on_this_gpu_model_is_launched() {
         Variant {
             gpu: Some(name),
             sm: (8, 0),
+            arch_specific: false,
             schedule: "{}",
             entry: "softmax_tuned",
             ptx: expanded::SOFTMAX_PTX,

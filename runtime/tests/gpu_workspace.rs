@@ -65,6 +65,7 @@ static VARIANTS: LazyLock<Vec<Variant>> = LazyLock::new(|| {
     vec![Variant {
         gpu: None,
         sm: (8, 0),
+        arch_specific: false,
         schedule: SCHEDULE,
         entry: Box::leak(lowered.ptx.entry.clone().into_boxed_str()),
         ptx: Box::leak(ptx::print(&lowered.ptx, target).into_boxed_str()),

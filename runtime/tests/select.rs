@@ -23,6 +23,7 @@ const fn variant(gpu: Option<&'static str>, sm: (u32, u32), entry: &'static str)
     Variant {
         gpu,
         sm,
+        arch_specific: false,
         schedule: "{}",
         entry,
         ptx: "",
@@ -149,4 +150,53 @@ fn labels() {
     assert_eq!(ktune::variant_label(&VARIANTS[5]), "sm_80 default");
     assert!(VARIANTS[4].is_tuned());
     assert!(!VARIANTS[5].is_tuned());
+}
+
+/// `variant`, its PTX for `sm_XYa` (Hopper's `wgmma`).
+const fn specific(gpu: Option<&'static str>, sm: (u32, u32), entry: &'static str) -> Variant {
+    Variant {
+        arch_specific: true,
+        ..variant(gpu, sm, entry)
+    }
+}
+
+#[test]
+fn architecture_specific_code_runs_on_its_own_compute_capability_alone() {
+    // What a build declaring sm_90 embeds for a bf16 product: the sm_90a
+    // default on warpgroups, the portable sm_90 default beside it, and
+    // an H200's tuned winner on warpgroups.
+    static HOPPER: [Variant; 4] = [
+        variant(None, (8, 0), "default_sm80"),
+        variant(None, (9, 0), "default_sm90"),
+        specific(None, (9, 0), "default_sm90a"),
+        specific(Some("NVIDIA H200"), (9, 0), "h200_sm90a"),
+    ];
+    let pick = |gpu: &str, cc| select_variant(&KERNEL, &HOPPER, gpu, cc).map(|v| v.entry);
+    assert_eq!(pick("NVIDIA H200", (9, 0)), Ok("h200_sm90a"));
+    // Another Hopper: the H200's tuning (measured on the same
+    // architecture) before the defaults.
+    assert_eq!(pick("NVIDIA H100 80GB HBM3", (9, 0)), Ok("h200_sm90a"));
+    // A Blackwell GPU cannot load sm_90a code: the portable default.
+    assert_eq!(pick("NVIDIA B200", (10, 0)), Ok("default_sm90"));
+    // Even one named like the tuned GPU, on another architecture.
+    assert_eq!(pick("NVIDIA H200", (10, 0)), Ok("default_sm90"));
+
+    // Without a tuned variant, Hopper prefers its own default.
+    static DEFAULTS: [Variant; 3] = [
+        variant(None, (8, 0), "default_sm80"),
+        variant(None, (9, 0), "default_sm90"),
+        specific(None, (9, 0), "default_sm90a"),
+    ];
+    let v = select_variant(&KERNEL, &DEFAULTS, "NVIDIA H100 PCIe", (9, 0)).unwrap();
+    assert_eq!(v.entry, "default_sm90a");
+    assert_eq!(v.to_string(), "sm_90a default");
+
+    // A crate that declares only the baseline, with an H200 record on
+    // warpgroups: newer GPUs fall back to the sm_80 default.
+    static BASELINE: [Variant; 2] = [
+        variant(None, (8, 0), "default_sm80"),
+        specific(Some("NVIDIA H200"), (9, 0), "h200_sm90a"),
+    ];
+    let v = select_variant(&KERNEL, &BASELINE, "NVIDIA B200", (10, 0)).unwrap();
+    assert_eq!(v.entry, "default_sm80");
 }

@@ -308,62 +308,6 @@ fn bounded_takes_the_next_scores_in_order_past_its_band() {
     assert_eq!(history[13].point, Point(vec![3, 1, 0, 1]));
 }
 
-/// Scores a=8, b=4 best, and halves the scores of c=y and c=z: a model
-/// that thinks those much faster.
-fn flattering(s: &Space, p: &Point) -> f64 {
-    let score = 1.0 + (num(s, p, 0) - 8.0).abs() + (num(s, p, 1) - 4.0).abs();
-    if p.0[2] == 0 { score } else { score / 2.0 }
-}
-
-#[test]
-fn bounded_keeps_half_its_points_for_proven_scores_when_an_unproven_one_leads() {
-    let hedged = |k| Bounded {
-        unproven: Some(Arc::new(|_: &Space, p: &Point| p.0[2] != 0)),
-        ..Bounded::new(Arc::new(flattering), k)
-    };
-    let (history, _) = run(&hedged(6), 0, 100);
-    let points: Vec<&Point> = history.iter().map(|e| &e.point).collect();
-    // The unproven c=y and c=z come first and every other time, spread
-    // over c and d (the third differs from both before in one knob, as
-    // every one left does: the earliest); the proven c=x in between,
-    // spread over d; all at the best a and b.
-    assert_eq!(
-        points,
-        vec![
-            &Point(vec![3, 2, 1, 0]),
-            &Point(vec![3, 2, 0, 0]),
-            &Point(vec![3, 2, 2, 1]),
-            &Point(vec![3, 2, 0, 1]),
-            &Point(vec![3, 2, 1, 1]),
-            &Point(vec![3, 2, 0, 2]),
-        ]
-    );
-    // Unhedged, the six are all unproven.
-    let (history, _) = run(&Bounded::new(Arc::new(flattering), 6), 0, 100);
-    assert!(history.iter().all(|e| e.point.0[2] != 0), "{history:?}");
-    // An odd budget gives the unproven the extra point.
-    let (history, _) = run(&hedged(5), 0, 100);
-    let proven = history.iter().filter(|e| e.point.0[2] == 0).count();
-    assert_eq!((history.len(), proven), (5, 2));
-}
-
-#[test]
-fn bounded_hedges_only_when_the_best_score_is_unproven() {
-    let plain = Bounded::new(Arc::new(flattering), 6);
-    let choose = |unproven: fn(&Space, &Point) -> bool| {
-        Bounded {
-            unproven: Some(Arc::new(unproven)),
-            ..plain.clone()
-        }
-        .choose(&space(), 0)
-    };
-    let unhedged = plain.choose(&space(), 0);
-    // c=x is unproven but scores worse: nothing changes.
-    assert_eq!(choose(|_, p| p.0[2] == 0), unhedged);
-    // Everything is unproven: nothing to hedge with.
-    assert_eq!(choose(|_, _| true), unhedged);
-}
-
 #[test]
 fn starts_are_measured_first() {
     let mut strategy = Evolutionary::knn();

@@ -142,7 +142,7 @@ pub struct AgreeResults {
 #[cfg(test)]
 mod tests {
     use ktune_core::SmVersion;
-    use ktune_core::lower::{heuristic, lower};
+    use ktune_core::lower::{heuristic, lower, portable_heuristic};
 
     use super::*;
     use crate::cases::CASES;
@@ -165,14 +165,14 @@ mod tests {
     #[test]
     fn only_approximate_functions_and_tensor_cores_are_inexact() {
         assert_eq!(inexact(&default_ptx("sgemm_4096")), None);
-        assert_eq!(inexact(&default_ptx("bf16_gemm_4096")), Some("mma.sync"));
+        assert_eq!(
+            inexact(&default_ptx("bf16_gemm_4096")),
+            Some("wgmma.mma_async")
+        );
         let kernel = case("bf16_gemm_4096").kernel().expect("parses");
-        let warpgroups = ktune_core::space::candidates(&kernel, SmVersion::Sm90)
-            .into_iter()
-            .find(|s| matches!(s, ktune_core::schedule::Schedule::Mma(t) if t.wgmma == 1))
-            .expect("a warpgroup point");
-        let lowered = lower(&kernel, &warpgroups, SmVersion::Sm90).expect("lowers");
-        assert_eq!(inexact(&lowered.ptx), Some("wgmma.mma_async"));
+        let portable = portable_heuristic(&kernel, SmVersion::Sm90);
+        let lowered = lower(&kernel, &portable, SmVersion::Sm90).expect("lowers");
+        assert_eq!(inexact(&lowered.ptx), Some("mma.sync"));
         assert_eq!(
             inexact(&default_ptx("softmax_8192x4096")),
             Some("ex2.approx")

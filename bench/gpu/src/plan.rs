@@ -69,13 +69,15 @@ pub struct Plan {
     /// over the knobs, less the default.
     pub bounded: Vec<Schedule>,
     /// On sm_90, the heuristic model's [`WGMMA_ALTERNATIVES`] favourite
-    /// points on Hopper's warpgroup instructions (`wgmma = 1`) and its
-    /// favourite of those on the default's block tile; then the
-    /// default with its fragment loads (`prefetch`) flipped, then its
-    /// tensor-core layout and register knobs (`swizzle`, `min_blocks`)
-    /// flipped, one and both, then with tiles twice as deep in either
-    /// layout, where valid: an A/B of the choices the heuristic model
-    /// cannot make.
+    /// points on Hopper's warpgroup instructions (`wgmma = 1`) other than
+    /// the default, and its favourite of those on the portable default's
+    /// block tile; then the default with its fragment loads (`prefetch`)
+    /// flipped, then its tensor-core layout and register knobs
+    /// (`swizzle`, `min_blocks`) flipped, one and both, then with tiles
+    /// twice as deep in either layout, where valid: an A/B of the choices
+    /// the heuristic model cannot make. Where the default is Hopper's own
+    /// (on warpgroups), the portable default newer GPUs get follows, with
+    /// its flips.
     pub alternatives: Vec<Schedule>,
     /// `sample` points of the space other than the default, drawn with the
     /// seed and put in a seeded random order, the order they are screened
@@ -105,33 +107,40 @@ impl Plan {
             .into_iter()
             .filter(|s| *s != default)
             .collect();
-        // On sm_90 the model's favourite warpgroup (`wgmma`) points first:
-        // no GPU has measured that path yet. Then its favourite on the
-        // default's block tile, the same tile on the other instruction.
+        // On sm_90 the model's favourite warpgroup (`wgmma`) points first,
+        // then its favourite on the portable default's block tile (the
+        // same tile on the other instruction).
+        let portable = lower::portable_heuristic(&kernel, target);
         let on_warpgroups = |s: &Schedule| matches!(s, Schedule::Mma(t) if t.wgmma == 1);
         let mut warpgroup: Vec<Schedule> = ranked
             .iter()
-            .filter(|(s, _)| on_warpgroups(s))
+            .filter(|(s, _)| on_warpgroups(s) && *s != default)
             .take(WGMMA_ALTERNATIVES)
             .map(|(s, _)| s.clone())
             .collect();
-        if let Schedule::Mma(d) = default
+        if let Schedule::Mma(d) = portable
             && let Some((same_tile, _)) = ranked.iter().find(|(s, _)| {
                 on_warpgroups(s)
+                    && *s != default
                     && matches!(s, Schedule::Mma(t) if (t.block_m, t.block_n) == (d.block_m, d.block_n))
             })
             && !warpgroup.contains(same_tile)
         {
             warpgroup.push(same_tile.clone());
         }
-        let alternatives = warpgroup
+        // Then the default's own flips; where the default is Hopper's own,
+        // the portable default newer GPUs get and its flips.
+        let flips = alternatives(&default);
+        let portable_flips = (portable != default)
+            .then(|| std::iter::once(portable.clone()).chain(alternatives(&portable)))
             .into_iter()
-            .chain(
-                alternatives(&default)
-                    .into_iter()
-                    .filter(|s| valid.contains(s)),
-            )
-            .collect();
+            .flatten();
+        let mut alternatives: Vec<Schedule> = Vec::new();
+        for s in warpgroup.into_iter().chain(flips).chain(portable_flips) {
+            if s != default && valid.contains(&s) && !alternatives.contains(&s) {
+                alternatives.push(s);
+            }
+        }
         let others: Vec<Schedule> = valid.iter().filter(|p| **p != default).cloned().collect();
         let mut sample = space::sample(&others, sample, seed);
         sample.shuffle(&mut SmallRng::seed_from_u64(seed));
@@ -412,24 +421,30 @@ mod tests {
         let Schedule::Mma(default) = plan.default else {
             panic!("a tensor-core default: {:?}", plan.default)
         };
+        assert_eq!(default.wgmma, 1, "Hopper's default is on warpgroups");
+        let portable = lower::portable_heuristic(&plan.kernel, SmVersion::Sm90);
+        let Schedule::Mma(portable) = portable else {
+            panic!("a tensor-core portable default: {portable:?}")
+        };
+        assert_eq!(portable.wgmma, 0);
         // The model's favourite warpgroup points come first, one of them
-        // on the default's block tile.
+        // on the portable default's block tile.
         let warpgroups = plan
             .alternatives
             .iter()
             .take_while(|s| matches!(s, Schedule::Mma(t) if t.wgmma == 1))
             .count();
-        let (warpgroup, flipped) = plan.alternatives.split_at(warpgroups);
-        assert!(
-            (WGMMA_ALTERNATIVES..=WGMMA_ALTERNATIVES + 1).contains(&warpgroups),
-            "{warpgroup:?}"
-        );
+        let (warpgroup, rest) = plan.alternatives.split_at(warpgroups);
+        assert!(warpgroups > WGMMA_ALTERNATIVES, "{warpgroup:?}");
+        assert!(!warpgroup.contains(&plan.default), "{warpgroup:?}");
         assert!(
             warpgroup.iter().any(|s| matches!(s, Schedule::Mma(t)
-                if (t.block_m, t.block_n) == (default.block_m, default.block_n))),
+                if (t.block_m, t.block_n) == (portable.block_m, portable.block_n))),
             "{warpgroup:?}"
         );
-        let knobs: Vec<(u32, u32, u32, u32)> = flipped
+        // Then the portable default and its flips.
+        assert_eq!(rest[0], Schedule::Mma(portable));
+        let knobs: Vec<(u32, u32, u32, u32)> = rest[1..]
             .iter()
             .map(|s| match *s {
                 Schedule::Mma(t) => {
@@ -440,17 +455,17 @@ mod tests {
                         prefetch: 0,
                         ..t
                     };
-                    assert_eq!(tiles(t), tiles(default));
+                    assert_eq!(tiles(t), tiles(portable));
                     (t.block_k, t.swizzle, t.min_blocks, t.prefetch)
                 }
                 _ => panic!("{s:?}"),
             })
             .collect();
         let (k, s, m, p) = (
-            default.block_k,
-            default.swizzle,
-            default.min_blocks,
-            default.prefetch,
+            portable.block_k,
+            portable.swizzle,
+            portable.min_blocks,
+            portable.prefetch,
         );
         assert_eq!(
             knobs,

@@ -8,7 +8,7 @@
 //! stopped. That is how an interrupted search resumes and how the
 //! scheduler of [`super::campaign`] hands out its budget in rounds.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -151,10 +151,6 @@ pub struct Task<'k> {
     /// The heuristic model's estimate of every valid point, in seconds
     /// (shared with the bounded search's score).
     estimates: Arc<HashMap<Point, f64>>,
-    /// The valid points whose estimates rest on a rate no GPU has
-    /// measured ([`Estimate::unmeasured`]): the bounded search hedges
-    /// against them.
-    unmeasured: Arc<HashSet<Point>>,
     /// Where the evolutionary search starts: the default, the known
     /// winners that are valid here, a few of the model's best.
     starts: Vec<Point>,
@@ -206,13 +202,6 @@ impl<'k> Task<'k> {
                 .map(|(s, e)| (mapping.point(s), e.seconds))
                 .collect(),
         );
-        let unmeasured = Arc::new(
-            ranked
-                .iter()
-                .filter(|(_, e)| e.unmeasured)
-                .map(|(s, _)| mapping.point(s))
-                .collect(),
-        );
         let mut task = Task {
             kernel,
             source,
@@ -220,7 +209,6 @@ impl<'k> Task<'k> {
             space,
             default,
             estimates,
-            unmeasured,
             starts: Vec::new(),
         };
         let favourites = task.bounded(MODEL_STARTS).choose(&task.space, SEED);
@@ -251,20 +239,13 @@ impl<'k> Task<'k> {
     }
 
     /// The bounded search of `candidates` points, scored by the heuristic
-    /// model, half of them kept for measured paths when the model's best
-    /// is not one.
+    /// model.
     fn bounded(&self, candidates: usize) -> Bounded {
         let estimates = Arc::clone(&self.estimates);
         let score = Arc::new(move |_: &ktune_search::space::Space, p: &Point| {
             estimates.get(p).copied().unwrap_or(f64::INFINITY)
         });
-        let unmeasured = Arc::clone(&self.unmeasured);
-        Bounded {
-            unproven: Some(Arc::new(
-                move |_: &ktune_search::space::Space, p: &Point| unmeasured.contains(p),
-            )),
-            ..Bounded::new(score, candidates)
-        }
+        Bounded::new(score, candidates)
     }
 
     /// Searches on `bench` within `plan`, the heuristic default first, with

@@ -305,6 +305,13 @@ pub fn heuristic(kernel: &Kernel, target: SmVersion) -> Schedule {
     crate::heuristic::heuristic(kernel, target)
 }
 
+/// The default schedule for `kernel` that runs on `target` and every newer
+/// GPU ([`crate::heuristic::portable`]): [`heuristic`] less what only
+/// `target`'s architecture has.
+pub fn portable_heuristic(kernel: &Kernel, target: SmVersion) -> Schedule {
+    crate::heuristic::portable(kernel, target)
+}
+
 /// Checks that a block size is a positive multiple of the warp size within
 /// the target's limit.
 pub(crate) fn check_block(threads: u32, target: SmVersion) -> Result<(), Violation> {

@@ -39,6 +39,7 @@ pub mod softmax {
             ::ktune::__private::Variant {
                 gpu: Some("Imaginary GPU 9000"),
                 sm: (9, 9),
+                arch_specific: false,
                 schedule: r#"{"rows_per_block":3}"#,
                 entry: "softmax_tuned",
                 ptx: super::super::SOFTMAX_PTX,
@@ -50,6 +51,7 @@ pub mod softmax {
             ::ktune::__private::Variant {
                 gpu: None,
                 sm: (8, 0),
+                arch_specific: false,
                 schedule: r#"{"rows_per_block":32}"#,
                 entry: "softmax_default",
                 ptx: super::super::SOFTMAX_PTX,
@@ -181,6 +183,7 @@ pub mod scale_add {
         pub static VARIANTS: &[::ktune::__private::Variant] = &[::ktune::__private::Variant {
             gpu: None,
             sm: (8, 0),
+            arch_specific: false,
             schedule: r#"{"block":256}"#,
             entry: "scale_add",
             ptx: include_str!("scale_add.ptx"),

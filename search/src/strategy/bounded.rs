@@ -11,10 +11,6 @@ use crate::space::{Point, Space};
 /// A heuristic score of a point: lower means expected faster.
 pub type Score = Arc<dyn Fn(&Space, &Point) -> f64 + Send + Sync>;
 
-/// Whether a point's score rests on figures no measurement has checked (a
-/// model's guess at a path it was never fitted to).
-pub type Unproven = Arc<dyn Fn(&Space, &Point) -> bool + Send + Sync>;
-
 /// How much worse than the best score a point may be and still count as
 /// one of the best: a heuristic model's estimates are no finer than that
 /// (ktune's is off by tens of percent on some shapes), so the points
@@ -34,14 +30,6 @@ pub const SCORE_BAND: f64 = 0.1;
 /// before it (ties go to the better score, then to the space's order).
 /// When fewer than `k` points are within the band, the rest follow in
 /// order of score.
-///
-/// With `unproven`, when the best-scored point is unproven and some points
-/// are not, the unproven points get half of the `k` (rounded up) and the
-/// proven ones the rest, each half chosen as above among its own points;
-/// the two halves alternate, the unproven first. A model that rates a
-/// path it has never been checked on above all others then cannot spend
-/// the whole budget on it: if that path is slower than guessed, or fails,
-/// the best of what the model knows is measured too.
 #[derive(Clone)]
 pub struct Bounded {
     pub score: Score,
@@ -49,7 +37,6 @@ pub struct Bounded {
     pub sample: Option<usize>,
     /// The relative width of the best scores' band (see [`SCORE_BAND`]).
     pub band: f64,
-    pub unproven: Option<Unproven>,
 }
 
 impl fmt::Debug for Bounded {
@@ -58,7 +45,6 @@ impl fmt::Debug for Bounded {
             .field("k", &self.k)
             .field("sample", &self.sample)
             .field("band", &self.band)
-            .field("unproven", &self.unproven.is_some())
             .finish()
     }
 }
@@ -70,7 +56,6 @@ impl Bounded {
             k,
             sample: None,
             band: SCORE_BAND,
-            unproven: None,
         }
     }
 
@@ -93,19 +78,7 @@ impl Bounded {
             .map(|p| ((self.score)(space, &p), p))
             .collect();
         ranked.sort_by(|a, b| a.0.total_cmp(&b.0));
-        match &self.unproven {
-            Some(unproven)
-                if ranked.first().is_some_and(|(_, p)| unproven(space, p))
-                    && ranked.iter().any(|(_, p)| !unproven(space, p)) =>
-            {
-                let (doubtful, sure): (Vec<_>, Vec<_>) =
-                    ranked.into_iter().partition(|(_, p)| unproven(space, p));
-                let doubtful = self.best(&doubtful, self.k - (self.k / 2).min(sure.len()));
-                let sure = self.best(&sure, self.k - doubtful.len());
-                alternate(doubtful, sure)
-            }
-            _ => self.best(&ranked, self.k),
-        }
+        self.best(&ranked, self.k)
     }
 
     /// Up to `k` of `ranked` (best first): spread over the band of the
@@ -120,20 +93,6 @@ impl Bounded {
         let rest = ranked[within..].iter().map(|(_, p)| p.clone());
         chosen.extend(rest.take(k - chosen.len()));
         chosen
-    }
-}
-
-/// `first`'s and `second`'s points taken in turn, `first`'s first, until
-/// both are spent.
-fn alternate(first: Vec<Point>, second: Vec<Point>) -> Vec<Point> {
-    let mut first = first.into_iter();
-    let mut second = second.into_iter();
-    let mut out = Vec::new();
-    loop {
-        match (first.next(), second.next()) {
-            (None, None) => return out,
-            (a, b) => out.extend(a.into_iter().chain(b)),
-        }
     }
 }
 

@@ -13,7 +13,7 @@ mod design;
 mod evolutionary;
 mod random;
 
-pub use bounded::{Bounded, SCORE_BAND, Unproven};
+pub use bounded::{Bounded, SCORE_BAND};
 pub use coordinate::CoordinateDescent;
 pub use design::spread;
 pub use evolutionary::{Evolutionary, ModelFactory};

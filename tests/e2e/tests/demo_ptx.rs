@@ -36,11 +36,17 @@ fn ptxas() -> PathBuf {
 // ---------------------------------------------------------------------------
 
 /// The target a PTX file's `.target` directive names.
-fn ptx_target(ptx: &str) -> Option<SmVersion> {
-    ptx.lines()
+/// The target a PTX file's `.target` directive names, and whether it is
+/// the architecture-specific form (`sm_90a`).
+fn ptx_target(ptx: &str) -> Option<(SmVersion, bool)> {
+    let named = ptx
+        .lines()
         .find_map(|l| l.trim().strip_prefix(".target "))
-        .and_then(|t| t.split([',', ' ']).next())
-        .and_then(|t| t.parse().ok())
+        .and_then(|t| t.split([',', ' ']).next())?;
+    match named.strip_suffix('a') {
+        Some(portable) => portable.parse().ok().map(|t| (t, true)),
+        None => named.parse().ok().map(|t| (t, false)),
+    }
 }
 
 /// Runs the build helper on the crate at `manifest_dir` (with sm_90 among
@@ -88,10 +94,12 @@ fn assemble_crate(manifest_dir: &Path, expected_kernels: usize) {
             .expect("a name")
             .to_string_lossy()
             .into_owned();
-        let target = ptx_target(&ptx).unwrap_or_else(|| panic!("{name}: no .target directive"));
+        let (target, specific) =
+            ptx_target(&ptx).unwrap_or_else(|| panic!("{name}: no .target directive"));
+        let suffix = if specific { "a" } else { "" };
         assert!(
-            name.contains(&format!(".{}.", target.name())),
-            "{name}: its .target is {target}"
+            name.contains(&format!(".{}{suffix}.", target.name())),
+            "{name}: its .target is {target}{suffix}"
         );
         if target == SmVersion::Sm80 {
             jobs.push((name.clone(), ptx.clone(), SmVersion::Sm90));

@@ -39,6 +39,23 @@
 //!    when `K` is not a multiple of 8, or 4 for f32, for `x[m][k]`), the next tile is
 //!    tried; when none validates, the SIMT rules below apply.
 //!
+//! # Warpgroups (sm_90)
+//!
+//! On sm_90, where Hopper's `wgmma.mma_async` reaches the tensor cores'
+//! peak and `mma.sync` does not, a 16-bit contraction of at least 64 rows
+//! gets a warpgroup point (`wgmma = 1`, an `sm_90a` module) instead of
+//! the tensor-core default above when the model estimates one faster: the
+//! tiles of [`WGMMA_TILES`] that fit the problem, 64 deep (a 128-byte
+//! swizzled row per operand row), on the deepest ring of up to 4 slots,
+//! each walked like the default and row by row, whole or split along `K`
+//! where the space offers it, whose grid fills a wave. On the H200 (2026-12-04) the model's choice
+//! for the 4096³ bf16 product, 128×256×64 tiles of four 64×128
+//! warpgroups on 4 slots, ran 1.65 times as fast as the `mma.sync`
+//! default (0.194 ms against 0.321; cuBLAS 0.169), and as fast as the
+//! fastest of the seven warpgroup points measured. Such a default runs on
+//! Hopper only: [`portable`] is the default without it, which a build
+//! embeds beside it for newer GPUs.
+//!
 //! # SIMT
 //!
 //! Rules, in order:
@@ -136,14 +153,140 @@ const MMA_TILES: [(u32, u32, u32, u32); 14] = [
 /// Tensor-core pipeline depth when `K` has enough tiles.
 const MMA_STAGES: u32 = 3;
 
+/// Warpgroup tiles on sm_90, preferred first: `(block_m, block_n, warp_m,
+/// warp_n)`, each warpgroup a `warp_m × warp_n` sub-tile.
+const WGMMA_TILES: [(u32, u32, u32, u32); 12] = [
+    (128, 256, 64, 128),
+    (256, 128, 64, 128),
+    (128, 128, 64, 128),
+    (128, 128, 64, 64),
+    (64, 256, 64, 256),
+    (64, 128, 64, 128),
+    (64, 128, 64, 64),
+    (128, 64, 64, 64),
+    (64, 64, 64, 64),
+    (128, 32, 64, 32),
+    (64, 32, 64, 32),
+    (64, 16, 64, 16),
+];
+
+/// A warpgroup's rows: one `wgmma` computes 64 rows of its tile.
+const WGMMA_ROWS: u32 = 64;
+
+/// `block_k` of the warpgroup defaults: a 128-byte row of 16-bit values,
+/// one swizzle atom.
+const WGMMA_DEPTH: u32 = 64;
+
+/// The deepest ring a warpgroup default takes.
+const WGMMA_STAGES: u32 = 4;
+
 /// A narrow side's extent at or below which its tile is never split.
 const NARROW: u32 = 16;
 
 /// Block rows per group when the default walks the grid in groups.
 const GROUP_M: u32 = 8;
 
-/// The default schedule for a contraction on `target`.
+/// The default schedule for a contraction on GPUs of `target`: the
+/// [`portable`] one, or on sm_90 a warpgroup one where the model estimates
+/// it faster (see the module docs).
 pub fn heuristic(kernel: &Kernel, plan: &MatmulPlan, target: SmVersion) -> Schedule {
+    let portable = portable(kernel, plan, target);
+    match portable {
+        Schedule::Mma(t) if target == SmVersion::Sm90 => {
+            let options = warpgroup_options(kernel, plan, target, t);
+            fastest(kernel, target, portable, options)
+        }
+        _ => portable,
+    }
+}
+
+/// The warpgroup points the sm_90 default chooses among, beside the
+/// portable tensor-core default `t`: every [`WGMMA_TILES`] tile no larger
+/// than the problem rounded up to a power of two, 64 deep, on the deepest
+/// ring of at most [`WGMMA_STAGES`] slots that validates, walked as `t`
+/// and row by row, whole and (where the space offers a split) in each
+/// slice count, whose grid fills a wave: the model does not see a large
+/// tile's serial start and end, which few blocks cannot hide (on the
+/// H200, the demo's `ffn_up`, 197×1536×384, took 23.9 µs on 24 blocks of
+/// 128×128 and 10.1 µs on 192 of 64×32, which the model rated alike).
+/// None for tf32, or for products of fewer than 64 rows
+/// (decode shapes, whose 64-row warpgroups would compute mostly padding;
+/// no GPU has measured them).
+fn warpgroup_options(
+    kernel: &Kernel,
+    plan: &MatmulPlan,
+    target: SmVersion,
+    t: MmaTiles,
+) -> Vec<Schedule> {
+    let s = Shape::of(kernel, plan, target);
+    let sixteen_bit = matches!(
+        mma::layout::operand_kind(kernel, plan),
+        Ok(MmaKind::F16 | MmaKind::Bf16)
+    );
+    if !sixteen_bit || s.m < WGMMA_ROWS {
+        return Vec::new();
+    }
+    let (pm, pn) = (s.m.next_power_of_two(), s.n.next_power_of_two());
+    let splits: Vec<u32> = split_k_values(kernel, plan, target);
+    let walks: Vec<u32> = if t.group_m > 1 {
+        vec![t.group_m, 1]
+    } else {
+        vec![1]
+    };
+    let k_tiles = s.k.div_ceil(WGMMA_DEPTH);
+    let mut out = Vec::new();
+    for &(block_m, block_n, warp_m, warp_n) in &WGMMA_TILES {
+        if block_m > pm.max(WGMMA_ROWS) || block_n > pn.max(16) {
+            continue;
+        }
+        let ring = (1..=WGMMA_STAGES.min(k_tiles).max(1))
+            .rev()
+            .find_map(|stages| {
+                let tiles = MmaTiles {
+                    block_m,
+                    block_n,
+                    block_k: WGMMA_DEPTH,
+                    warp_m,
+                    warp_n,
+                    stages,
+                    group_m: 1,
+                    split_k: 1,
+                    min_blocks: 0,
+                    swizzle: 1,
+                    prefetch: 0,
+                    wgmma: 1,
+                };
+                MmaLayout::new(kernel, plan, tiles, target)
+                    .is_ok()
+                    .then_some(tiles)
+            });
+        let Some(tiles) = ring else {
+            continue;
+        };
+        for &group_m in &walks {
+            for &split_k in &splits {
+                let blocks = s.blocks((block_m, block_n, warp_m, warp_n)) * u64::from(split_k);
+                if blocks < u64::from(s.sm_count) {
+                    continue;
+                }
+                out.push(
+                    MmaTiles {
+                        group_m,
+                        split_k,
+                        ..tiles
+                    }
+                    .to_schedule(),
+                );
+            }
+        }
+    }
+    out
+}
+
+/// The default schedule for a contraction that runs on `target` and every
+/// newer GPU: no instruction only `target`'s architecture has (no
+/// `wgmma`).
+pub fn portable(kernel: &Kernel, plan: &MatmulPlan, target: SmVersion) -> Schedule {
     let rows = heuristic_tiles(kernel, plan, target);
     let walked = match rows {
         Schedule::Matmul(Tiles { block_m, .. }) | Schedule::Mma(MmaTiles { block_m, .. })

@@ -125,7 +125,7 @@ use crate::schedule::Schedule;
 pub use crate::schedule::Tiles;
 use crate::target::SmVersion;
 
-pub use heuristic::heuristic;
+pub use heuristic::{heuristic, portable};
 pub(crate) use layout::Layout;
 use layout::Staging;
 pub(crate) use pipeline::MAX_STAGES;
