@@ -17,7 +17,7 @@ pub mod target;
 /// The version of the code generator. Bump it whenever the PTX emitted for
 /// some schedule changes in a way that can change its speed: tuning records
 /// measured with another version are stale.
-pub const GENERATOR_VERSION: u32 = 6;
+pub const GENERATOR_VERSION: u32 = 7;
 
 pub use dtype::DType;
 pub use target::SmVersion;

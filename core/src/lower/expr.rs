@@ -327,7 +327,8 @@ fn tanh(b: &mut Builder, x: Reg) -> Reg {
     let e = b.f32_unary(UnaryOp::Ex2, t);
     let num = b.f32_op(ArithOp::Sub, Operand::F32(1.0), e);
     let den = b.f32_op(ArithOp::Add, Operand::F32(1.0), e);
-    let big = b.f32_op(ArithOp::Div, num, den);
+    let r = b.f32_unary(UnaryOp::RcpApprox, den);
+    let big = b.f32_op(ArithOp::Mul, num, r);
     let big = with_sign_of(b, x, big);
     let x2 = b.f32_op(ArithOp::Mul, x, x);
     let p = poly(
@@ -345,7 +346,7 @@ fn tanh(b: &mut Builder, x: Reg) -> Reg {
 fn erf(b: &mut Builder, x: Reg) -> Reg {
     let a = b.f32_unary(UnaryOp::Abs, x);
     let pa = b.f32_fma(a, Operand::F32(0.327_591_1), Operand::F32(1.0));
-    let t = b.f32_unary(UnaryOp::Rcp, pa);
+    let t = b.f32_unary(UnaryOp::RcpApprox, pa);
     let p = poly(
         b,
         t,
@@ -388,7 +389,7 @@ fn erf(b: &mut Builder, x: Reg) -> Reg {
 /// `erfcc`): `t · e^(−a² + P(t))` with `t = 1 / (1 + a/2)`.
 fn erfc_nonnegative(b: &mut Builder, a: Reg) -> Reg {
     let half_a = b.f32_fma(a, Operand::F32(0.5), Operand::F32(1.0));
-    let t = b.f32_unary(UnaryOp::Rcp, half_a);
+    let t = b.f32_unary(UnaryOp::RcpApprox, half_a);
     let p = poly(
         b,
         t,
@@ -411,11 +412,17 @@ fn erfc_nonnegative(b: &mut Builder, a: Reg) -> Reg {
     b.f32_op(ArithOp::Mul, t, e)
 }
 
+/// `1 / (1 + e^-x)`. The reciprocal is `rcp.approx` (within 1 ulp, as
+/// are the reciprocals of `tanh`, `erf` and `erfc`): the correctly rounded
+/// `rcp.rn` has a slow path, a call that keeps ptxas from issuing loads
+/// across it, and in an epilogue of 64 outputs a thread (the fused
+/// matmul, bias and GELU on warpgroups) that left each output's bias load
+/// waiting out its own latency.
 fn sigmoid(b: &mut Builder, x: Reg) -> Reg {
     let nx = b.f32_unary(UnaryOp::Neg, x);
     let e = exp(b, nx);
     let den = b.f32_op(ArithOp::Add, e, Operand::F32(1.0));
-    b.f32_unary(UnaryOp::Rcp, den)
+    b.f32_unary(UnaryOp::RcpApprox, den)
 }
 
 fn unary(b: &mut Builder, op: ir::UnaryOp, x: Reg) -> Reg {
