@@ -163,12 +163,13 @@ fn rows(kernel: &Kernel, plan: &RowPlan, target: SmVersion) -> Schedule {
     {
         return point(1);
     }
-    // A row kept in shared memory takes most of an SM's, so its block gets
-    // as many threads as a block may have: they hide each pass's waits. So
-    // many threads may also beat the narrower block at reading the row
-    // once per pass (on the H200, layernorm over 4096 rows of 50257:
-    // 1,024 threads a row 0.98 ms reading it per pass, 1.09 ms keeping it
-    // in shared memory, 1.41 ms with 64 threads).
+    // A row kept in shared memory takes most of an SM's, so its block may
+    // get as many threads as a block may have: they hide each pass's
+    // waits. So many threads may also beat the narrower block at reading
+    // the row once per pass (on the H200, 2026-12-04, layernorm over 4096
+    // rows of 50257: 1,024 threads a row 0.613 ms reading it once per
+    // pass, 0.607 ms keeping it in shared memory; 512 threads 0.647 and
+    // 0.864 ms).
     let widest_in = |vector, cache, online| Schedule::Rows {
         threads_per_row: limits.max_threads_per_block,
         rows_per_block: 1,
@@ -327,26 +328,34 @@ mod tests {
         // 1000 elements over 32 threads, 4 at a time: 32 kept per thread.
         assert_eq!(heuristic(&softmax(8192, 1000), sm90), rows(32, 4, 4, 1));
         // 99 and 50 values per thread: too many for registers. A row of
-        // 201 KB fits sm_90's shared memory, read from DRAM once by a block
-        // of 1024 threads (on the H200, 4096 such rows: 0.67 ms, against
-        // 0.83 ms with 512), but one block an SM waits on its own loads.
-        // Read once per pass, the maximum and the sum of exponentials in
-        // one, 4 values at a time (the rows peeled: 50257 is odd), blocks
-        // of 512 threads keep two rows an SM in flight: the model estimates
-        // 0.50 ms, the output pass's second read included (unmeasured).
-        let peeled = online(rows(512, 1, 4, 0));
+        // 201 KB fits sm_90's shared memory, read from DRAM once, but one
+        // block an SM waits on its own loads. Read once per pass, the
+        // maximum and the sum of exponentials in one, 4 values at a time
+        // (the rows peeled: 50257 is odd), the output pass reads it again,
+        // from L2 while one block of 1,024 threads an SM holds a row each.
+        // On the H200 (2026-12-04), 4096 such rows: 0.605 ms that way,
+        // 0.632 ms with blocks of 512 (two rows an SM, which L2 does not
+        // hold), 0.551 and 0.569 ms kept in shared memory by 512 and 1,024
+        // threads, which the model puts 4% behind (0.61 ms against 0.59).
+        let peeled = online(rows(1024, 1, 4, 0));
         assert_eq!(heuristic(&softmax(8192, 50257), sm90), peeled);
         assert_eq!(heuristic(&softmax(4096, 50257), sm90), peeled);
         // Eight rows leave most SMs idle whichever way: a single read of
         // each row from DRAM decides.
         assert_eq!(heuristic(&softmax(8, 50257), sm90), rows(1024, 1, 1, 2));
         // Layernorm's weights make each pass over a row in shared memory
-        // wait on L2: reading the row once per pass is faster (on the H200,
-        // 1024 threads one value at a time: 0.98 ms, against 1.09 ms
-        // keeping it), the mean and the variance in one pass.
+        // wait on L2: reading the row once per pass, the mean and the
+        // variance in one pass, is as fast (on the H200, 2026-12-04:
+        // 0.613 ms, against 0.607 ms keeping it with 1,024 threads and
+        // 0.864 ms with 512).
         assert_eq!(heuristic(&layernorm(4096, 50257), sm90), peeled);
-        // sm_86 blocks have 99 KiB: the row cannot be kept.
-        assert_eq!(heuristic(&softmax(4096, 50257), SmVersion::Sm86), peeled);
+        // sm_86 blocks have 99 KiB: the row cannot be kept, and its 6 MB
+        // of L2 holds no rows in flight, so blocks of 512 threads, three an
+        // SM, keep the most loads in flight.
+        assert_eq!(
+            heuristic(&softmax(4096, 50257), SmVersion::Sm86),
+            online(rows(512, 1, 4, 0))
+        );
         // 8192 one-thread rows: 64 blocks of 128 would leave SMs idle.
         assert_eq!(heuristic(&softmax(8192, 7), sm90), rows(1, 32, 1, 1));
         assert_eq!(heuristic(&softmax(8192, 64), sm90), rows(8, 16, 4, 1));

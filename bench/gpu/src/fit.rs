@@ -1,7 +1,8 @@
 //! How well the heuristic model ([`ktune_core::model`]) ranks the schedules
 //! a benchmark run measured: `ktune-bench --fit bench.json`. For each case,
 //! every schedule the run timed (the default, the bounded search's
-//! candidates, the screened sample and the search's evaluations) gets
+//! candidates, the screened sample, the default's alternatives and the
+//! search's evaluations) gets
 //! the model's estimate, and the two orders are compared. This is how the
 //! model is checked against a real GPU without one: each run on a GPU
 //! leaves a results file, and the fit can be read again after every change
@@ -107,10 +108,10 @@ fn fit_case(case: &Case, results: &Value, target: SmVersion) -> Result<Option<Ca
         measured.push((default.clone(), ms));
     }
     // Files written before the bounded search's candidates were measured
-    // have no `bounded`, before the search no `search`. A schedule timed
-    // twice (the search starts from the default) counts once, as first
-    // timed.
-    let screened = ["bounded", "sampled", "search"]
+    // have no `bounded`, before the search no `search`, before the
+    // default's alternatives no `alternatives`. A schedule timed twice
+    // (the search starts from the default) counts once, as first timed.
+    let screened = ["bounded", "sampled", "alternatives", "search"]
         .iter()
         .flat_map(|list| results[list]["screened"].as_array().into_iter().flatten());
     for screened in screened {

@@ -177,11 +177,12 @@ impl Plan {
 /// deep (`block_k`, up to 64) in either layout: whole 128-byte rows of
 /// 16-bit `k`-contiguous operands per copy. For a rows `default`: its row read once per pass, with two
 /// reductions in one pass where they pair (`online = 1`) or not, or kept
-/// in shared memory (`cache = 2`), at its own threads per row and at a
-/// block's most (1024, one row a block: the layernorm default over rows of
-/// 50257 until `online`), each at its vector width and one value at a
-/// time (a peeled row's default against its row read unpeeled), other
-/// than itself. None for others. The caller keeps the valid ones.
+/// in shared memory (`cache = 2`), at its own threads per row and, one row
+/// a block, at a block's most (1024) and half of it (512: the fastest of
+/// softmax's rows of 50257 kept in shared memory on the H200, 2026-12-04),
+/// each at its vector width and one value at a time (a peeled row's
+/// default against its row read unpeeled), other than itself. None for
+/// others. The caller keeps the valid ones.
 fn alternatives(default: &Schedule) -> Vec<Schedule> {
     if let Schedule::Rows {
         threads_per_row,
@@ -191,7 +192,7 @@ fn alternatives(default: &Schedule) -> Vec<Schedule> {
         ..
     } = *default
     {
-        let shapes = [(threads_per_row, rows_per_block), (1024, 1)];
+        let shapes = [(threads_per_row, rows_per_block), (1024, 1), (512, 1)];
         let variants = [(0, 0), (0, 1), (2, 0)];
         let mut out: Vec<Schedule> = Vec::new();
         for (threads_per_row, rows_per_block) in shapes {
@@ -502,24 +503,24 @@ mod tests {
             } => (threads_per_row, vector, cache, online),
             _ => panic!("{s:?}"),
         };
-        // Layernorm over rows of 50257: by default 512 threads a row, the
+        // Layernorm over rows of 50257: by default 1024 threads a row, the
         // mean and variance in one pass, the row peeled for 4-wide loads;
         // a row kept in shared memory is not peeled.
         let plan = Plan::new(case("layernorm_4096x50257"), SmVersion::Sm90, 0, 1).expect("a plan");
-        assert_eq!(knobs(&plan.default), (512, 4, 0, 1));
+        assert_eq!(knobs(&plan.default), (1024, 4, 0, 1));
         let alternatives: Vec<_> = plan.alternatives.iter().map(knobs).collect();
         assert_eq!(
             alternatives,
             [
-                (512, 4, 0, 0),
-                (512, 1, 0, 0),
-                (512, 1, 0, 1),
-                (512, 1, 2, 0),
                 (1024, 4, 0, 0),
                 (1024, 1, 0, 0),
-                (1024, 4, 0, 1),
                 (1024, 1, 0, 1),
-                (1024, 1, 2, 0)
+                (1024, 1, 2, 0),
+                (512, 4, 0, 0),
+                (512, 1, 0, 0),
+                (512, 4, 0, 1),
+                (512, 1, 0, 1),
+                (512, 1, 2, 0)
             ]
         );
         // Rows of 128256 do not fit shared memory: no `cache = 2`; 4

@@ -1,11 +1,14 @@
 //! The heuristic model against the runs on a real GPU (an H200,
 //! `bench/results/gpu/2026-11-30-h200/bench.json`, the second visit's
-//! `2026-11-30-h200-2/bench.json` and the third's `2026-11-30-h200-3`):
+//! `2026-11-30-h200-2/bench.json`, the third's `2026-11-30-h200-3` and the
+//! fourth's first call, `2026-12-04-h200/call-1`):
 //! fixed records, so the fit is
 //! deterministic and a change to the model that orders the measured
 //! schedules worse shows here.
 
 use ktune_bench::fit::{CaseFit, fit};
+use ktune_core::schedule::Schedule;
+use ktune_measure::stats::spearman;
 
 fn run(folder: &str) -> Vec<CaseFit> {
     let path = format!(
@@ -27,6 +30,10 @@ fn h200_second_visit() -> Vec<CaseFit> {
 
 fn h200_third_visit() -> Vec<CaseFit> {
     run("2026-11-30-h200-3")
+}
+
+fn h200_fourth_visit() -> Vec<CaseFit> {
+    run("2026-12-04-h200/call-1")
 }
 
 /// Asserts that the model's pick among each case's measured points is at
@@ -88,30 +95,64 @@ fn the_models_pick_on_the_decode_shapes_is_near_the_fastest_measured() {
 #[test]
 fn the_model_orders_the_second_h200_visits_measurements_well() {
     // Median 0.85 when the file was committed, 0.90 since passes over a
-    // row in shared memory wait on every iteration in the model.
+    // row in shared memory wait on every iteration in the model. Points
+    // that keep the row in shared memory are left out since the model
+    // follows the `cp.async` fills of 2026-12-01 (see the fourth visit's
+    // tests below): that visit filled them through registers. Without
+    // them the median was 0.875 before that refit and is 0.875 after
+    // (softmax over 8192 rows 0.686, then 0.680).
     let fits = h200_second_visit();
     assert_eq!(fits.len(), 16);
-    let mut rhos: Vec<f64> = fits.iter().filter_map(|f| f.spearman).collect();
+    let mut rhos: Vec<f64> = fits
+        .iter()
+        .filter_map(|f| {
+            let pairs: Vec<(f64, f64)> = f
+                .points
+                .iter()
+                .filter(|p| !matches!(p.schedule, Schedule::Rows { cache: 2, .. }))
+                .map(|p| (p.measured_ms, p.estimate.seconds))
+                .collect();
+            spearman(&pairs)
+        })
+        .collect();
+    assert_eq!(rhos.len(), 16);
     rhos.sort_by(f64::total_cmp);
     let median = rhos[rhos.len() / 2];
-    assert!(median >= 0.88, "median Spearman ρ {median:.2}: {rhos:?}");
+    assert!(median >= 0.87, "median Spearman ρ {median:.2}: {rhos:?}");
 }
 
 #[test]
-fn the_models_pick_on_rows_kept_in_shared_memory_is_the_fastest_measured() {
-    // Rows of 50257: 1.23× (softmax) and 1.58× (layernorm) the fastest
-    // measured point before the waits were modelled, 1.00× since.
-    for f in h200_second_visit()
+fn the_models_pick_on_rows_kept_in_shared_memory_is_near_the_fastest_measured() {
+    // Rows of 50257 on the fourth visit, whose rows in shared memory are
+    // filled by `cp.async`: 1.34× (softmax) and 1.41× (layernorm) the
+    // fastest measured point while the model took a pass's iteration over
+    // the row at 80 cycles and missed the output pass's re-read; 1.10×
+    // (a one-pass read, 0.605 ms, against the row kept in shared memory,
+    // 0.551 ms) and 1.01× since.
+    let fits = h200_fourth_visit();
+    let long: Vec<&CaseFit> = fits
         .iter()
         .filter(|f| f.case.ends_with("_4096x50257"))
-    {
-        assert!(
-            f.pick_over_best <= 1.05,
-            "{}: the model's pick is {:.2}× the fastest measured",
-            f.case,
-            f.pick_over_best
-        );
-    }
+        .collect();
+    assert_eq!(long.len(), 2);
+    assert_picks_within(long, 1.12);
+}
+
+#[test]
+fn the_model_counts_the_output_pass_re_reading_a_row() {
+    // Rows of 4096 on the fourth visit: 1.73× (softmax) and 2.10×
+    // (layernorm) the fastest measured point while the model counted the
+    // re-reads of a row by its reductions alone (and at every input's
+    // bytes an element), so that a one-pass `online` point with a few
+    // threads a row looked as cheap as one that keeps the row; 1.00×
+    // since.
+    let fits = h200_fourth_visit();
+    let rows: Vec<&CaseFit> = fits
+        .iter()
+        .filter(|f| f.case.ends_with("_8192x4096"))
+        .collect();
+    assert_eq!(rows.len(), 2);
+    assert_picks_within(rows, 1.02);
 }
 
 #[test]

@@ -82,6 +82,13 @@ struct Kept {
     extent: u32,
 }
 
+impl Kept {
+    /// Bytes of one row of it in global memory.
+    fn bytes(&self, kernel: &Kernel) -> u64 {
+        u64::from(self.extent) * u64::from(kernel.input(self.pattern.tensor).dtype.size())
+    }
+}
+
 /// A pass over a row: one of its reductions, or its outputs. (The two are
 /// kept apart even where the root is itself a reduction, a row's sum: its
 /// outputs then read nothing along the row.)
@@ -197,6 +204,33 @@ impl CachePlan {
     /// memory on every iteration besides what is kept.
     pub fn passes(&self) -> (u32, u32) {
         (self.passes, self.global_passes)
+    }
+
+    /// Bytes of a row that passes read again when nothing is kept: each
+    /// kept pattern once for every pass that reads it after the first.
+    pub fn re_read_bytes_per_row(&self, kernel: &Kernel) -> u64 {
+        let read: u64 = self
+            .reads
+            .keys()
+            .map(|pass| self.pass_bytes(kernel, *pass))
+            .sum();
+        let once: u64 = self.kept.iter().map(|k| k.bytes(kernel)).sum();
+        read.saturating_sub(once)
+    }
+
+    /// Bytes of the kept patterns' rows that `pass` reads.
+    pub fn pass_bytes(&self, kernel: &Kernel, pass: Pass) -> u64 {
+        let distinct: HashSet<usize> = self
+            .reads
+            .get(&pass)
+            .into_iter()
+            .flatten()
+            .map(|(_, kept)| *kept)
+            .collect();
+        distinct
+            .into_iter()
+            .map(|k| self.kept[k].bytes(kernel))
+            .sum()
     }
 
     /// Whether no tensor is read by more than one pass over the row.

@@ -37,7 +37,7 @@ mod combine;
 pub mod online;
 mod peel;
 
-pub use cache::CachePlan;
+pub use cache::{CachePlan, Pass};
 pub use combine::shared_bytes;
 
 use std::collections::HashMap;
@@ -50,7 +50,7 @@ use crate::ir::{Expr, ExprId, Kernel, VarId};
 use crate::ptx::Builder;
 use crate::ptx::inst::{Addr, ArithOp, Cmp, Op, Operand, Reg, RegClass, Special, Ty};
 use crate::target::SmVersion;
-use cache::{Cache, Pass, SharedRow};
+use cache::{Cache, SharedRow};
 use combine::{Combiner, Tree};
 use peel::{Cut, Peel};
 
