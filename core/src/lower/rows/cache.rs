@@ -220,17 +220,20 @@ impl CachePlan {
 
     /// Bytes of the kept patterns' rows that `pass` reads.
     pub fn pass_bytes(&self, kernel: &Kernel, pass: Pass) -> u64 {
-        let distinct: HashSet<usize> = self
-            .reads
+        self.kept_by(pass)
+            .into_iter()
+            .map(|k| self.kept[k].bytes(kernel))
+            .sum()
+    }
+
+    /// The kept patterns `pass` reads, each once.
+    fn kept_by(&self, pass: Pass) -> HashSet<usize> {
+        self.reads
             .get(&pass)
             .into_iter()
             .flatten()
             .map(|(_, kept)| *kept)
-            .collect();
-        distinct
-            .into_iter()
-            .map(|k| self.kept[k].bytes(kernel))
-            .sum()
+            .collect()
     }
 
     /// Whether no tensor is read by more than one pass over the row.

@@ -26,7 +26,7 @@
 //! one). Either way, chunks past the row's end are skipped (a register
 //! load reads a clamped, valid position and skips its store).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use super::{CachePlan, Kept, Pass, chunk_address, load_chunk, slots};
 use crate::dtype::DType;
@@ -63,11 +63,8 @@ impl CachePlan {
         let fill: u64 = (0..self.kept.len()).map(bytes).sum();
         let passes: u64 = self
             .reads
-            .values()
-            .map(|reads| {
-                let distinct: HashSet<usize> = reads.iter().map(|(_, kept)| *kept).collect();
-                distinct.into_iter().map(bytes).sum::<u64>()
-            })
+            .keys()
+            .map(|pass| self.kept_by(*pass).into_iter().map(bytes).sum::<u64>())
             .sum();
         fill + passes
     }
