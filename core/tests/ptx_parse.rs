@@ -317,6 +317,21 @@ fn errors_name_the_line() {
     assert_eq!(err.line, line_of(".maxntid") + 1);
     assert!(err.message.contains("not a positive count"), "{err}");
 
+    // A kernel may require clusters of blocks along `x`; it never stores to
+    // another block's shared memory.
+    let clustered = text.replacen(", 1, 1\n", ", 1, 1\n.reqnctapercluster 4, 1, 1\n", 1);
+    let (parsed, target) = parse(&clustered).expect("`.reqnctapercluster` parses");
+    assert_eq!(parsed.cluster_blocks, 4);
+    assert_eq!(print(&parsed, target), clustered);
+    let broken = text.replacen(", 1, 1\n", ", 1, 1\n.reqnctapercluster 2, 2, 1\n", 1);
+    let err = parse(&broken).unwrap_err();
+    assert_eq!(err.line, line_of(".maxntid") + 1);
+    assert!(err.message.contains("not `N, 1, 1`"), "{err}");
+    let broken = text.replacen("st.global.", "st.shared::cluster.", 1);
+    let err = parse(&broken).unwrap_err();
+    assert_eq!(err.line, line_of("st.global."));
+    assert!(err.message.contains("never stores"), "{err}");
+
     let undeclared = text.replacen("%f1,", "%f999,", 1);
     let err = parse(&undeclared).unwrap_err();
     assert!(err.message.contains("`%f999` is not declared"), "{err}");

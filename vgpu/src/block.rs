@@ -9,9 +9,10 @@ use ktune_core::ptx::Kernel;
 use ktune_core::ptx::inst::{Instr, MmaKind, Op, ShflMode};
 
 use crate::async_copy::AsyncCopies;
+use crate::cluster::{self, Target};
 use crate::decode::{Exec, Program, Slot};
 use crate::exec::{self, BlockEnv, Cell, Reach, State, Thread};
-use crate::fault::{Fault, FaultKind, LaneState};
+use crate::fault::{ClusterProblem, Fault, FaultKind, LaneState};
 use crate::fragment::{self, WARP};
 use crate::memory::Memory;
 use crate::numeric::shfl_source;
@@ -30,7 +31,8 @@ pub(crate) fn thread_coords(linear: u32, ntid: [u32; 3]) -> [u32; 3] {
     ]
 }
 
-/// Runs a whole grid, one block after another.
+/// Runs a whole grid, one block after another, or where the kernel
+/// declares clusters, one cluster after another, its blocks together.
 pub(crate) fn run_grid(
     kernel: &Kernel,
     launch: &Launch,
@@ -60,54 +62,226 @@ pub(crate) fn run_grid(
         shared_bytes: kernel.dynamic_shared_bytes,
         ..Stats::default()
     };
-    let mut block = Block {
-        kernel,
-        program: &program,
-        threads: (0..threads as u32)
-            .map(|id| Thread {
-                pc: 0,
-                state: State::Ready,
-                steps: 0,
-                id,
-                tid: thread_coords(id, ntid),
-            })
-            .collect(),
-        regs: vec![Cell::default(); threads * program.slots as usize],
-        shared: Shared::new(kernel.dynamic_shared_bytes, ntid),
-        copies: AsyncCopies::new(threads),
-        warpgroups: warpgroup::Warpgroups::default(),
-    };
+    let cluster_blocks = kernel.cluster_blocks.max(1);
+    let mut blocks: Vec<Block<'_>> = (0..cluster_blocks)
+        .map(|_| Block::new(kernel, &program, ntid))
+        .collect();
     let grid = launch.grid;
     let mut serial = 0u32;
     memory.begin_launch(grid);
-    for ctaid in block_order(grid, config.block_order) {
-        serial = match serial.checked_add(1) {
-            Some(s) => s,
-            None => {
+    for origin in block_order(grid, cluster_blocks, config.block_order) {
+        let mut envs = Vec::with_capacity(blocks.len());
+        for (rank, block) in (0..).zip(&mut blocks) {
+            serial = match serial.checked_add(1) {
+                Some(s) => s,
+                None => {
+                    block.regs.fill(Cell::default());
+                    1
+                }
+            };
+            envs.push(BlockEnv {
+                program: &program,
+                serial,
+                step_limit: config.step_limit,
+                ctaid: [origin[0] + rank, origin[1], origin[2]],
+                nctaid: grid,
+                ntid,
+                cluster_blocks,
+            });
+            block.begin();
+        }
+        if serial < cluster_blocks {
+            // The serial numbers wrapped within this cluster: registers
+            // written under the numbers now reused must read as unwritten.
+            for block in &mut blocks {
                 block.regs.fill(Cell::default());
-                1
             }
-        };
-        let env = BlockEnv {
-            program: &program,
-            serial,
-            step_limit: config.step_limit,
-            ctaid,
-            nctaid: grid,
-            ntid,
-        };
-        memory.enter_block(ctaid);
-        block.run(&env, memory, &mut stats)?;
-        stats.blocks += 1;
-        stats.threads += threads as u64;
+        }
+        run_cluster(&mut blocks, &envs, memory, &mut stats)?;
+        stats.blocks += u64::from(cluster_blocks);
+        stats.threads += threads as u64 * u64::from(cluster_blocks);
     }
     Ok(stats)
 }
 
-/// Every block of `grid`, in the order they run.
-fn block_order(grid: [u32; 3], order: BlockOrder) -> Vec<[u32; 3]> {
+/// How far [`Block::advance`] got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Progress {
+    /// Every thread has exited.
+    Exited,
+    /// Every live thread waits for the cluster: at the cluster's barrier,
+    /// or at a load of another block's shared memory.
+    Waiting,
+}
+
+/// Runs the blocks of one cluster (one block, for a kernel without
+/// clusters) together: each as far as it gets on its own, then the loads
+/// of each other's shared memory, then the cluster's barrier, until every
+/// thread has exited.
+fn run_cluster(
+    blocks: &mut [Block<'_>],
+    envs: &[BlockEnv<'_>],
+    memory: &mut Memory,
+    stats: &mut Stats,
+) -> Result<(), Fault> {
+    let mut exited = vec![false; blocks.len()];
+    // Per block, whether another block has read its shared memory since
+    // the cluster's last barrier.
+    let mut read_by: Vec<Option<u32>> = vec![None; blocks.len()];
+    loop {
+        for (k, block) in blocks.iter_mut().enumerate() {
+            if exited[k] {
+                continue;
+            }
+            memory.enter_block(envs[k].ctaid);
+            if block.advance(&envs[k], memory, stats)? == Progress::Exited {
+                exited[k] = true;
+                if let Some(reader) = read_by[k] {
+                    let kind = cluster_fault(ClusterProblem::ExitWhileRead { reader });
+                    return Err(block.fault(&envs[k], block.last_exited(), kind));
+                }
+            }
+        }
+        if remote_loads(blocks, envs, &exited, &mut read_by, stats)? {
+            continue;
+        }
+        if exited.iter().all(|e| *e) {
+            return Ok(());
+        }
+        cluster_barrier(blocks, envs, stats)?;
+        read_by.fill(None);
+    }
+}
+
+/// Completes every thread's pending load of the cluster's shared memory;
+/// whether there was any.
+fn remote_loads(
+    blocks: &mut [Block<'_>],
+    envs: &[BlockEnv<'_>],
+    exited: &[bool],
+    read_by: &mut [Option<u32>],
+    stats: &mut Stats,
+) -> Result<bool, Fault> {
+    let mut any = false;
+    for k in 0..blocks.len() {
+        for i in 0..blocks[k].threads.len() {
+            let State::Remote { addr } = blocks[k].threads[i].state else {
+                continue;
+            };
+            let (env, reader) = (&envs[k], blocks[k].threads[i].id);
+            let pc = blocks[k].threads[i].pc as usize;
+            let Exec::Ld { elem, n, dsts, .. } = blocks[k].program.insts[pc].exec else {
+                let kind = internal("a thread waits for the cluster at no load");
+                return Err(blocks[k].fault(env, i, kind));
+            };
+            let size = u32::from(elem) * u32::from(n);
+            let mut bytes = [0u8; 16];
+            let read = match cluster::target(addr, env.cluster_blocks) {
+                None => Err(cluster_fault(ClusterProblem::Address { addr })),
+                Some(Target::Own(addr)) => blocks[k]
+                    .shared
+                    .load(reader, addr, size)
+                    .map(|b| bytes[..b.len()].copy_from_slice(b)),
+                Some(Target::Block { rank, .. }) if exited[rank as usize] => {
+                    Err(cluster_fault(ClusterProblem::ReadAfterExit { rank }))
+                }
+                Some(Target::Block { rank, addr }) => {
+                    let own = k as u32;
+                    let owner = &mut blocks[rank as usize].shared;
+                    let read = owner.remote_load(own, rank, addr, size);
+                    read.map(|b| {
+                        bytes[..b.len()].copy_from_slice(b);
+                        if rank != own {
+                            read_by[rank as usize] = Some(own);
+                        }
+                    })
+                }
+            };
+            if let Err(kind) = read {
+                return Err(blocks[k].fault(env, i, kind));
+            }
+            stats.shared_load_bytes += u64::from(size);
+            let elem = usize::from(elem);
+            for (j, dst) in dsts[..usize::from(n)].iter().enumerate() {
+                let value = bytes[j * elem..(j + 1) * elem]
+                    .iter()
+                    .rev()
+                    .fold(0u64, |v, b| v << 8 | u64::from(*b));
+                blocks[k].set(env, i, *dst, value);
+            }
+            let t = &mut blocks[k].threads[i];
+            t.pc += 1;
+            t.state = State::Ready;
+            any = true;
+        }
+    }
+    Ok(any)
+}
+
+/// Completes the cluster's barrier, where every live thread of the
+/// cluster waits: each must have arrived, and so must every thread that
+/// exited.
+fn cluster_barrier(
+    blocks: &mut [Block<'_>],
+    envs: &[BlockEnv<'_>],
+    stats: &mut Stats,
+) -> Result<(), Fault> {
+    let Some((k, i)) = blocks.iter().enumerate().find_map(|(k, b)| {
+        let i = b
+            .threads
+            .iter()
+            .position(|t| t.state == State::ClusterWait)?;
+        Some((k, i))
+    }) else {
+        let kind = internal("the cluster waits, but at no barrier");
+        return Err(blocks[0].fault(&envs[0], 0, kind));
+    };
+    let phase = blocks[k].threads[i].waited + 1;
+    for (rank, block) in (0..).zip(blocks.iter()) {
+        for t in &block.threads {
+            let other_pc = match t.state {
+                State::ClusterWait => continue,
+                _ if t.arrived >= phase => continue,
+                State::Barrier => Some(block.program.origin[t.pc as usize] as u32),
+                _ => None,
+            };
+            let problem = ClusterProblem::Deadlock {
+                rank,
+                other_thread: t.tid,
+                other_pc,
+            };
+            return Err(blocks[k].fault(&envs[k], i, cluster_fault(problem)));
+        }
+    }
+    for block in blocks.iter_mut() {
+        for t in &mut block.threads {
+            if t.state == State::ClusterWait {
+                t.waited += 1;
+                t.pc += 1;
+                t.state = State::Ready;
+            }
+        }
+        block.shared.cluster_barrier();
+        stats.barriers += 1;
+    }
+    Ok(())
+}
+
+fn cluster_fault(problem: ClusterProblem) -> FaultKind {
+    FaultKind::Cluster { problem }
+}
+
+/// The first block of every cluster of `cluster` blocks along `x` in
+/// `grid` (every block, for clusters of one), in the order they run.
+fn block_order(grid: [u32; 3], cluster: u32, order: BlockOrder) -> Vec<[u32; 3]> {
     let mut blocks: Vec<[u32; 3]> = (0..grid[2])
-        .flat_map(|z| (0..grid[1]).flat_map(move |y| (0..grid[0]).map(move |x| [x, y, z])))
+        .flat_map(|z| {
+            (0..grid[1]).flat_map(move |y| {
+                (0..grid[0])
+                    .step_by(cluster as usize)
+                    .map(move |x| [x, y, z])
+            })
+        })
         .collect();
     if let BlockOrder::Shuffled(seed) = order {
         blocks.shuffle(&mut StdRng::seed_from_u64(seed));
@@ -136,6 +310,12 @@ fn check_launch(kernel: &Kernel, launch: &Launch, memory: &Memory) -> Result<(),
             kernel.block_threads
         ));
     }
+    if kernel.cluster_blocks > 1 && !launch.grid[0].is_multiple_of(kernel.cluster_blocks) {
+        return Err(format!(
+            "a grid of {} blocks along x, but the kernel's clusters are {} blocks",
+            launch.grid[0], kernel.cluster_blocks
+        ));
+    }
     if launch.dynamic_shared_bytes < kernel.dynamic_shared_bytes {
         return Err(format!(
             "{} bytes of dynamic shared memory, but the kernel uses {}",
@@ -158,6 +338,7 @@ pub(crate) fn print_instr(instr: &Instr) -> String {
         dynamic_shared_bytes: 0,
         block_threads: 1,
         min_blocks_per_sm: 0,
+        cluster_blocks: 0,
         reg_counts: Vec::new(),
         body: vec![instr.clone()],
     };
@@ -182,23 +363,63 @@ struct Block<'a> {
     warpgroups: warpgroup::Warpgroups,
 }
 
-impl Block<'_> {
-    fn run(
-        &mut self,
-        env: &BlockEnv<'_>,
-        memory: &mut Memory,
-        stats: &mut Stats,
-    ) -> Result<(), Fault> {
+impl<'a> Block<'a> {
+    fn new(kernel: &'a Kernel, program: &'a Program, ntid: [u32; 3]) -> Block<'a> {
+        let threads = ntid.iter().product::<u32>();
+        Block {
+            kernel,
+            program,
+            threads: (0..threads)
+                .map(|id| Thread {
+                    pc: 0,
+                    state: State::Ready,
+                    steps: 0,
+                    id,
+                    tid: thread_coords(id, ntid),
+                    arrived: 0,
+                    waited: 0,
+                })
+                .collect(),
+            regs: vec![Cell::default(); threads as usize * program.slots as usize],
+            shared: Shared::new(kernel.dynamic_shared_bytes, ntid),
+            copies: AsyncCopies::new(threads as usize),
+            warpgroups: warpgroup::Warpgroups::default(),
+        }
+    }
+
+    /// Readies every thread to run a new block from the start.
+    fn begin(&mut self) {
         for t in &mut self.threads {
             t.pc = 0;
             t.state = State::Ready;
             t.steps = 0;
+            t.arrived = 0;
+            t.waited = 0;
         }
         self.copies.begin_block(&mut self.shared);
         self.shared.begin_block();
         if self.program.warpgroups {
             self.warpgroups.begin_block(self.threads.len());
         }
+    }
+
+    /// The index of a thread that has exited (the block's faults at its
+    /// exit name one).
+    fn last_exited(&self) -> usize {
+        self.threads
+            .iter()
+            .rposition(|t| t.state == State::Exited)
+            .unwrap_or(0)
+    }
+
+    /// Runs the block's threads, completing its warp collectives and
+    /// barriers, until every thread has exited or waits for the cluster.
+    fn advance(
+        &mut self,
+        env: &BlockEnv<'_>,
+        memory: &mut Memory,
+        stats: &mut Stats,
+    ) -> Result<Progress, Fault> {
         let slots = self.program.slots as usize;
         loop {
             for i in 0..self.threads.len() {
@@ -238,12 +459,22 @@ impl Block<'_> {
             if warp | (self.program.warpgroups && self.warpgroup_collectives(env, stats)?) {
                 continue;
             }
+            if self
+                .threads
+                .iter()
+                .any(|t| matches!(t.state, State::Remote { .. }))
+            {
+                return Ok(Progress::Waiting);
+            }
             if !self.barrier(env, stats)? {
+                if self.threads.iter().any(|t| t.state == State::ClusterWait) {
+                    return Ok(Progress::Waiting);
+                }
                 if let Some((first, groups)) = self.warpgroups.unfinished() {
                     let kind = FaultKind::WgmmaInFlightAtExit { groups };
                     return Err(self.fault(env, first, kind));
                 }
-                return Ok(());
+                return Ok(Progress::Exited);
             }
         }
     }
@@ -264,6 +495,13 @@ impl Block<'_> {
             }) else {
                 continue;
             };
+            // A lane's load of the cluster's shared memory completes first.
+            if self.threads[lanes.clone()]
+                .iter()
+                .any(|t| matches!(t.state, State::Remote { .. }))
+            {
+                continue;
+            }
             self.converged(env, first, lanes.clone())?;
             let pc = self.threads[first].pc;
             if self.program.insts[pc as usize].exec.is_warpgroup() {
@@ -361,9 +599,12 @@ impl Block<'_> {
                 State::Collective => LaneState::AtCollective {
                     pc: self.program.origin[t.pc as usize],
                 },
-                // No thread is ready or parked after the run phase.
-                State::Exited | State::Ready | State::Parked { .. } => LaneState::Exited,
-                State::Barrier => {
+                // No thread is ready or parked after the run phase, and
+                // warps with a lane at a cluster load wait for it.
+                State::Exited | State::Ready | State::Parked { .. } | State::Remote { .. } => {
+                    LaneState::Exited
+                }
+                State::Barrier | State::ClusterWait => {
                     let kind = FaultKind::BarrierDeadlock {
                         other_thread: t.tid,
                         other_pc: self.program.origin[t.pc as usize],
@@ -488,6 +729,18 @@ impl Block<'_> {
                 other_pc: self.program.origin[other.pc as usize],
             };
             return Err(self.fault(env, first, kind));
+        }
+        if let Some(other) = self
+            .threads
+            .iter()
+            .position(|t| t.state == State::ClusterWait)
+        {
+            let problem = ClusterProblem::Deadlock {
+                rank: env.ctaid[0] % env.cluster_blocks,
+                other_thread: self.threads[first].tid,
+                other_pc: Some(self.program.origin[pc as usize] as u32),
+            };
+            return Err(self.fault(env, other, cluster_fault(problem)));
         }
         for t in &mut self.threads {
             if t.state == State::Barrier {

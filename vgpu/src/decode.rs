@@ -256,9 +256,18 @@ pub(crate) enum Exec {
     WgmmaWait {
         pending: u32,
     },
-    /// Orders nothing here: blocks run one at a time.
+    /// Orders the block's global accesses (see [`crate::memory`]).
     Fence,
     Bar,
+    /// `mapa.shared::cluster`: the cluster-window address of a shared
+    /// address in block `rank`'s shared memory (see [`crate::cluster`]).
+    Mapa {
+        dst: Slot,
+        src: Slot,
+        rank: Src,
+    },
+    ClusterArrive,
+    ClusterWait,
     Bra {
         target: u32,
     },
@@ -711,6 +720,11 @@ impl Decoder<'_> {
                 if *space == Space::GlobalReadOnly {
                     return Err("`st.global.nc` does not exist: `.nc` is for loads".into());
                 }
+                if *space == Space::SharedCluster {
+                    return Err(
+                        "stores to another block's shared memory are not supported here".into(),
+                    );
+                }
                 let (elem, n) = self.access(*ty, srcs.len())?;
                 let mut values = [Src::Imm(0); 4];
                 for (v, o) in values.iter_mut().zip(srcs) {
@@ -868,6 +882,13 @@ impl Decoder<'_> {
             }
             Op::Fence => Exec::Fence,
             Op::BarSync => Exec::Bar,
+            Op::Mapa { dst, src, rank } => Exec::Mapa {
+                dst: self.reg(*dst, Width::W32)?,
+                src: self.reg(*src, Width::W32)?,
+                rank: self.src(*rank, Ty::U32)?,
+            },
+            Op::ClusterArrive => Exec::ClusterArrive,
+            Op::ClusterWait => Exec::ClusterWait,
             Op::Bra { target } => Exec::Bra {
                 target: *self
                     .labels
@@ -960,6 +981,7 @@ impl Decoder<'_> {
                 Width::W32 | Width::W64 => self.slot(base),
                 _ => Err("a shared address must be a 32- or 64-bit register".into()),
             },
+            Space::SharedCluster => self.reg(base, Width::W32),
         }
     }
 }

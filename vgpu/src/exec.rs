@@ -5,8 +5,9 @@ use ktune_core::ptx::inst::{Cmp, Space, Special};
 
 use crate::Stats;
 use crate::async_copy::{AsyncCopies, AsyncCopy};
+use crate::cluster;
 use crate::decode::{Bin, CmpKind, Exec, Guard, Mad, Program, Slot, Src, Un};
-use crate::fault::FaultKind;
+use crate::fault::{ClusterProblem, FaultKind};
 use crate::memory::Memory;
 use crate::numeric;
 use crate::shared::Shared;
@@ -31,6 +32,14 @@ pub(crate) enum State {
     Parked {
         offset: u32,
     },
+    /// At the `ld.shared::cluster` at its pc, of `addr` in the cluster's
+    /// window: the cluster completes it ([`crate::block`]), since it reads
+    /// another block's shared memory.
+    Remote {
+        addr: u64,
+    },
+    /// Waiting at the `barrier.cluster.wait` at its pc.
+    ClusterWait,
     Exited,
 }
 
@@ -51,6 +60,11 @@ pub(crate) struct Thread {
     /// Linear index within the block.
     pub id: u32,
     pub tid: [u32; 3],
+    /// `barrier.cluster.arrive`s the thread has executed, and
+    /// `barrier.cluster.wait`s it has completed: one more arrival than
+    /// waits while it is between the two.
+    pub arrived: u32,
+    pub waited: u32,
 }
 
 /// What a thread sees that is the same for its whole block.
@@ -63,6 +77,8 @@ pub(crate) struct BlockEnv<'a> {
     pub ctaid: [u32; 3],
     pub nctaid: [u32; 3],
     pub ntid: [u32; 3],
+    /// Blocks in the block's cluster (1 when the kernel declares none).
+    pub cluster_blocks: u32,
 }
 
 /// The memory a thread can reach, and the counters it updates.
@@ -109,6 +125,20 @@ pub(crate) fn run_thread(
                 });
             }
             Ok(Flow::Jump(target)) => pc = target as usize,
+            Ok(Flow::Arrive) if t.arrived != t.waited => {
+                break Err(FaultKind::Cluster {
+                    problem: ClusterProblem::ArriveTwice,
+                });
+            }
+            Ok(Flow::Arrive) => {
+                t.arrived += 1;
+                pc += 1;
+            }
+            Ok(Flow::Stop(State::ClusterWait)) if t.arrived == t.waited => {
+                break Err(FaultKind::Cluster {
+                    problem: ClusterProblem::WaitWithoutArrive,
+                });
+            }
             Ok(Flow::Stop(state)) => {
                 t.state = state;
                 break Ok(());
@@ -125,6 +155,8 @@ pub(crate) fn run_thread(
 enum Flow {
     Next,
     Jump(u32),
+    /// A `barrier.cluster.arrive`.
+    Arrive,
     Stop(State),
 }
 
@@ -325,6 +357,7 @@ fn step(
                     reach.stats.shared_load_bytes += u64::from(size);
                     reach.shared.load(t.id, addr, size)?
                 }
+                Space::SharedCluster => return Ok(Flow::Stop(State::Remote { addr })),
             };
             for (i, dst) in dsts[..n].iter().enumerate() {
                 set!(*dst, read_le(&bytes[i * elem..], elem));
@@ -359,6 +392,7 @@ fn step(
                     reach.stats.shared_store_bytes += u64::from(size);
                     reach.shared.store(t.id, addr, size)?.copy_from_slice(data);
                 }
+                Space::SharedCluster => unreachable!("decode rejects stores to the cluster window"),
             }
         }
         Exec::Shfl { src, lane, .. } => {
@@ -448,6 +482,17 @@ fn step(
         }
         Exec::Fence => reach.global.fence(),
         Exec::Bar => return Ok(Flow::Stop(State::Barrier)),
+        Exec::Mapa { dst, src, rank } => {
+            let mapped = cluster::map(
+                get!(src),
+                val!(rank),
+                env.cluster_blocks,
+                reach.shared.len(),
+            )?;
+            set!(dst, mapped);
+        }
+        Exec::ClusterArrive => return Ok(Flow::Arrive),
+        Exec::ClusterWait => return Ok(Flow::Stop(State::ClusterWait)),
         Exec::Bra { target } => return Ok(Flow::Jump(target)),
         Exec::Ret => return Ok(Flow::Stop(State::Exited)),
     }

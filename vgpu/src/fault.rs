@@ -140,7 +140,8 @@ pub enum FaultKind {
     },
     /// This thread waits at a warp-collective instruction (`shfl.sync`,
     /// `ldmatrix`, `mma`) that another lane of its warp can never reach
-    /// because it waits at a `bar.sync` for the whole block.
+    /// because it waits at a `bar.sync` for the whole block, or at the
+    /// cluster's barrier.
     BarrierDeadlock {
         other_thread: [u32; 3],
         other_pc: usize,
@@ -229,6 +230,9 @@ pub enum FaultKind {
         offset: u32,
         writer: [u32; 3],
     },
+    /// A misuse of the thread's cluster (sm_90): of another block's shared
+    /// memory, or of the cluster's barrier.
+    Cluster { problem: ClusterProblem },
     /// A thread executed more instructions than the configured limit.
     StepLimit { limit: u64 },
     /// The instruction list is malformed (undefined label, register out of
@@ -237,6 +241,128 @@ pub enum FaultKind {
     /// The launch does not fit the kernel (parameter count, block size,
     /// shared memory).
     InvalidLaunch { reason: String },
+}
+
+/// What went wrong in a thread-block cluster. Blocks are named by their
+/// rank in the cluster (`%ctaid.x` modulo the cluster's size).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ClusterProblem {
+    /// `mapa` of an address outside the block's shared window (`window`
+    /// bytes), or of a rank outside the cluster of `blocks`.
+    Mapa {
+        addr: u32,
+        rank: u32,
+        blocks: u32,
+        window: u32,
+    },
+    /// `ld.shared::cluster` of an address in no block's shared window.
+    Address { addr: u64 },
+    /// A load of block `rank`'s shared byte at window `offset`, which no
+    /// thread of that block wrote.
+    Unwritten { rank: u32, offset: u32 },
+    /// A load of block `rank`'s shared byte at window `offset`, which its
+    /// thread `writer` wrote with no cluster barrier between that write
+    /// and this load.
+    Unordered {
+        rank: u32,
+        offset: u32,
+        writer: [u32; 3],
+    },
+    /// A write to the block's shared byte at window `offset`, which block
+    /// `reader` of the cluster read with no cluster barrier since.
+    Overwrite { offset: u32, reader: u32 },
+    /// A load of block `rank`'s shared memory after that block exited.
+    ReadAfterExit { rank: u32 },
+    /// The block's last thread exits while block `reader` of the cluster
+    /// has read its shared memory with no cluster barrier since: the read
+    /// may come after the exit.
+    ExitWhileRead { reader: u32 },
+    /// `barrier.cluster.wait` by a thread that has not arrived.
+    WaitWithoutArrive,
+    /// A second `barrier.cluster.arrive` with no wait between the two.
+    ArriveTwice,
+    /// A thread waits at the cluster's barrier, which thread
+    /// `other_thread` of block `rank` never reaches: it has exited without
+    /// arriving, or it waits at a `bar.sync` (pc `other_pc`).
+    Deadlock {
+        rank: u32,
+        other_thread: [u32; 3],
+        other_pc: Option<u32>,
+    },
+}
+
+impl fmt::Display for ClusterProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ClusterProblem::Mapa {
+                addr,
+                rank,
+                blocks,
+                window,
+            } => write!(
+                f,
+                "mapa of {addr:#x} in block {rank}: the address must lie in the {window}-byte shared window and the block in the cluster of {blocks}"
+            ),
+            ClusterProblem::Address { addr } => write!(
+                f,
+                "ld.shared::cluster of {addr:#x}, which is in no block's shared window (map addresses with mapa)"
+            ),
+            ClusterProblem::Unwritten { rank, offset } => write!(
+                f,
+                "load of block {rank}'s shared memory at window +{offset}, which no thread of that block wrote"
+            ),
+            ClusterProblem::Unordered {
+                rank,
+                offset,
+                writer,
+            } => write!(
+                f,
+                "load of block {rank}'s shared memory at window +{offset}, which its thread {} wrote with no cluster barrier between the write and this load",
+                Xyz(*writer)
+            ),
+            ClusterProblem::Overwrite { offset, reader } => write!(
+                f,
+                "write to shared memory at window +{offset}, which block {reader} of the cluster read with no cluster barrier since"
+            ),
+            ClusterProblem::ReadAfterExit { rank } => write!(
+                f,
+                "load of block {rank}'s shared memory after that block exited"
+            ),
+            ClusterProblem::ExitWhileRead { reader } => write!(
+                f,
+                "the block exits while block {reader} of its cluster has read its shared memory with no cluster barrier since: the read may come after the exit"
+            ),
+            ClusterProblem::WaitWithoutArrive => {
+                write!(
+                    f,
+                    "barrier.cluster.wait with no barrier.cluster.arrive before it"
+                )
+            }
+            ClusterProblem::ArriveTwice => write!(
+                f,
+                "a second barrier.cluster.arrive with no barrier.cluster.wait between the two"
+            ),
+            ClusterProblem::Deadlock {
+                rank,
+                other_thread,
+                other_pc: Some(pc),
+            } => write!(
+                f,
+                "deadlock: thread {} of block {rank} waits at bar.sync (pc {pc}) while this thread waits at the cluster barrier",
+                Xyz(*other_thread)
+            ),
+            ClusterProblem::Deadlock {
+                rank,
+                other_thread,
+                other_pc: None,
+            } => write!(
+                f,
+                "deadlock: thread {} of block {rank} exited without arriving at the cluster barrier this thread waits at",
+                Xyz(*other_thread)
+            ),
+        }
+    }
 }
 
 /// Where the lane that did not arrive at a warp-collective instruction is.
@@ -270,6 +396,7 @@ fn space_name(space: Space) -> &'static str {
     match space {
         Space::Global | Space::GlobalReadOnly => "global",
         Space::Shared => "shared",
+        Space::SharedCluster => "cluster shared",
     }
 }
 
@@ -309,7 +436,7 @@ impl fmt::Display for FaultKind {
                     (Space::Global | Space::GlobalReadOnly, None) => {
                         write!(f, "{what}, which points into no parameter's buffer")
                     }
-                    (Space::Shared, _) => write!(
+                    (Space::Shared | Space::SharedCluster, _) => write!(
                         f,
                         "{what} (window {offset:+}); the shared window holds {limit} bytes"
                     ),
@@ -360,7 +487,7 @@ impl fmt::Display for FaultKind {
                 other_pc,
             } => write!(
                 f,
-                "deadlock: this warp-collective instruction needs thread {} of the same warp, which waits at bar.sync (pc {other_pc})",
+                "deadlock: this warp-collective instruction needs thread {} of the same warp, which waits at a barrier (pc {other_pc})",
                 Xyz(*other_thread)
             ),
             FaultKind::ShuffleDivergence {
@@ -470,6 +597,7 @@ impl fmt::Display for FaultKind {
                 "wgmma.mma_async reads shared memory at {addr:#x} (window +{offset}), which thread {} wrote with no fence.proxy.async after the write: the async proxy may not see it",
                 Xyz(*writer)
             ),
+            FaultKind::Cluster { problem } => write!(f, "cluster: {problem}"),
             FaultKind::StepLimit { limit } => write!(
                 f,
                 "thread executed more than {limit} instructions (infinite loop?)"

@@ -141,6 +141,7 @@
 
 mod async_copy;
 mod block;
+mod cluster;
 mod decode;
 mod descriptor;
 mod exec;
@@ -156,7 +157,7 @@ pub mod suite;
 pub mod timing;
 pub mod verify;
 
-pub use fault::{Access, Fault, FaultKind, FenceSide, LaneState};
+pub use fault::{Access, ClusterProblem, Fault, FaultKind, FenceSide, LaneState};
 pub use memory::Memory;
 pub use poison::{POISON_16, POISON_F32, first_poisoned, poisoned};
 pub use shared::SHARED_BASE;

@@ -41,9 +41,10 @@ pub struct Memory {
     stored_after: Vec<Vec<u32>>,
     /// Per buffer: whether any block stored to it in this launch.
     stored: Vec<bool>,
-    /// Per block that has finished, by linear index: how many fences it
-    /// ran.
+    /// Per block not running, by linear index: how many fences it has
+    /// run, and `fences` when it last ran an atomic.
     fenced: Vec<u32>,
+    atomics: Vec<Option<u32>>,
     grid: [u32; 3],
     /// 1 + the linear index of the running block.
     block: u32,
@@ -69,17 +70,21 @@ impl Memory {
         self.stored = vec![false; self.buffers.len()];
         let blocks = grid.iter().map(|&g| g as usize).product();
         self.fenced = vec![0; blocks];
+        self.atomics = vec![None; blocks];
         self.block = 0;
     }
 
-    /// The block `ctaid` runs next (the one before it has finished).
+    /// The block `ctaid` runs next, from where it stopped (the blocks of a
+    /// cluster take turns).
     pub(crate) fn enter_block(&mut self, ctaid: [u32; 3]) {
-        if let Some(done) = self.block.checked_sub(1) {
-            self.fenced[done as usize] = self.fences;
+        if let Some(left) = self.block.checked_sub(1) {
+            self.fenced[left as usize] = self.fences;
+            self.atomics[left as usize] = self.atomic_after;
         }
-        self.block = 1 + ctaid[0] + self.grid[0] * (ctaid[1] + self.grid[1] * ctaid[2]);
-        self.fences = 0;
-        self.atomic_after = None;
+        let index = ctaid[0] + self.grid[0] * (ctaid[1] + self.grid[1] * ctaid[2]);
+        self.block = 1 + index;
+        self.fences = self.fenced[index as usize];
+        self.atomic_after = self.atomics[index as usize];
     }
 
     /// The running block runs a fence.

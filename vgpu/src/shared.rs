@@ -25,7 +25,7 @@
 
 use ktune_core::ptx::inst::Space;
 
-use crate::fault::{Access, FaultKind};
+use crate::fault::{Access, ClusterProblem, FaultKind};
 
 /// The address `mov.u32 %r, ktune_smem` yields: a fake base, so a shared
 /// offset used as an address (or the reverse) is caught.
@@ -49,6 +49,10 @@ struct ByteState {
     write_number: u64,
     /// In-flight `wgmma.mma_async`s reading the byte.
     async_readers: u16,
+    /// The first epoch of the cluster phase in which another block of the
+    /// cluster last read the byte, and that block's rank.
+    remote_read_epoch: u32,
+    remote_reader: u32,
 }
 
 const FRESH: ByteState = ByteState {
@@ -61,6 +65,8 @@ const FRESH: ByteState = ByteState {
     copy_pc: 0,
     write_number: 0,
     async_readers: 0,
+    remote_read_epoch: 0,
+    remote_reader: NOBODY,
 };
 
 #[derive(Debug)]
@@ -69,6 +75,8 @@ pub(crate) struct Shared {
     state: Vec<ByteState>,
     epoch: u32,
     block_start: u32,
+    /// The first epoch since the cluster's last barrier (or of the block).
+    phase_start: u32,
     /// Writes so far (stores and landed copies), which numbers them.
     writes: u64,
     /// For each thread, [`Shared::writes`] at its last `fence.proxy.async`:
@@ -85,21 +93,34 @@ impl Shared {
             state: vec![FRESH; bytes as usize],
             epoch: 0,
             block_start: 0,
+            phase_start: 0,
             writes: 0,
             proxy_fenced: vec![0; ntid.iter().product::<u32>() as usize],
             ntid,
         }
     }
 
+    /// The window's size in bytes.
+    pub(crate) fn len(&self) -> usize {
+        self.data.len()
+    }
+
     /// Starts a new block: every byte becomes uninitialised.
     pub(crate) fn begin_block(&mut self) {
         self.advance();
         self.block_start = self.epoch;
+        self.phase_start = self.epoch;
     }
 
     /// A `bar.sync` completed.
     pub(crate) fn barrier(&mut self) {
         self.advance();
+    }
+
+    /// A barrier of the block's whole cluster completed.
+    pub(crate) fn cluster_barrier(&mut self) {
+        self.advance();
+        self.phase_start = self.epoch;
     }
 
     fn advance(&mut self) {
@@ -110,18 +131,25 @@ impl Shared {
     }
 
     /// Renumbers epochs before the counter overflows, keeping what matters:
-    /// written by this block or not, and accesses in the current interval.
+    /// written by this block or not, before the cluster's last barrier or
+    /// not, and accesses in the current interval and phase.
     fn rebase(&mut self) {
-        let (epoch, block_start) = (self.epoch, self.block_start);
+        let (epoch, block_start, phase_start) = (self.epoch, self.block_start, self.phase_start);
+        // Block start 1, phase start 2 (3 when it is the current epoch),
+        // the current epoch 3.
+        let renumber = |e: u32| match e {
+            e if e == epoch => 3,
+            e if e >= phase_start => 2,
+            e if e >= block_start => 1,
+            _ => 0,
+        };
         for s in &mut self.state {
-            s.write_epoch = match s.write_epoch {
-                e if e == epoch => 2,
-                e if e >= block_start => 1,
-                _ => 0,
-            };
-            s.read_epoch = if s.read_epoch == epoch { 2 } else { 0 };
+            s.write_epoch = renumber(s.write_epoch);
+            s.read_epoch = if s.read_epoch == epoch { 3 } else { 0 };
+            s.remote_read_epoch = renumber(s.remote_read_epoch);
         }
-        self.epoch = 2;
+        self.phase_start = renumber(phase_start);
+        self.epoch = 3;
         self.block_start = 1;
     }
 
@@ -191,6 +219,43 @@ impl Shared {
             } else if s.reader != thread && s.other_reader == NOBODY {
                 s.other_reader = thread;
             }
+        }
+        Ok(&self.data[start..end])
+    }
+
+    /// The `size` bytes at `addr` as block `reader` of the cluster reads
+    /// them: written by this block before the cluster's last barrier; each
+    /// byte is then held unwritten until the next.
+    pub(crate) fn remote_load(
+        &mut self,
+        reader: u32,
+        rank: u32,
+        addr: u64,
+        size: u32,
+    ) -> Result<&[u8], FaultKind> {
+        let start = self.offset(addr, size, Access::Load)?;
+        let end = start + size as usize;
+        for i in start..end {
+            let offset = i as u32;
+            let s = self.written(i).map_err(|kind| match kind {
+                FaultKind::UninitializedShared { .. } => FaultKind::Cluster {
+                    problem: ClusterProblem::Unwritten { rank, offset },
+                },
+                other => other,
+            })?;
+            if s.write_epoch >= self.phase_start {
+                return Err(FaultKind::Cluster {
+                    problem: ClusterProblem::Unordered {
+                        rank,
+                        offset,
+                        writer: self.coords(s.writer),
+                    },
+                });
+            }
+        }
+        for s in &mut self.state[start..end] {
+            s.remote_read_epoch = self.phase_start;
+            s.remote_reader = reader;
         }
         Ok(&self.data[start..end])
     }
@@ -275,6 +340,14 @@ impl Shared {
                 return Err(FaultKind::WgmmaOverwrite {
                     addr: u64::from(SHARED_BASE) + u64::from(offset),
                     offset,
+                });
+            }
+            if s.remote_reader != NOBODY && s.remote_read_epoch == self.phase_start {
+                return Err(FaultKind::Cluster {
+                    problem: ClusterProblem::Overwrite {
+                        offset,
+                        reader: s.remote_reader,
+                    },
                 });
             }
             if s.write_epoch == self.epoch && s.writer != thread && s.writer != NOBODY {

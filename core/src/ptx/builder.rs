@@ -73,6 +73,7 @@ impl Builder {
             dynamic_shared_bytes,
             block_threads,
             min_blocks_per_sm: 0,
+            cluster_blocks: 0,
             reg_counts: RegClass::ALL
                 .iter()
                 .map(|c| (*c, self.counts[*c as usize]))

@@ -104,6 +104,9 @@ pub enum Space {
     /// store might change what they read.
     GlobalReadOnly,
     Shared,
+    /// The shared memory of any block of the thread's cluster (sm_90), for
+    /// loads (`ld.shared::cluster`), at an address [`Op::Mapa`] gave.
+    SharedCluster,
 }
 
 /// A memory address: a register (64-bit for global, 32-bit for shared)
@@ -397,6 +400,19 @@ pub enum Op {
     Fence,
     /// `bar.sync 0`
     BarSync,
+    /// `mapa.shared::cluster.u32 dst, src, rank`: the address, in the
+    /// [`Space::SharedCluster`] window, of the byte at shared address `src`
+    /// in the shared memory of the cluster's block `rank` (sm_90).
+    Mapa { dst: Reg, src: Reg, rank: Operand },
+    /// `barrier.cluster.arrive.aligned`: the thread arrives at the
+    /// cluster's barrier, releasing its memory accesses before it (sm_90).
+    /// Every thread of the cluster arrives before any of its waits end.
+    ClusterArrive,
+    /// `barrier.cluster.wait.aligned`: waits until every thread of the
+    /// cluster has arrived at the barrier the thread last arrived at, and
+    /// acquires what they released. A block whose shared memory others
+    /// read must not exit before they have passed such a barrier.
+    ClusterWait,
     /// `bra.uni label` (or `bra` when guarded)
     Bra { target: Label },
     /// A label definition.
@@ -450,6 +466,11 @@ pub struct Kernel {
     /// which bounds the registers it allocates; 0 when the kernel does not
     /// say, and ptxas chooses.
     pub min_blocks_per_sm: u32,
+    /// Blocks per cluster along `x` (`.reqnctapercluster n, 1, 1`, sm_90):
+    /// consecutive blocks `n·c … n·c + n - 1` form cluster `c`, run
+    /// together and reach each other's shared memory; a launch's grid
+    /// must be a multiple of it. 0 when the kernel states none.
+    pub cluster_blocks: u32,
     /// How many registers of each class the body uses.
     pub reg_counts: Vec<(RegClass, u32)>,
     pub body: Vec<Instr>,

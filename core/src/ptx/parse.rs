@@ -118,6 +118,7 @@ impl<'t> Parser<'t> {
             .and_then(|n| n.parse().ok())
             .ok_or_else(|| self.error(format!("`.maxntid {block_threads}` is not `N, 1, 1`")))?;
         let min_blocks_per_sm = self.min_blocks()?;
+        let cluster_blocks = self.cluster_blocks()?;
         self.expect("{")?;
         let reg_counts = self.registers()?;
         let counts: Vec<u32> = reg_counts.iter().map(|(_, n)| *n).collect();
@@ -139,6 +140,7 @@ impl<'t> Parser<'t> {
             dynamic_shared_bytes,
             block_threads,
             min_blocks_per_sm,
+            cluster_blocks,
             reg_counts,
             body,
         };
@@ -175,6 +177,26 @@ impl<'t> Parser<'t> {
             .ok()
             .filter(|n| *n > 0)
             .ok_or_else(|| self.error(format!("`.minnctapersm {count}` is not a positive count")))
+    }
+
+    /// The `.reqnctapercluster` blocks along `x`, if the kernel states them
+    /// (0 if not).
+    fn cluster_blocks(&mut self) -> Result<u32, ParseError> {
+        let Some(dims) = self
+            .peek()
+            .and_then(|l| l.strip_prefix(".reqnctapercluster "))
+        else {
+            return Ok(0);
+        };
+        self.next += 1;
+        dims.strip_suffix(", 1, 1")
+            .and_then(|n| n.parse().ok())
+            .filter(|n| *n > 0)
+            .ok_or_else(|| {
+                self.error(format!(
+                    "`.reqnctapercluster {dims}` is not `N, 1, 1` with N positive"
+                ))
+            })
     }
 
     /// The size comment and `.extern .shared` declaration, if present: the
@@ -367,6 +389,11 @@ impl<'t> Parser<'t> {
                 let space = self.space(&parts)?;
                 if space == Space::GlobalReadOnly {
                     return Err(self.error("`st.global.nc` does not exist: `.nc` is for loads"));
+                }
+                if space == Space::SharedCluster {
+                    return Err(self.error(
+                        "ktune loads from another block's shared memory, never stores to it",
+                    ));
                 }
                 Op::St {
                     space,
@@ -576,6 +603,16 @@ impl<'t> Parser<'t> {
             }
             "fence" if opcode == "fence.acq_rel.gpu" => Op::Fence,
             "bar" => Op::BarSync,
+            "mapa" if opcode == "mapa.shared::cluster.u32" => {
+                arity(3)?;
+                Op::Mapa {
+                    dst: reg(0)?,
+                    src: reg(1)?,
+                    rank: operand(2)?,
+                }
+            }
+            "barrier" if opcode == "barrier.cluster.arrive.aligned" => Op::ClusterArrive,
+            "barrier" if opcode == "barrier.cluster.wait.aligned" => Op::ClusterWait,
             "bra" => {
                 arity(1)?;
                 Op::Bra {
@@ -744,6 +781,7 @@ impl<'t> Parser<'t> {
             Some(&"global") if parts.get(2) == Some(&"nc") => Ok(Space::GlobalReadOnly),
             Some(&"global") => Ok(Space::Global),
             Some(&"shared") => Ok(Space::Shared),
+            Some(&"shared::cluster") => Ok(Space::SharedCluster),
             other => Err(self.error(format!(
                 "`{}` is not a state space ktune uses",
                 other.unwrap_or(&"")

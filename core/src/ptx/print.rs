@@ -45,6 +45,9 @@ fn write_module(out: &mut String, kernel: &Kernel, target: SmVersion) -> std::fm
     if kernel.min_blocks_per_sm > 0 {
         writeln!(out, ".minnctapersm {}", kernel.min_blocks_per_sm)?;
     }
+    if kernel.cluster_blocks > 0 {
+        writeln!(out, ".reqnctapercluster {}, 1, 1", kernel.cluster_blocks)?;
+    }
     writeln!(out, "{{")?;
     for (class, count) in &kernel.reg_counts {
         if *count > 0 {
@@ -162,6 +165,7 @@ fn space(s: Space) -> &'static str {
         Space::Global => "global",
         Space::GlobalReadOnly => "global.nc",
         Space::Shared => "shared",
+        Space::SharedCluster => "shared::cluster",
     }
 }
 
@@ -538,6 +542,15 @@ pub(super) fn write_instr(out: &mut String, instr: &Instr) -> std::fmt::Result {
         ),
         Op::Fence => write!(out, "fence.acq_rel.gpu"),
         Op::BarSync => write!(out, "bar.sync 0"),
+        Op::Mapa { dst, src, rank } => write!(
+            out,
+            "mapa.shared::cluster.u32 {}, {}, {}",
+            R(*dst),
+            R(*src),
+            O(*rank)
+        ),
+        Op::ClusterArrive => write!(out, "barrier.cluster.arrive.aligned"),
+        Op::ClusterWait => write!(out, "barrier.cluster.wait.aligned"),
         Op::Bra { target } if instr.guard.is_some() => write!(out, "bra {}", label_name(*target)),
         Op::Bra { target } => write!(out, "bra.uni {}", label_name(*target)),
         Op::Label(_) => Ok(()),

@@ -170,9 +170,12 @@ impl Block<'_> {
                 State::Collective if at_warpgroup(i) => LaneState::AtCollective {
                     pc: self.program.origin[t.pc as usize],
                 },
-                // Its warp's collective completed in this round.
-                State::Ready | State::Collective | State::Shuffle { .. } => return Ok(None),
-                State::Barrier => {
+                // Its warp's collective completed in this round, or its
+                // load of the cluster's shared memory is still to come.
+                State::Ready | State::Collective | State::Shuffle { .. } | State::Remote { .. } => {
+                    return Ok(None);
+                }
+                State::Barrier | State::ClusterWait => {
                     let kind = FaultKind::BarrierDeadlock {
                         other_thread: t.tid,
                         other_pc: self.program.origin[t.pc as usize],
