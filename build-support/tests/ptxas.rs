@@ -366,8 +366,22 @@ fn elementwise_points(vectors: &[u32]) -> Vec<Schedule> {
 /// several passes, in one from registers (rows too long to keep are
 /// rejected by the registers constraint) and in one from shared memory
 /// (rows too long for the target's are rejected by the shared-memory
-/// constraint), and rows spanning warps with either tree.
+/// constraint), and rows spanning warps with either tree; then rows spread
+/// over clusters of 2, 4 and 8 blocks (sm_90 only), each way.
 fn rows_points() -> Vec<Schedule> {
+    let clustered = [(64, 3, 2, 2), (256, 1, 1, 4), (1024, 1, 4, 8)]
+        .into_iter()
+        .flat_map(|(threads_per_row, rows_per_block, vector, cluster)| {
+            [(0, 0), (0, 1), (1, 0), (2, 0)].map(|(cache, online)| Schedule::Rows {
+                threads_per_row,
+                rows_per_block,
+                vector,
+                cache,
+                tree: 0,
+                online,
+                cluster,
+            })
+        });
     [
         (1, 32, 1),
         (4, 16, 2),
@@ -389,9 +403,11 @@ fn rows_points() -> Vec<Schedule> {
                 cache,
                 tree,
                 online: 0,
+                cluster: 1,
             })
         })
     })
+    .chain(clustered)
     .collect()
 }
 

@@ -485,6 +485,7 @@ fn loads_after_stores_take_the_read_only_path() {
         cache: 1,
         tree: 0,
         online: 0,
+        cluster: 1,
     };
     let target = SmVersion::Sm90;
     let mut checked = 0;

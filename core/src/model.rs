@@ -187,6 +187,11 @@ const L2_LATENCY_S: f64 = 300e-9;
 /// Cycles of one shuffle step of a reduction tree, and of a barrier.
 const SHUFFLE_CYCLES: f64 = 30.0;
 const BARRIER_CYCLES: f64 = 60.0;
+/// Cycles a reduction of a row spread over a cluster spends combining the
+/// blocks' values: a cluster barrier and a load of distributed shared
+/// memory, each a few hundred cycles. Not yet measured: a guess, to be
+/// refitted from the first GPU run of cluster points.
+const CLUSTER_EXCHANGE_CYCLES: f64 = 800.0;
 
 /// What limits a point's estimated time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -373,6 +378,7 @@ fn rows(
         cache,
         tree,
         online,
+        cluster,
     } = *schedule
     else {
         unreachable!("a rows point")
@@ -380,8 +386,11 @@ fn rows(
     let rows = plan.rows(kernel);
     let length = plan.length(kernel);
     let elem = input_bytes(kernel);
-    let busy = (f64::from(length) / f64::from(threads_per_row * vector)).min(1.0);
-    let passes = plan.reductions().count() as f64;
+    // A row spread over a cluster's blocks has their threads together.
+    let row_threads = threads_per_row * cluster;
+    let busy = (f64::from(length) / f64::from(row_threads * vector)).min(1.0);
+    let reductions = plan.reductions().count();
+    let passes = reductions as f64;
     let levels = f64::from(threads_per_row.trailing_zeros());
     let tree_cycles = if threads_per_row <= 32 {
         levels * SHUFFLE_CYCLES
@@ -389,16 +398,24 @@ fn rows(
         (levels + 1.0) * BARRIER_CYCLES
     } else {
         5.0 * SHUFFLE_CYCLES + 2.0 * BARRIER_CYCLES
+    } + if cluster > 1 {
+        CLUSTER_EXCHANGE_CYCLES
+    } else {
+        0.0
     };
     let kept = CachePlan::of(kernel, plan);
     let (cached, fill, kept_shared) = match cache {
-        1 => (kept.values_per_thread(threads_per_row, vector), None, 0),
+        1 => (kept.values_per_thread(row_threads, vector), None, 0),
         2 => (
             0,
-            Some(kept.fill_cost(kernel, threads_per_row, vector, target)),
-            u64::from(rows_per_block) * kept.shared_bytes_per_row(),
+            Some(kept.fill_cost(kernel, row_threads, vector, target)),
+            u64::from(rows_per_block) * kept.shared_bytes_per_row(vector, cluster),
         ),
         _ => (0, None, 0),
+    };
+    let cluster_slots = match cluster {
+        1 => 0,
+        _ => (u64::from(rows_per_block) * reductions as u64 * 4).next_multiple_of(16),
     };
     // Kept values are loaded all at once: a thread's whole share of the row
     // is in flight; the fill of a row in shared memory has its `cp.async`
@@ -407,7 +424,7 @@ fn rows(
     let in_flight = match (cached, fill) {
         (0, None) => busy * f64::from(vector),
         (0, Some(fill)) => f64::from(fill.in_flight),
-        _ => (f64::from(length) / f64::from(threads_per_row * vector)).ceil() * f64::from(vector),
+        _ => (f64::from(length) / f64::from(row_threads * vector)).ceil() * f64::from(vector),
     };
     // A fill entirely by `cp.async` has the thread's whole share of the
     // row in flight, whatever its width; the passes then read shared
@@ -419,11 +436,19 @@ fn rows(
         _ => access_efficiency(f64::from(vector) * elem),
     };
     let threads = threads_per_row * rows_per_block;
+    // ptxas holds a block of 1,024 threads that keeps nothing in registers
+    // to 32 a thread, so that two such blocks share an SM (every rows
+    // point of the benchmark's dry runs, 24 to 32).
+    let registers = match (threads, cached) {
+        (1024, 0) => 32,
+        _ => 32 + 4 * vector + cached + fill.map_or(0, |f| f.registers),
+    };
     let usage = BlockUsage {
         threads,
-        registers: 32 + 4 * vector + cached + fill.map_or(0, |f| f.registers),
-        shared_bytes: (shared_bytes(threads_per_row, rows_per_block, 32, tree) + kept_shared)
-            as u32,
+        registers,
+        shared_bytes: (shared_bytes(threads_per_row, rows_per_block, 32, tree)
+            + cluster_slots
+            + kept_shared) as u32,
     };
     // Without a cache the passes after the first, the outputs' included,
     // read the row again (a pair of reductions, with `online = 1`, in one
@@ -446,8 +471,9 @@ fn rows(
     let limits = target.limits();
     let blocks_per_sm = occupancy(usage, target).blocks_per_sm;
     let rows_in_flight =
-        (u64::from(limits.sm_count) * u64::from(blocks_per_sm) * u64::from(rows_per_block))
-            .min(u64::from(rows));
+        (u64::from(limits.sm_count) * u64::from(blocks_per_sm) * u64::from(rows_per_block)
+            / u64::from(cluster))
+        .min(u64::from(rows));
     let widest = kernel
         .inputs
         .iter()
@@ -479,10 +505,11 @@ fn rows(
     let shared_cycles = match cache {
         2 => {
             let resident = f64::from(blocks_per_sm.max(1));
-            let bandwidth =
-                resident * f64::from(rows_per_block) * kept.shared_traffic_per_row() as f64
-                    / SHARED_BYTES_PER_CLOCK;
-            let iterations = (f64::from(length) / f64::from(threads_per_row * vector)).ceil();
+            let bandwidth = resident
+                * f64::from(rows_per_block)
+                * (kept.shared_traffic_per_row() as f64 / f64::from(cluster))
+                / SHARED_BYTES_PER_CLOCK;
+            let iterations = (f64::from(length) / f64::from(row_threads * vector)).ceil();
             let (all, global) = kept.passes();
             let l2_cycles = L2_LATENCY_S * f64::from(target.hardware().clock_mhz) * 1e6;
             let latency = iterations
@@ -494,7 +521,7 @@ fn rows(
     };
     (
         usage,
-        u64::from(rows.div_ceil(rows_per_block)),
+        u64::from(rows.div_ceil(rows_per_block)) * u64::from(cluster),
         Stream {
             dram_bytes: kernel.compulsory_bytes() as f64 + dram_re_reads,
             l2_bytes,
@@ -981,6 +1008,7 @@ mod tests {
             cache: 0,
             tree: 0,
             online: 0,
+            cluster: 1,
         }
     }
 
@@ -1069,6 +1097,7 @@ mod tests {
                 cache,
                 tree,
                 online: 0,
+                cluster: 1,
             },
             other => other,
         }
@@ -1093,6 +1122,32 @@ mod tests {
         assert!(seconds[..3].is_sorted_by(|a, b| a > b), "{seconds:?}");
         assert!(seconds[0] > 1.3 * seconds[2], "{seconds:?}");
         assert!((seconds[2] / seconds[3] - 1.0).abs() < 0.05, "{seconds:?}");
+    }
+
+    #[test]
+    fn a_cluster_spreads_a_kept_row_over_its_blocks() {
+        // Rows of 50257 kept in shared memory over a cluster of 4 blocks:
+        // four blocks a row, each keeping a quarter of it (plus the
+        // cluster's slots for the two reductions), so that two blocks of
+        // 1,024 threads share an SM, each with a quarter of the passes'
+        // iterations.
+        let k = softmax(4096, 50257);
+        let spread = |cluster| {
+            with(rows(1024, 1, 1), 2, 0)
+                .with_knob("cluster", cluster)
+                .expect("a rows point")
+        };
+        let one = estimate(&k, &spread(1), SmVersion::Sm90).expect("valid");
+        let four = estimate(&k, &spread(4), SmVersion::Sm90).expect("valid");
+        assert_eq!(four.blocks, 4 * one.blocks);
+        let quarter = (12_565 * 4u32).next_multiple_of(16);
+        assert_eq!(four.shared_bytes, 2 * 32 * 4 + 16 + quarter);
+        assert_eq!(
+            (one.occupancy.blocks_per_sm, four.occupancy.blocks_per_sm),
+            (1, 2)
+        );
+        // Which is faster is not asserted: the exchange's cost is a guess
+        // until a GPU measures clusters.
     }
 
     #[test]

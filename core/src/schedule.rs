@@ -54,7 +54,14 @@ pub enum Schedule {
     /// mean of squared differences from it (valid only where such a pair
     /// exists, with `cache = 0`). All three default to 0, and are left out of the
     /// JSON form when 0, so that schedules written before them keep their
-    /// meaning and their text. See [`crate::lower`]'s rows module.
+    /// meaning and their text.
+    /// `cluster` (1, 2, 4 or 8; sm_90 only): the blocks of a thread-block
+    /// cluster a row is spread over. Thread `t` of block `k` of the cluster
+    /// is the row's thread `k · threads_per_row + t`, and every reduction,
+    /// combined within each block, is then combined across the cluster
+    /// through distributed shared memory; with `cache = 2` each block keeps
+    /// only its share of the row. Defaults to 1 (no cluster), left out of
+    /// the JSON form when 1. See [`crate::lower`]'s rows module.
     Rows {
         threads_per_row: u32,
         rows_per_block: u32,
@@ -65,6 +72,8 @@ pub enum Schedule {
         tree: u32,
         #[serde(default, skip_serializing_if = "is_zero")]
         online: u32,
+        #[serde(default = "one", skip_serializing_if = "is_one")]
+        cluster: u32,
     },
     /// Contractions: a `block_m × block_n` output tile per block, staged
     /// through shared memory `block_k` deep, `thread_m × thread_n` outputs per
@@ -216,6 +225,7 @@ impl Class {
                 "cache",
                 "tree",
                 "online",
+                "cluster",
             ],
             Class::Matmul => &[
                 "block_m", "block_n", "block_k", "thread_m", "thread_n", "vector_a", "vector_b",
@@ -257,16 +267,26 @@ impl Class {
                 per_thread,
                 vector,
             },
-            (Class::Rows, &[threads_per_row, rows_per_block, vector, cache, tree, online]) => {
-                Schedule::Rows {
+            (
+                Class::Rows,
+                &[
                     threads_per_row,
                     rows_per_block,
                     vector,
                     cache,
                     tree,
                     online,
-                }
-            }
+                    cluster,
+                ],
+            ) => Schedule::Rows {
+                threads_per_row,
+                rows_per_block,
+                vector,
+                cache,
+                tree,
+                online,
+                cluster,
+            },
             (
                 Class::Matmul,
                 &[
@@ -356,7 +376,16 @@ impl Schedule {
                 cache,
                 tree,
                 online,
-            } => vec![threads_per_row, rows_per_block, vector, cache, tree, online],
+                cluster,
+            } => vec![
+                threads_per_row,
+                rows_per_block,
+                vector,
+                cache,
+                tree,
+                online,
+                cluster,
+            ],
             Schedule::Matmul(Tiles {
                 block_m,
                 block_n,
@@ -390,6 +419,16 @@ impl Schedule {
                 swizzle, prefetch, wgmma,
             ],
         }
+    }
+
+    /// The same point with knob `name` set to `value`; `None` when its
+    /// class has no such knob.
+    pub fn with_knob(&self, name: &str, value: u32) -> Option<Schedule> {
+        let kind = self.kind();
+        let at = kind.knobs().iter().position(|k| *k == name)?;
+        let mut values = self.knob_values();
+        values[at] = value;
+        kind.schedule(&values)
     }
 
     /// The class name, as in the JSON form.
@@ -454,28 +493,45 @@ mod tests {
                 cache: 0,
                 tree: 0,
                 online: 0,
+                cluster: 1,
             }
         );
         assert_eq!(s.to_json(), old);
         let one_pass = Class::Rows
-            .schedule(&[64, 2, 4, 1, 1, 0])
-            .expect("six knobs");
+            .schedule(&[64, 2, 4, 1, 1, 0, 1])
+            .expect("seven knobs");
         let json = one_pass.to_json();
         assert_eq!(
             json,
             r#"{"class":"rows","threads_per_row":64,"rows_per_block":2,"vector":4,"cache":1,"tree":1}"#
         );
         assert_eq!(Schedule::from_json(&json).expect("parses"), one_pass);
-        assert_eq!(one_pass.knob_values(), [64, 2, 4, 1, 1, 0]);
+        assert_eq!(one_pass.knob_values(), [64, 2, 4, 1, 1, 0, 1]);
         let online = Class::Rows
-            .schedule(&[64, 2, 4, 0, 0, 1])
-            .expect("six knobs");
+            .schedule(&[64, 2, 4, 0, 0, 1, 1])
+            .expect("seven knobs");
         let json = online.to_json();
         assert_eq!(
             json,
             r#"{"class":"rows","threads_per_row":64,"rows_per_block":2,"vector":4,"online":1}"#
         );
         assert_eq!(Schedule::from_json(&json).expect("parses"), online);
+        // `cluster` defaults to 1, a row in one block, and is written
+        // only when above.
+        let spread = Class::Rows
+            .schedule(&[1024, 1, 4, 2, 0, 0, 4])
+            .expect("seven knobs");
+        let json = spread.to_json();
+        assert_eq!(
+            json,
+            r#"{"class":"rows","threads_per_row":1024,"rows_per_block":1,"vector":4,"cache":2,"cluster":4}"#
+        );
+        assert_eq!(Schedule::from_json(&json).expect("parses"), spread);
+        assert_eq!(
+            one_pass.with_knob("cluster", 4).map(|s| s.knob_values()),
+            Some(vec![64, 2, 4, 1, 1, 0, 4])
+        );
+        assert_eq!(one_pass.with_knob("block_m", 4), None);
     }
 
     #[test]

@@ -64,6 +64,12 @@ impl SmVersion {
         self.compute_capability() >= (8, 0)
     }
 
+    /// Whether the target runs thread-block clusters (sm_90): blocks
+    /// scheduled together that read each other's shared memory.
+    pub fn has_clusters(self) -> bool {
+        self.compute_capability() >= (9, 0)
+    }
+
     /// The oldest PTX ISA version that supports this target.
     pub fn ptx_isa(self) -> PtxIsa {
         match self {

@@ -140,6 +140,7 @@ fn other_schedules_round_trip() {
                 cache: 0,
                 tree: 0,
                 online: 0,
+                cluster: 1,
             },
         ),
         (
@@ -151,6 +152,7 @@ fn other_schedules_round_trip() {
                 cache: 1,
                 tree: 1,
                 online: 0,
+                cluster: 1,
             },
         ),
         (
@@ -162,6 +164,7 @@ fn other_schedules_round_trip() {
                 cache: 0,
                 tree: 0,
                 online: 0,
+                cluster: 1,
             },
         ),
         (
@@ -173,6 +176,7 @@ fn other_schedules_round_trip() {
                 cache: 1,
                 tree: 0,
                 online: 0,
+                cluster: 1,
             },
         ),
         // Two reductions in one pass (−∞ immediates), and a row filled into
@@ -186,6 +190,7 @@ fn other_schedules_round_trip() {
                 cache: 0,
                 tree: 1,
                 online: 1,
+                cluster: 1,
             },
         ),
         (
@@ -197,6 +202,7 @@ fn other_schedules_round_trip() {
                 cache: 0,
                 tree: 0,
                 online: 1,
+                cluster: 1,
             },
         ),
         (
@@ -208,6 +214,7 @@ fn other_schedules_round_trip() {
                 cache: 2,
                 tree: 0,
                 online: 0,
+                cluster: 1,
             },
         ),
         (

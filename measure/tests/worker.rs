@@ -90,6 +90,7 @@ fn a_correct_candidate_is_measured_with_an_estimate_from_its_run() {
         cache: 0,
         tree: 0,
         online: 0,
+        cluster: 1,
     };
     assert_virtual(
         &worker
@@ -490,6 +491,7 @@ fn a_gpu_compares_big_kernels_with_the_heuristic_schedule() {
         cache: 0,
         tree: 0,
         online: 0,
+        cluster: 1,
     };
     assert!(worker.measure(&job, &other).is_ok());
     match worker.measure_injected(&job, &other, Injection::WrongStore) {

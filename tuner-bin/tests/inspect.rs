@@ -166,6 +166,7 @@ fn best_is_the_databases_winner_for_the_target() {
         cache: 0,
         tree: 0,
         online: 0,
+        cluster: 1,
     };
     let dir = cache.path().join("ktune/demo");
     std::fs::create_dir_all(&dir).expect("the cache folder");

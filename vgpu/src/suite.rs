@@ -13,8 +13,11 @@
 //! above 1, up to `SAMPLE_SPLIT`, their blocks run in a shuffled order
 //! on the virtual GPU; likewise the rows points that keep the row in
 //! registers or in shared memory, that combine warps with a shared-memory
-//! tree, and that do both, `SAMPLE_ROWS_KNOB` points each), plus the
-//! heuristic's choice on every target and a generic point.
+//! tree, and that do both, `SAMPLE_ROWS_KNOB` points each; and on sm_90,
+//! `SAMPLE_CLUSTER` rows points spread over a thread-block cluster of 2, 4
+//! and 8 blocks in turn, rows shorter than the cluster's threads
+//! included), plus the heuristic's choice on every target and a generic
+//! point.
 //!
 //! [`run`] hands every run (one kernel, shape, schedule and target) to a
 //! check, in parallel: the test `vgpu/tests/suite.rs` checks each on the
@@ -31,7 +34,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use ktune_core::ir::Kernel;
-use ktune_core::lower::heuristic;
+use ktune_core::lower::{heuristic, validate};
 use ktune_core::schedule::{Class, MmaTiles, Schedule, Tiles};
 use ktune_core::space::{candidates, sample};
 use ktune_core::syntax::parse_kernel;
@@ -69,6 +72,9 @@ const SAMPLE_SIMT_OF_MMA: usize = 4;
 /// `tree = 1` and each cache with it, and `online = 1` with each tree, when
 /// the space has them.
 const SAMPLE_ROWS_KNOB: usize = 6;
+/// Rows points of the space on sm_90 run besides, each spread over a
+/// cluster of 2, 4 or 8 blocks in turn.
+const SAMPLE_CLUSTER: usize = 6;
 
 const DTYPES: [&str; 3] = ["f32", "f16", "bf16"];
 
@@ -766,6 +772,15 @@ pub fn points(kernel: &Kernel, seed: u64) -> Vec<(Schedule, SmVersion)> {
                 .chain(pick(split_groups, SAMPLE_WGMMA_SPLIT, SAMPLE_WGMMA_SPLIT))
                 .map(|s| (s, SmVersion::Sm90)),
         );
+    }
+    if out.iter().any(|(s, _)| s.kind() == Class::Rows) {
+        let rows = candidates(kernel, SmVersion::Sm90);
+        let spread = sample(&rows, SAMPLE_CLUSTER, seed)
+            .into_iter()
+            .zip([2, 4, 8].into_iter().cycle())
+            .filter_map(|(s, blocks)| s.with_knob("cluster", blocks))
+            .filter(|s| validate(kernel, s, SmVersion::Sm90).is_ok());
+        out.extend(spread.map(|s| (s, SmVersion::Sm90)));
     }
     for t in SmVersion::ALL {
         let h = heuristic(kernel, t);

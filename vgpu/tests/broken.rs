@@ -73,6 +73,7 @@ fn rows(threads_per_row: u32) -> Schedule {
         cache: 0,
         tree: 0,
         online: 0,
+        cluster: 1,
     }
 }
 
@@ -120,6 +121,7 @@ fn a_missing_barrier_between_shared_tree_levels_is_a_race() {
         cache: 1,
         tree: 1,
         online: 0,
+        cluster: 1,
     };
     let mut broken = lowered(&kernel, &schedule);
     // The max's tree: a barrier after the writes, then one per level (64,
@@ -192,6 +194,7 @@ fn a_shared_row_read_without_the_fill_barrier_is_a_race() {
         cache: 2,
         tree: 0,
         online: 0,
+        cluster: 1,
     };
     let mut broken = lowered(&kernel, &schedule);
     Reference::new(&kernel, 1)

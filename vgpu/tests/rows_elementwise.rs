@@ -79,6 +79,7 @@ fn rows_grid() -> Vec<Schedule> {
                             cache,
                             tree,
                             online,
+                            cluster: 1,
                         });
                     }
                 }
@@ -104,10 +105,51 @@ fn elementwise_grid() -> Vec<Schedule> {
     out
 }
 
+/// Rows points spread over thread-block clusters of 2, 4 and 8 blocks
+/// (sm_90): rows within a warp, spanning warps and filling a block, read
+/// per pass, in one pass, from registers or from shared memory.
+fn cluster_grid() -> Vec<Schedule> {
+    let mut out = Vec::new();
+    for (threads_per_row, rows_per_block) in [(1, 32), (8, 4), (32, 1), (64, 2), (256, 1)] {
+        let trees: &[u32] = if threads_per_row > 32 { &[0, 1] } else { &[0] };
+        for vector in [1, 4] {
+            for cache in [0, 1, 2] {
+                for &tree in trees {
+                    for online in [0, 1] {
+                        for cluster in [2, 4, 8] {
+                            out.push(Schedule::Rows {
+                                threads_per_row,
+                                rows_per_block,
+                                vector,
+                                cache,
+                                tree,
+                                online,
+                                cluster,
+                            });
+                        }
+                    }
+                }
+            }
+        }
+    }
+    out
+}
+
 /// Runs `k` under every valid point of `grid` (and the heuristic's choice
 /// for each target) on the virtual GPU and compares with the interpreter.
 /// Returns how many points ran.
 fn check(k: &Kernel, grid: &[Schedule], seed: u64, range: (f32, f32)) -> usize {
+    check_at(k, grid, SmVersion::Sm80, seed, range)
+}
+
+/// [`check`], with `grid`'s points lowered for `target`.
+fn check_at(
+    k: &Kernel,
+    grid: &[Schedule],
+    target: SmVersion,
+    seed: u64,
+    range: (f32, f32),
+) -> usize {
     let (values, buffers) = random_inputs(k, seed, range.0, range.1);
     let want = evaluate(k, &values);
     let dtype = k.output.dtype;
@@ -125,7 +167,7 @@ fn check(k: &Kernel, grid: &[Schedule], seed: u64, range: (f32, f32)) -> usize {
         .iter()
         .map(|t| (ktune_core::lower::heuristic(k, *t), *t))
         .collect();
-    points.extend(grid.iter().map(|s| (s.clone(), SmVersion::Sm80)));
+    points.extend(grid.iter().map(|s| (s.clone(), target)));
     points.dedup_by(|a, b| a.0 == b.0);
     let mut ran = 0;
     for (schedule, target) in points {
@@ -195,6 +237,50 @@ fn softmax_every_dtype() {
     assert!(ran > 100, "only {ran} points ran");
 }
 
+/// Rows spread over a cluster's blocks: each block's partial results
+/// combined through the others' shared memory, the row kept by each block
+/// in its share, rows shorter than the cluster's threads (blocks with
+/// nothing to read) included.
+#[test]
+fn rows_spread_over_clusters() {
+    let grid = cluster_grid();
+    let mut ran = 0;
+    for (r, c) in [(3, 7), (5, 1025), (2, 1000), (37, 4)] {
+        ran += check_at(
+            &softmax("f32", r, c),
+            &grid,
+            SmVersion::Sm90,
+            u64::from(r * 1000 + c),
+            (-3.0, 3.0),
+        );
+    }
+    for dt in ["f16", "bf16"] {
+        ran += check_at(
+            &softmax(dt, 9, 64),
+            &grid,
+            SmVersion::Sm90,
+            9064,
+            (-3.0, 3.0),
+        );
+    }
+    ran += check_at(
+        &layernorm("f32", 5, 1025),
+        &grid,
+        SmVersion::Sm90,
+        51025,
+        (-2.0, 2.0),
+    );
+    assert!(ran > 400, "only {ran} points ran");
+    // Without clusters on the target, every point is rejected.
+    for s in &grid {
+        let reason = match lower(&softmax("f32", 3, 7), s, SmVersion::Sm80) {
+            Err(LowerError::Invalid { reason, .. }) => reason,
+            other => panic!("{}: {other:?}", s.to_json()),
+        };
+        assert!(reason.contains("no thread-block clusters"), "{reason}");
+    }
+}
+
 /// Softmax of scores of which about half are −∞ (`log` of 0), as masked
 /// attention scores are: in one pass (`online = 1`), a thread whose first
 /// chunks are all −∞ must keep a sum of 0, not NaN.
@@ -239,6 +325,7 @@ fn peeled_rows() {
                     cache: 0,
                     tree: u32::from(threads_per_row > 32),
                     online,
+                    cluster: 1,
                 });
             }
         }
@@ -293,27 +380,31 @@ fn peeled_rows() {
     );
 }
 
+/// Layernorm with weights and a bias over rows of `c` values of `dt`.
+fn layernorm(dt: &str, r: u32, c: u32) -> Kernel {
+    kernel(
+        &format!("shape(R = {r}, C = {c})"),
+        &format!(
+            "fn layernorm(x: Tensor<{dt}, (R, C)>, g: Tensor<{dt}, (C,)>, b: Tensor<f32, (C,)>)
+                -> Tensor<{dt}, (R, C)>
+            {{
+                compute(|r, c| {{
+                    let mu = mean(C, |j| x[r][j]);
+                    let var = mean(C, |j| (x[r][j] - mu) * (x[r][j] - mu));
+                    let centered = x[r][c] - mu;
+                    centered * rsqrt(var + 0.00001) * g[c] + b[c]
+                }})
+            }}"
+        ),
+    )
+}
+
 #[test]
 fn layernorm_with_affine() {
     let grid = rows_grid();
     for dt in ["f32", "bf16"] {
         for (r, c) in ROW_SHAPES {
-            let k = kernel(
-                &format!("shape(R = {r}, C = {c})"),
-                &format!(
-                    "fn layernorm(x: Tensor<{dt}, (R, C)>, g: Tensor<{dt}, (C,)>, b: Tensor<f32, (C,)>)
-                        -> Tensor<{dt}, (R, C)>
-                    {{
-                        compute(|r, c| {{
-                            let mu = mean(C, |j| x[r][j]);
-                            let var = mean(C, |j| (x[r][j] - mu) * (x[r][j] - mu));
-                            let centered = x[r][c] - mu;
-                            centered * rsqrt(var + 0.00001) * g[c] + b[c]
-                        }})
-                    }}"
-                ),
-            );
-            check(&k, &grid, u64::from(r + c), (-2.0, 2.0));
+            check(&layernorm(dt, r, c), &grid, u64::from(r + c), (-2.0, 2.0));
         }
     }
 }

@@ -180,9 +180,13 @@ impl Plan {
 /// in shared memory (`cache = 2`), at its own threads per row and, one row
 /// a block, at a block's most (1024) and half of it (512: the fastest of
 /// softmax's rows of 50257 kept in shared memory on the H200, 2026-12-04),
-/// each at its vector width and one value at a time (a peeled row's
-/// default against its row read unpeeled), other than itself. None for
-/// others. The caller keeps the valid ones.
+/// each at its vector width, one value at a time and four (a peeled row
+/// read 4 values at a time against one value at a time), other than
+/// itself; then the row
+/// spread over a cluster of 2, 4 or 8 blocks (sm_90) of 1024, 512 or 256
+/// threads each, read once in one pass (`online = 1`) or kept in shared
+/// memory, each block keeping its share. None for others. The caller keeps
+/// the valid ones.
 fn alternatives(default: &Schedule) -> Vec<Schedule> {
     if let Schedule::Rows {
         threads_per_row,
@@ -194,21 +198,29 @@ fn alternatives(default: &Schedule) -> Vec<Schedule> {
     {
         let shapes = [(threads_per_row, rows_per_block), (1024, 1), (512, 1)];
         let variants = [(0, 0), (0, 1), (2, 0)];
+        let clustered = [2, 4, 8].into_iter().flat_map(|cluster| {
+            [1024, 512, 256].into_iter().flat_map(move |threads| {
+                [(0, 1), (2, 0)].map(|variant| (threads, 1, variant, cluster))
+            })
+        });
+        let points = shapes
+            .into_iter()
+            .flat_map(|shape| variants.map(|variant| (shape.0, shape.1, variant, 1)))
+            .chain(clustered);
         let mut out: Vec<Schedule> = Vec::new();
-        for (threads_per_row, rows_per_block) in shapes {
-            for (cache, online) in variants {
-                for vector in [vector, 1] {
-                    let s = Schedule::Rows {
-                        threads_per_row,
-                        rows_per_block,
-                        vector,
-                        cache,
-                        tree,
-                        online,
-                    };
-                    if s != *default && !out.contains(&s) {
-                        out.push(s);
-                    }
+        for (threads_per_row, rows_per_block, (cache, online), cluster) in points {
+            for vector in [vector, 1, 4] {
+                let s = Schedule::Rows {
+                    threads_per_row,
+                    rows_per_block,
+                    vector,
+                    cache,
+                    tree,
+                    online,
+                    cluster,
+                };
+                if s != *default && !out.contains(&s) {
+                    out.push(s);
                 }
             }
         }
@@ -503,23 +515,49 @@ mod tests {
             } => (threads_per_row, vector, cache, online),
             _ => panic!("{s:?}"),
         };
+        // The alternatives in one block, and those over a cluster, with
+        // its blocks.
+        let split = |alternatives: &[Schedule]| {
+            let (single, spread): (Vec<&Schedule>, Vec<&Schedule>) = alternatives
+                .iter()
+                .partition(|s| matches!(s, Schedule::Rows { cluster: 1, .. }));
+            let clusters = spread.iter().map(|s| match s {
+                Schedule::Rows { cluster, .. } => *cluster,
+                _ => panic!("{s:?}"),
+            });
+            let single: Vec<_> = single.into_iter().map(knobs).collect();
+            let spread: Vec<_> = spread.iter().map(|s| knobs(s)).zip(clusters).collect();
+            (single, spread)
+        };
         // Layernorm over rows of 50257: by default 1024 threads a row, the
-        // mean and variance in one pass, the row peeled for 4-wide loads;
-        // a row kept in shared memory is not peeled.
+        // row kept in shared memory, one value at a time (a kept row is
+        // not peeled); read once per pass, it is peeled for 4-wide loads.
         let plan = Plan::new(case("layernorm_4096x50257"), SmVersion::Sm90, 0, 1).expect("a plan");
-        assert_eq!(knobs(&plan.default), (1024, 4, 0, 1));
-        let alternatives: Vec<_> = plan.alternatives.iter().map(knobs).collect();
+        assert_eq!(knobs(&plan.default), (1024, 1, 2, 0));
+        let (alternatives, clustered) = split(&plan.alternatives);
+        // Spread over 2, 4 or 8 blocks of a cluster: each in one pass,
+        // 4 values at a time (peeled) or 1, or kept in shared memory.
+        let spread: Vec<_> = [2, 4, 8]
+            .into_iter()
+            .flat_map(|cluster| {
+                [1024, 512, 256].into_iter().flat_map(move |threads| {
+                    [(threads, 1, 0, 1), (threads, 4, 0, 1), (threads, 1, 2, 0)]
+                        .map(|k| (k, cluster))
+                })
+            })
+            .collect();
+        assert_eq!(clustered, spread);
         assert_eq!(
             alternatives,
             [
-                (1024, 4, 0, 0),
                 (1024, 1, 0, 0),
+                (1024, 4, 0, 0),
                 (1024, 1, 0, 1),
-                (1024, 1, 2, 0),
-                (512, 4, 0, 0),
+                (1024, 4, 0, 1),
                 (512, 1, 0, 0),
-                (512, 4, 0, 1),
+                (512, 4, 0, 0),
                 (512, 1, 0, 1),
+                (512, 4, 0, 1),
                 (512, 1, 2, 0)
             ]
         );
@@ -527,7 +565,12 @@ mod tests {
         // divides them.
         let plan = Plan::new(case("softmax_4096x128256"), SmVersion::Sm90, 0, 1).expect("a plan");
         assert_eq!(knobs(&plan.default), (512, 4, 0, 1));
-        let alternatives: Vec<_> = plan.alternatives.iter().map(knobs).collect();
+        let (alternatives, clustered) = split(&plan.alternatives);
+        // Over a cluster of 4 blocks or 8, a block's slice of them does,
+        // at each width.
+        let kept: Vec<_> = clustered.iter().filter(|(k, _)| k.2 == 2).collect();
+        assert_eq!(kept.len(), 2 * 3 * 2, "{kept:?}");
+        assert!(kept.iter().all(|(_, cluster)| *cluster >= 4), "{kept:?}");
         assert_eq!(
             alternatives,
             [

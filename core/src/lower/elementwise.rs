@@ -548,6 +548,7 @@ mod tests {
             cache: 0,
             tree: 0,
             online: 0,
+            cluster: 1,
         };
         let err = lower(&bias_add(2, 8), &rows, SmVersion::Sm80).unwrap_err();
         assert!(err.to_string().contains("no reduction"), "{err}");

@@ -252,6 +252,7 @@ fn dispatch(
             cache,
             tree,
             online,
+            cluster,
         } => match classify::classify(kernel) {
             OpClass::Rows(plan) => {
                 let knobs = rows::Knobs {
@@ -261,6 +262,7 @@ fn dispatch(
                     cache,
                     tree,
                     online,
+                    cluster,
                 };
                 if emit {
                     rows::lower(kernel, &plan, knobs, target).map(Some)

@@ -32,7 +32,10 @@
 //!   mean of squared differences from it (a variance), which one pass can
 //!   compute together, 0 otherwise; with `cache` above 0 the row is read
 //!   from global memory once already, so those `online = 1` points are
-//!   `Range` rejections.
+//!   `Range` rejections. `cluster` 1, 2, 4 and 8 on targets with
+//!   thread-block clusters (sm_90) for rows longer than a block's most
+//!   threads, which one block's threads would each read several times; 1
+//!   otherwise.
 //! - **Contraction tiles**: `block_m`, `block_n` powers of two from 16 (or
 //!   the extent rounded up, when smaller: decode shapes) to the extent
 //!   rounded up, at most 256; `block_k` from 8 to 64 likewise along `K`;
@@ -98,7 +101,7 @@ use crate::ir::Kernel;
 use crate::lower::classify::{OpClass, classify};
 use crate::lower::elementwise::{MAX_PER_THREAD, VECTOR_WIDTHS};
 use crate::lower::matmul::{MAX_STAGES, MatmulPlan, mma, split_k_values};
-use crate::lower::rows::{CachePlan, online};
+use crate::lower::rows::{CachePlan, MAX_CLUSTER, online};
 use crate::schedule::Class;
 use crate::target::SmVersion;
 
@@ -158,6 +161,14 @@ pub(super) fn space(kernel: &Kernel, target: SmVersion) -> Space {
                                 vec![0]
                             } else {
                                 vec![0, 1]
+                            },
+                        ),
+                        knob(
+                            "cluster",
+                            if target.has_clusters() && length > cap {
+                                powers(1, MAX_CLUSTER)
+                            } else {
+                                vec![1]
                             },
                         ),
                     ],
@@ -345,6 +356,12 @@ mod tests {
         // or in shared memory, is an option.
         assert_eq!(values(&wide, "cache"), [0, 1, 2]);
         assert_eq!(values(&wide, "tree"), [0, 1]);
+        // Clusters exist on sm_90 only, for rows longer than a block.
+        assert_eq!(values(&wide, "cluster"), [1]);
+        let hopper = Space::of(&softmax(8, 50257), SmVersion::Sm90);
+        assert_eq!(values(&hopper, "cluster"), [1, 2, 4, 8]);
+        let short = Space::of(&softmax(8, 1000), SmVersion::Sm90);
+        assert_eq!(values(&short, "cluster"), [1]);
     }
 
     #[test]

@@ -22,7 +22,9 @@
 //! each read by one pass has nothing to keep, and `cache` 1 and 2 are out
 //! of range there (the space offers them only where they apply).
 //!
-//! **Who owns what** (`cache = 1`). Position `p` belongs to lane `(p / vector) mod T`, in
+//! **Who owns what** (`cache = 1`). Position `p` belongs to lane `(p / vector) mod T`
+//! (of its block's slice, counted from the slice's start, with `cluster`
+//! above 1), in
 //! slot `p / (vector · T)`: the split the multi-pass loops use, unrolled
 //! over the `⌈E / (vector · T)⌉` slots of a pattern of extent `E`. The
 //! elements a thread holds therefore follow from the row length,
@@ -47,14 +49,14 @@ use std::collections::{HashMap, HashSet};
 
 pub(super) use shared::SharedRow;
 
-use super::{Shape, chunk_start, clamped_chunk};
+use super::{Slice, Walk, chunk_start, clamped_chunk};
 use crate::ir::{Expr, ExprId, Kernel, LetId, TensorId, VarId};
 use crate::lower::classify::{RowPlan, RowStep};
 use crate::lower::elementwise::{emit_consecutive_with, load_vec, store_vec};
 use crate::lower::expr::{self, Env};
 use crate::lower::{Constraint, Violation};
 use crate::ptx::Builder;
-use crate::ptx::inst::{Addr, ArithOp, Operand, Reg};
+use crate::ptx::inst::{Addr, ArithOp, Cmp, Operand, Reg, Ty};
 use crate::target::SmVersion;
 
 /// Registers a one-pass row needs besides its kept values: addresses,
@@ -395,9 +397,9 @@ impl<'p> Cache<'p> {
         plan: &'p CachePlan,
         env: &Env,
         lane: Reg,
-        shape: &Shape,
+        walk: Walk,
     ) -> Cache<'p> {
-        let (threads, vector) = (shape.threads_per_row, shape.vector);
+        let (threads, vector) = (walk.threads, walk.vector);
         let mut slot_map: HashMap<u32, Slots> = HashMap::new();
         for k in &plan.kept {
             slot_map.entry(k.extent).or_insert_with(|| {
@@ -406,13 +408,30 @@ impl<'p> Cache<'p> {
                     first: Vec::new(),
                     inside: Vec::new(),
                 };
-                for s in 0..slots(k.extent, threads, vector) {
+                // A row spread over a cluster: the block's slice, whose end
+                // every slot checks (a slice may be short, or empty).
+                let (start, end, count) = match walk.slice {
+                    Some(slice) => {
+                        let (begin, end) = slice.range(b, k.extent, vector);
+                        let start = b.u32_op(ArithOp::Add, begin, lane);
+                        let per = Slice::span(slice.blocks, vector, k.extent) / vector;
+                        (start, Some(end), per)
+                    }
+                    None => (lane, None, chunks),
+                };
+                for s in 0..count.div_ceil(threads) {
                     let chunk = match s {
-                        0 => lane,
-                        _ => b.u32_op(ArithOp::Add, lane, Operand::Int(i64::from(s * threads))),
+                        0 => start,
+                        _ => b.u32_op(ArithOp::Add, start, Operand::Int(i64::from(s * threads))),
                     };
-                    let (chunk, inside) =
-                        clamped_chunk(b, chunk, chunks, (s + 1) * threads > chunks);
+                    let (chunk, inside) = match end {
+                        Some(end) => {
+                            let inside = b.setp(Cmp::Lt, Ty::U32, chunk, end);
+                            let last = Operand::Int(i64::from(chunks - 1));
+                            (b.u32_op(ArithOp::Min, chunk, last), Some(inside))
+                        }
+                        None => clamped_chunk(b, chunk, chunks, (s + 1) * threads > chunks),
+                    };
                     let first = chunk_start(b, chunk, vector);
                     owned.first.push(first);
                     owned.inside.push(inside);

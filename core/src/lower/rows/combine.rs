@@ -17,13 +17,28 @@
 //! writes never meet the previous reduction's reads: a set is written again
 //! only after a later reduction's barrier, which every thread reaches after
 //! its reads of that set.
+//!
+//! A row spread over a thread-block cluster (`cluster` above 1) then
+//! combines its blocks' values ([`Exchange`]): the row's first thread in
+//! each block writes its block's value to the row's slot for this
+//! reduction, after the tree's slots; after the cluster's barrier
+//! (`barrier.cluster.arrive`, then `wait`) lane `l` of every warp reads
+//! that slot of block `l mod C` of the cluster (`mapa`,
+//! `ld.shared::cluster`) and a butterfly over each `C` lanes folds them, so
+//! that every thread of every block ends with the same bits. Each
+//! reduction has a slot of its own, so none is written while another
+//! block may read it; a last arrival after the last reduction, and its
+//! wait just before the block exits ([`Combiner::hold_for_cluster`]),
+//! keep every block's slots alive until the whole cluster has read them.
 
 use super::Shape;
 use crate::dtype::DType;
 use crate::ir::ReduceOp;
 use crate::lower::expr;
 use crate::ptx::Builder;
-use crate::ptx::inst::{Addr, ArithOp, Cmp, Op, Operand, Reg, RegClass, ShflMode, Space, Ty};
+use crate::ptx::inst::{
+    Addr, ArithOp, Cmp, Op, Operand, Reg, RegClass, ShflMode, Space, Special, Ty,
+};
 
 /// How a row spanning several warps combines its partial results.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,6 +94,22 @@ enum Slots {
     },
 }
 
+/// The cluster's slots of a row spread over several blocks. Their
+/// addresses are computed from `%tid` at each reduction: kept in registers
+/// for the whole kernel, they crowded a 1,024-thread block's 64 into
+/// spilling.
+struct Exchange {
+    threads_per_row: u32,
+    /// Byte offset of the slots in the shared window, after the tree's.
+    offset: u32,
+    /// Bytes of one row's slots: one f32 a reduction.
+    row_bytes: u32,
+    /// Blocks in the cluster.
+    blocks: u32,
+    /// Reductions combined across the cluster so far (picks the slot).
+    done: u32,
+}
+
 /// Combines partial results, reduction after reduction, for one row shape.
 pub(super) struct Combiner {
     threads_per_row: u32,
@@ -88,6 +119,8 @@ pub(super) struct Combiner {
     set_bytes: u32,
     /// Cross-warp reductions done so far (picks the slot set).
     crossings: u32,
+    /// Across the cluster, when the row is spread over one.
+    exchange: Option<Exchange>,
 }
 
 impl Combiner {
@@ -130,18 +163,51 @@ impl Combiner {
                 },
             }
         });
+        let exchange = (shape.cluster > 1).then_some(Exchange {
+            threads_per_row: shape.threads_per_row,
+            offset: shared,
+            row_bytes: shape.reductions * 4,
+            blocks: shape.cluster,
+            done: 0,
+        });
         Combiner {
             threads_per_row: shape.threads_per_row,
             warp: shape.warp,
             slots,
             set_bytes: shared / 2,
             crossings: 0,
+            exchange,
         }
     }
 
     /// Combines each thread's partial `acc` (folded with `op`) across its
     /// row; every thread of the row gets the same value.
     pub fn combine(&mut self, b: &mut Builder, op: ReduceOp, acc: Reg) -> Reg {
+        let total = self.within_block(b, op, acc);
+        match &mut self.exchange {
+            Some(exchange) => exchange.combine(b, op, total),
+            None => total,
+        }
+    }
+
+    /// After the row's last reduction: the thread's reads of the cluster's
+    /// slots are done (its arrival at the cluster's barrier).
+    pub fn release_cluster(&self, b: &mut Builder) {
+        if self.exchange.as_ref().is_some_and(|e| e.done > 0) {
+            b.push(Op::ClusterArrive);
+        }
+    }
+
+    /// Just before the block exits: waits until every block of the cluster
+    /// is done reading this block's slots.
+    pub fn hold_for_cluster(&self, b: &mut Builder) {
+        if self.exchange.as_ref().is_some_and(|e| e.done > 0) {
+            b.push(Op::ClusterWait);
+        }
+    }
+
+    /// Combines `acc` across the row's threads in this block.
+    fn within_block(&mut self, b: &mut Builder, op: ReduceOp, acc: Reg) -> Reg {
         let set = i64::from(self.set_bytes * (self.crossings % 2));
         match &self.slots {
             None => {
@@ -166,6 +232,50 @@ impl Combiner {
 
     fn warps(&self) -> u32 {
         (self.threads_per_row / self.warp).max(1)
+    }
+}
+
+impl Exchange {
+    /// Combines the blocks' values `total` (folded with `op`) across the
+    /// cluster.
+    fn combine(&mut self, b: &mut Builder, op: ReduceOp, total: Reg) -> Reg {
+        let offset = i64::from(self.offset + 4 * self.done);
+        self.done += 1;
+        let tid = b.special(Special::TidX);
+        let threads = self.threads_per_row;
+        let lane = b.u32_op(ArithOp::And, tid, Operand::Int(i64::from(threads - 1)));
+        let writer = b.setp(Cmp::Eq, Ty::U32, lane, Operand::Int(0));
+        let shift = Operand::Int(i64::from(threads.trailing_zeros()));
+        let row_in_block = b.u32_op(ArithOp::Shr, tid, shift);
+        let base = b.shared_base();
+        let own = b.u32_mad(row_in_block, Operand::Int(i64::from(self.row_bytes)), base);
+        b.push_guarded(
+            writer,
+            false,
+            Op::St {
+                space: Space::Shared,
+                ty: Ty::F32,
+                addr: Addr { base: own, offset },
+                srcs: vec![total.into()],
+            },
+        );
+        b.push(Op::ClusterArrive);
+        b.push(Op::ClusterWait);
+        // Lane `l` of each warp reads block `l mod blocks`'s slot, and a
+        // butterfly over each group of `blocks` lanes folds them: one load
+        // a thread, and every lane ends with the same bits. (Every thread
+        // loading every block's slot held a 1,024-thread block's 32
+        // registers past spilling with 8 blocks.)
+        let rank = b.u32_op(ArithOp::And, tid, Operand::Int(i64::from(self.blocks - 1)));
+        let base = b.reg(RegClass::B32);
+        b.push(Op::Mapa {
+            dst: base,
+            src: own,
+            rank: rank.into(),
+        });
+        let acc = b.load(Space::SharedCluster, DType::F32, Addr { base, offset });
+        butterfly(b, op, acc, self.blocks);
+        acc
     }
 }
 

@@ -29,6 +29,19 @@
 //! softmax and layernorm read a row twice instead of three times without
 //! keeping it.
 //!
+//! With `cluster = C` above 1 (sm_90), a row is spread over the `C` blocks
+//! of a thread-block cluster ([`Slice`]): the cluster's block `k` takes the
+//! `k`-th of `C` consecutive slices of the row, a whole number of chunks
+//! each, and its threads walk their slice as above. Each reduction is
+//! combined within each block, then across the cluster ([`combine`]):
+//! every block writes its total to a slot of its shared memory, and after
+//! the cluster's barrier each warp reads the `C` slots through distributed
+//! shared memory, a lane a slot, and folds them with shuffles, so that every
+//! block gets the same bits. With `cache = 2` each block keeps only its
+//! slice of the row ([`cache`]). A block keeps its shared memory for the
+//! others until a last cluster barrier, whose wait comes just before it
+//! exits.
+//!
 //! Every thread executes every shuffle and barrier: a row past the last one
 //! computes on a clamped (valid) row index and only skips the final stores.
 
@@ -72,6 +85,11 @@ pub(super) struct Shape {
     /// How rows that `vector` does not divide are cut ([`peel`]); `None`
     /// where it divides them.
     peel: Option<Peel>,
+    /// Blocks of the cluster a row is spread over (the `cluster` knob).
+    cluster: u32,
+    /// The row's reductions, each combined across the cluster in a slot of
+    /// its own.
+    reductions: u32,
 }
 
 /// What a row keeps of the tensors more than one pass reads, and where.
@@ -104,17 +122,37 @@ impl Shape {
         )
     }
 
-    /// Bytes of shared memory a block uses: the tree's slots, then with
-    /// `cache = 2` each of its rows' kept patterns.
-    fn shared_bytes(&self) -> u64 {
-        match &self.keep {
-            Keep::Shared(kept) => {
-                self.tree_bytes() + u64::from(self.rows_per_block) * kept.shared_bytes_per_row()
-            }
-            Keep::Nothing | Keep::Registers(_) => self.tree_bytes(),
+    /// Bytes of the slots through which a cluster's blocks combine their
+    /// rows' reductions, after the tree's: one f32 a reduction and row.
+    fn cluster_bytes(&self) -> u64 {
+        match self.cluster {
+            1 => 0,
+            _ => (u64::from(self.rows_per_block) * u64::from(self.reductions) * 4)
+                .next_multiple_of(16),
         }
     }
+
+    /// Bytes of shared memory a block keeps of each of its rows with
+    /// `cache = 2`.
+    fn kept_bytes_per_row(&self) -> u64 {
+        match &self.keep {
+            Keep::Shared(kept) => kept.shared_bytes_per_row(self.vector, self.cluster),
+            Keep::Nothing | Keep::Registers(_) => 0,
+        }
+    }
+
+    /// Bytes of shared memory a block uses: the tree's slots, the
+    /// cluster's, then with `cache = 2` each of its rows' kept patterns.
+    fn shared_bytes(&self) -> u64 {
+        self.tree_bytes()
+            + self.cluster_bytes()
+            + u64::from(self.rows_per_block) * self.kept_bytes_per_row()
+    }
 }
+
+/// The most blocks a cluster may hold without opting in to more (the
+/// portable cluster size).
+pub const MAX_CLUSTER: u32 = 8;
 
 /// A rows schedule's knobs.
 #[derive(Debug, Clone, Copy)]
@@ -125,6 +163,7 @@ pub(super) struct Knobs {
     pub cache: u32,
     pub tree: u32,
     pub online: u32,
+    pub cluster: u32,
 }
 
 pub(super) fn check(
@@ -140,8 +179,31 @@ pub(super) fn check(
         cache,
         tree,
         online,
+        cluster,
     } = knobs;
     let limits = target.limits();
+    if !cluster.is_power_of_two() || cluster > MAX_CLUSTER {
+        return Err(Violation::new(
+            Constraint::Range,
+            format!(
+                "cluster {cluster}; expected 1 (a row's threads in one block) or 2, 4 or 8 blocks of a cluster"
+            ),
+        ));
+    }
+    if cluster > 1 && !target.has_clusters() {
+        return Err(Violation::new(
+            Constraint::Range,
+            format!("cluster {cluster}: {target} has no thread-block clusters (sm_90 has)"),
+        ));
+    }
+    if cluster > 1 && cluster > threads_per_row {
+        return Err(Violation::new(
+            Constraint::Range,
+            format!(
+                "cluster {cluster} with {threads_per_row} threads per row: a row's threads in each block read the cluster's {cluster} partial results, one each, so they must be at least as many"
+            ),
+        ));
+    }
     if !threads_per_row.is_power_of_two() || threads_per_row > limits.max_threads_per_block {
         return Err(Violation::new(
             Constraint::Range,
@@ -241,7 +303,7 @@ pub(super) fn check(
                 ));
             }
             if cache == 1 {
-                kept.check(kernel, threads_per_row, vector, block, target)?;
+                kept.check(kernel, threads_per_row * cluster, vector, block, target)?;
                 Keep::Registers(kept)
             } else {
                 Keep::Shared(kept)
@@ -258,14 +320,16 @@ pub(super) fn check(
         keep,
         pairs,
         peel,
+        cluster,
+        reductions: plan.reductions().count() as u32,
     };
     let shared = shape.shared_bytes();
     if shared > u64::from(limits.max_shared_per_block) {
         let rows = match &shape.keep {
-            Keep::Shared(kept) => format!(
+            Keep::Shared(_) => format!(
                 " ({} for the combine tree, {} for {rows_per_block} kept rows)",
-                shape.tree_bytes(),
-                u64::from(rows_per_block) * kept.shared_bytes_per_row()
+                shape.tree_bytes() + shape.cluster_bytes(),
+                u64::from(rows_per_block) * shape.kept_bytes_per_row()
             ),
             Keep::Nothing | Keep::Registers(_) => String::new(),
         };
@@ -315,7 +379,17 @@ pub(super) fn lower(
         tid,
         Operand::Int(i64::from(threads_per_row.trailing_zeros())),
     );
-    let row = b.u32_mad(ctaid, Operand::Int(i64::from(rows_per_block)), row_in_block);
+    // A cluster's blocks share their rows: the block's rank in its
+    // cluster picks its slice.
+    let (group, slice) = match shape.cluster {
+        1 => (ctaid, None),
+        blocks => {
+            let shift = Operand::Int(i64::from(blocks.trailing_zeros()));
+            let group = b.u32_op(ArithOp::Shr, ctaid, shift);
+            (group, Some(Slice { blocks, vector }))
+        }
+    };
+    let row = b.u32_mad(group, Operand::Int(i64::from(rows_per_block)), row_in_block);
     let inside = b.setp(Cmp::Lt, Ty::U32, row, Operand::Int(i64::from(rows)));
     let safe_row = b.u32_op(ArithOp::Min, row, Operand::Int(i64::from(rows - 1)));
     let mut combiner = Combiner::new(&mut b, &shape, tid, lane, row_in_block);
@@ -333,21 +407,23 @@ pub(super) fn lower(
         threads: threads_per_row,
         vector,
         cut,
+        slice,
     };
     let cache = match &shape.keep {
-        Keep::Registers(kept) => Some(Cache::load(&mut b, kernel, kept, &env, lane, &shape)),
+        Keep::Registers(kept) => Some(Cache::load(&mut b, kernel, kept, &env, lane, walk)),
         Keep::Nothing | Keep::Shared(_) => None,
     };
     let row = match &shape.keep {
         Keep::Shared(kept) => {
-            let offset = u32::try_from(shape.tree_bytes()).expect("checked with the rows");
+            let offset = u32::try_from(shape.tree_bytes() + shape.cluster_bytes())
+                .expect("checked with the rows");
             Some(SharedRow::fill(
                 &mut b,
                 kernel,
                 kept,
                 &env,
                 (lane, row_in_block),
-                &shape,
+                (&shape, walk),
                 offset,
             ))
         }
@@ -392,6 +468,7 @@ pub(super) fn lower(
             }
         }
     }
+    combiner.release_cluster(&mut b);
     b.bra_if(inside, true, done);
 
     // The output pass: its stores come between its loads; a division by
@@ -444,16 +521,21 @@ pub(super) fn lower(
         }
     }
     b.place(done);
+    combiner.hold_for_cluster(&mut b);
 
+    let mut ptx = b.finish(
+        entry_name(kernel),
+        kernel.inputs.len() + 1,
+        shape.block(),
+        shared,
+    );
+    if shape.cluster > 1 {
+        ptx.cluster_blocks = shape.cluster;
+    }
     Ok(Lowered {
-        ptx: b.finish(
-            entry_name(kernel),
-            kernel.inputs.len() + 1,
-            shape.block(),
-            shared,
-        ),
+        ptx,
         launch: Launch {
-            grid: [rows.div_ceil(rows_per_block), 1, 1],
+            grid: [rows.div_ceil(rows_per_block) * shape.cluster, 1, 1],
             block: [shape.block(), 1, 1],
             dynamic_shared_bytes: shared,
             workspace_bytes: 0,
@@ -463,12 +545,14 @@ pub(super) fn lower(
 
 /// How a pass's threads walk a row's positions: chunks of `vector`
 /// consecutive positions from position 0, thread `t` of the row's `threads`
-/// taking chunks `t, t + threads, …`, or a peeled row's [`Cut`].
+/// taking chunks `t, t + threads, …`, or a peeled row's [`Cut`]; with a
+/// [`Slice`], of the block's slice of the row's chunks.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Walk {
     threads: u32,
     vector: u32,
     cut: Option<Cut>,
+    slice: Option<Slice>,
 }
 
 impl Walk {
@@ -481,12 +565,27 @@ impl Walk {
         extent: u32,
         mut visit: impl FnMut(&mut Builder, Reg, u32),
     ) {
-        match &self.cut {
-            Some(cut) => cut.walk(b, lane, (self.threads, self.vector), visit),
-            None => strided_loop(b, lane, extent / self.vector, self.threads, |b, chunk| {
-                let first = chunk_start(b, chunk, self.vector);
-                visit(b, first, self.vector);
-            }),
+        if let Some(cut) = &self.cut {
+            return cut.walk(b, lane, (self.threads, self.vector), self.slice, visit);
+        }
+        let (start, end) = self.chunks(b, lane, extent);
+        strided_loop(b, start, end, self.threads, |b, chunk| {
+            let first = chunk_start(b, chunk, self.vector);
+            visit(b, first, self.vector);
+        });
+    }
+
+    /// The thread's first chunk, and the end of the chunks it walks (the
+    /// row's, or the block's slice's), along a row of `extent` positions
+    /// that the walk's `vector` divides.
+    fn chunks(&self, b: &mut Builder, lane: Reg, extent: u32) -> (Reg, Operand) {
+        let chunks = extent / self.vector;
+        match self.slice {
+            None => (lane, Operand::Int(i64::from(chunks))),
+            Some(slice) => {
+                let (begin, end) = slice.range(b, extent, self.vector);
+                (b.u32_op(ArithOp::Add, begin, lane), end.into())
+            }
         }
     }
 
@@ -494,13 +593,78 @@ impl Walk {
     /// chunk for a thread without one.
     fn first_chunk(&self, b: &mut Builder, lane: Reg, extent: u32) -> Reg {
         match &self.cut {
-            Some(cut) => cut.first_chunk(b, lane, self.vector),
+            Some(cut) => cut.first_chunk(b, lane, self.vector, self.slice),
             None => {
+                let (start, _) = self.chunks(b, lane, extent);
                 let last = Operand::Int(i64::from(extent / self.vector - 1));
-                let chunk = b.u32_op(ArithOp::Min, lane, last);
+                let chunk = b.u32_op(ArithOp::Min, start, last);
                 chunk_start(b, chunk, self.vector)
             }
         }
+    }
+}
+
+/// The block's share of a row spread over the `blocks` blocks of a
+/// cluster: the block of rank `k` takes the `k`-th of `blocks` consecutive
+/// slices of the row, each `span` positions (the last may be shorter), a
+/// whole number of chunks of the rows schedule's `vector` positions, so
+/// that a walk one value at a time (a row's outputs) divides the row at the
+/// same positions.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Slice {
+    blocks: u32,
+    vector: u32,
+}
+
+impl Slice {
+    /// The block's rank in its cluster, read where it is used (kept in a
+    /// register for the whole kernel, it crowded a 1,024-thread block's
+    /// 64 into spilling).
+    fn rank(self, b: &mut Builder) -> Reg {
+        let ctaid = b.special(Special::CtaidX);
+        b.u32_op(
+            ArithOp::And,
+            ctaid,
+            Operand::Int(i64::from(self.blocks - 1)),
+        )
+    }
+
+    /// Positions each block's slice of a row of `extent` holds (a row
+    /// shorter than `vector`, such as a row's single output, is one chunk:
+    /// the first block's).
+    pub(super) fn span(blocks: u32, vector: u32, extent: u32) -> u32 {
+        extent.div_ceil(vector).div_ceil(blocks) * vector
+    }
+
+    /// The block's first chunk of `width` positions along a row of `extent`
+    /// positions, and the end of its chunks.
+    fn range(self, b: &mut Builder, extent: u32, width: u32) -> (Reg, Reg) {
+        let per = Slice::span(self.blocks, self.vector, extent) / width;
+        let rank = self.rank(b);
+        let begin = b.u32_op(ArithOp::Mul, rank, Operand::Int(i64::from(per)));
+        let next = b.u32_op(ArithOp::Add, begin, Operand::Int(i64::from(per)));
+        let end = b.u32_op(ArithOp::Min, next, Operand::Int(i64::from(extent / width)));
+        (begin, end)
+    }
+
+    /// The block's first chunk of a peeled row of `extent` positions cut
+    /// into `chunks` chunks (at most `extent / vector`: the rows' cuts
+    /// differ by one at most), and the end of its chunks: the `k`-th of
+    /// `blocks` runs of `⌈(extent / vector) / blocks⌉`, static.
+    fn of_chunks(self, b: &mut Builder, extent: u32, chunks: Reg) -> (Reg, Reg) {
+        let per = Slice::span(self.blocks, self.vector, extent) / self.vector;
+        let rank = self.rank(b);
+        let begin = b.u32_op(ArithOp::Mul, rank, Operand::Int(i64::from(per)));
+        let next = b.u32_op(ArithOp::Add, begin, Operand::Int(i64::from(per)));
+        let end = b.u32_op(ArithOp::Min, next, chunks);
+        (begin, end)
+    }
+
+    /// Whether the block is its cluster's first, which reads a peeled
+    /// row's leftover positions.
+    fn first(self, b: &mut Builder) -> Reg {
+        let rank = self.rank(b);
+        b.setp(Cmp::Eq, Ty::U32, rank, Operand::Int(0))
     }
 }
 
@@ -648,6 +812,7 @@ mod tests {
             cache: 0,
             tree: 0,
             online: 0,
+            cluster: 1,
         }
     }
 
@@ -665,6 +830,7 @@ mod tests {
                 cache,
                 tree,
                 online: 0,
+                cluster: 1,
             },
             other => other,
         }
@@ -1087,6 +1253,7 @@ mod tests {
                 cache,
                 tree,
                 online: 1,
+                cluster: 1,
             },
             other => other,
         }
@@ -1166,10 +1333,61 @@ mod tests {
             assert!(reason.contains(&format!("with cache {cache}")), "{reason}");
         }
         let s = Class::Rows
-            .schedule(&[32, 1, 1, 0, 0, 2])
-            .expect("six knobs");
+            .schedule(&[32, 1, 1, 0, 0, 2, 1])
+            .expect("seven knobs");
         let reason = invalid(&softmax(4, 64), s, SmVersion::Sm90);
         assert!(reason.contains("online 2; expected 0"), "{reason}");
+    }
+
+    #[test]
+    fn clusters_spread_rows_on_sm90_only() {
+        let k = softmax(4, 4096);
+        let spread = |cluster, cache| {
+            Class::Rows
+                .schedule(&[1024, 1, 4, cache, 0, 0, cluster])
+                .expect("seven knobs")
+        };
+        for cluster in [3, 16] {
+            let reason = invalid(&k, spread(cluster, 0), SmVersion::Sm90);
+            assert!(
+                reason.contains(&format!("cluster {cluster}; expected 1")),
+                "{reason}"
+            );
+        }
+        let reason = invalid(&k, spread(4, 0), SmVersion::Sm80);
+        assert!(reason.contains("no thread-block clusters"), "{reason}");
+        // Four blocks of 1,024 threads a row: a grid of four blocks a row,
+        // a cluster the kernel requires, and one exchange per reduction.
+        let lowered = lower(&k, &spread(4, 0), SmVersion::Sm90).expect("valid");
+        assert_eq!(lowered.launch.grid, [16, 1, 1]);
+        assert_eq!(lowered.ptx.cluster_blocks, 4);
+        let waits = count(&lowered, |op| matches!(op, Op::ClusterWait));
+        assert_eq!(waits, 3, "two reductions and the wait before the exit");
+        let remote = count(&lowered, |op| {
+            matches!(
+                op,
+                Op::Ld {
+                    space: Space::SharedCluster,
+                    ..
+                }
+            )
+        });
+        assert_eq!(
+            remote, 2,
+            "a block's value a thread, for each of two reductions"
+        );
+        let few = Class::Rows
+            .schedule(&[4, 8, 1, 0, 0, 0, 8])
+            .expect("seven knobs");
+        let reason = invalid(&k, few, SmVersion::Sm90);
+        assert!(reason.contains("must be at least as many"), "{reason}");
+        // Kept in shared memory, each block keeps a quarter of the row.
+        let whole = lower(&k, &spread(1, 2), SmVersion::Sm90).expect("valid");
+        let quarter = lower(&k, &spread(4, 2), SmVersion::Sm90).expect("valid");
+        let kept = |l: &Lowered, slots: u32| l.launch.dynamic_shared_bytes - slots;
+        // The tree's 2 × 32 slots; with the cluster, 2 reductions' slots.
+        assert_eq!(kept(&whole, 256), 4096 * 4);
+        assert_eq!(kept(&quarter, 256 + 16), 1024 * 4);
     }
 
     #[test]

@@ -20,7 +20,7 @@
 
 use std::collections::HashSet;
 
-use super::strided_loop;
+use super::{Slice, strided_loop};
 use crate::ir::{Expr, ExprId, Kernel, VarId};
 use crate::lower::classify::RowPlan;
 use crate::lower::expr::{self, Env};
@@ -178,21 +178,37 @@ impl Cut {
     /// Emits the thread's walk over the row: `visit(position, width)` for
     /// each of its chunks (`vector` wide), then for each of its leftover
     /// positions (1 wide). Thread `lane` of `threads` takes chunks and
-    /// leftovers `lane, lane + threads, …`.
+    /// leftovers `lane, lane + threads, …`; with a `slice`, of the block's
+    /// run of chunks, and the cluster's first block takes the leftovers.
     pub fn walk(
         &self,
         b: &mut Builder,
         lane: Reg,
         (threads, vector): (u32, u32),
+        slice: Option<Slice>,
         mut visit: impl FnMut(&mut Builder, Reg, u32),
     ) {
-        strided_loop(b, lane, self.chunks, threads, |b, i| {
+        let (start, end) = match slice {
+            Some(slice) => {
+                let (begin, end) = slice.of_chunks(b, self.extent, self.chunks);
+                (b.u32_op(ArithOp::Add, begin, lane), end)
+            }
+            None => (lane, self.chunks),
+        };
+        strided_loop(b, start, end, threads, |b, i| {
             let first = b.u32_mad(i, vector, self.head);
             visit(b, first, vector);
         });
         // The positions the chunks cover, and the `E − body` leftovers.
         let body = b.u32_op(ArithOp::Shl, self.chunks, vector.trailing_zeros());
-        let leftovers = b.u32_mad(body, u32::MAX, self.extent);
+        let all = b.u32_mad(body, u32::MAX, self.extent);
+        let leftovers = match slice {
+            Some(slice) => {
+                let first = slice.first(b);
+                b.u32_select(first, all, 0u32)
+            }
+            None => all,
+        };
         let mut leftover = |b: &mut Builder, i: Reg| {
             let after = b.setp(Cmp::Ge, Ty::U32, i, self.head);
             let skip = b.u32_select(after, body, 0u32);
@@ -214,9 +230,22 @@ impl Cut {
 
     /// The first position of the thread's first chunk, or of the row's last
     /// chunk for a thread without one.
-    pub fn first_chunk(&self, b: &mut Builder, lane: Reg, vector: u32) -> Reg {
+    pub fn first_chunk(
+        &self,
+        b: &mut Builder,
+        lane: Reg,
+        vector: u32,
+        slice: Option<Slice>,
+    ) -> Reg {
+        let start = match slice {
+            Some(slice) => {
+                let (begin, _) = slice.of_chunks(b, self.extent, self.chunks);
+                b.u32_op(ArithOp::Add, begin, lane)
+            }
+            None => lane,
+        };
         let last = b.u32_op(ArithOp::Add, self.chunks, u32::MAX);
-        let chunk = b.u32_op(ArithOp::Min, lane, last);
+        let chunk = b.u32_op(ArithOp::Min, start, last);
         b.u32_mad(chunk, vector, self.head)
     }
 }

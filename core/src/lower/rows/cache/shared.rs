@@ -6,11 +6,13 @@
 //! read from DRAM once.
 //!
 //! **Layout.** After the combine tree's slots ([`super::super::shared_bytes`],
-//! a multiple of 16 bytes), each row of the block has its region: per kept
-//! pattern, `extent` f32 values, each pattern's values starting 16 bytes
-//! aligned, so that `vector`-wide accesses at positions that are multiples
-//! of `vector` are aligned. [`CachePlan::shared_bytes_per_row`] is a row's
-//! region; a point whose block needs more than the target allows breaks
+//! a multiple of 16 bytes) and the cluster's, each row of the block has its
+//! region: per kept pattern, `extent` f32 values, each pattern's values
+//! starting 16 bytes aligned, so that `vector`-wide accesses at positions
+//! that are multiples of `vector` are aligned. A row spread over a cluster
+//! of `C` blocks has each block keep only its slice of each pattern
+//! ([`Slice`]), from the slice's first position.
+//! [`CachePlan::shared_bytes_per_row`] is a row's region; a point whose block needs more than the target allows breaks
 //! [`Constraint::SharedMemory`](crate::lower::Constraint).
 //!
 //! **Fill.** Each thread copies its chunks of `vector` values. On targets
@@ -33,9 +35,9 @@ use crate::dtype::DType;
 use crate::ir::{Expr, ExprId, Kernel};
 use crate::lower::elementwise::load_vec;
 use crate::lower::expr::Env;
-use crate::lower::rows::{Shape, chunk_start, clamped_chunk, strided_loop};
+use crate::lower::rows::{Shape, Slice, Walk, chunk_start, clamped_chunk, strided_loop};
 use crate::ptx::Builder;
-use crate::ptx::inst::{Addr, ArithOp, CpAsyncCache, Op, Operand, Reg, Space, Ty};
+use crate::ptx::inst::{Addr, ArithOp, Cmp, CpAsyncCache, Op, Operand, Reg, Space, Ty};
 use crate::target::SmVersion;
 
 /// The most values a thread loads in one iteration of the fill before it
@@ -46,12 +48,17 @@ pub const FILL_VALUES: u32 = 16;
 const ALIGN: u32 = 16;
 
 impl CachePlan {
-    /// Bytes of shared memory one row's kept patterns take with `cache = 2`:
-    /// `extent` f32 values per pattern, each pattern 16-byte aligned.
-    pub fn shared_bytes_per_row(&self) -> u64 {
+    /// Bytes of shared memory a block keeps of one row's kept patterns
+    /// with `cache = 2`, for rows read `vector` values at a time spread
+    /// over a cluster of `blocks` (1: none): its slice of each pattern as
+    /// f32 values, each pattern 16-byte aligned.
+    pub fn shared_bytes_per_row(&self, vector: u32, blocks: u32) -> u64 {
         self.kept
             .iter()
-            .map(|k| (u64::from(k.extent) * 4).next_multiple_of(u64::from(ALIGN)))
+            .map(|k| {
+                (u64::from(kept_extent(k.extent, vector, blocks)) * 4)
+                    .next_multiple_of(u64::from(ALIGN))
+            })
             .sum()
     }
 
@@ -109,6 +116,15 @@ pub struct FillCost {
     pub in_flight: u32,
 }
 
+/// The positions of a row of `extent` that a block keeps: all of them, or
+/// its slice of a row spread over a cluster of `blocks`.
+fn kept_extent(extent: u32, vector: u32, blocks: u32) -> u32 {
+    match blocks {
+        1 => extent,
+        _ => Slice::span(blocks, vector, extent),
+    }
+}
+
 /// Whether the fill copies kept pattern `k` by `cp.async` on `target`:
 /// f32 values (shared memory holds f32, so 16-bit values are widened on
 /// the way, through registers), consecutive along the row, so that a
@@ -137,52 +153,78 @@ fn push_inside(b: &mut Builder, inside: Option<Reg>, op: Op) {
 /// The thread's row, filled into shared memory.
 pub(in crate::lower::rows) struct SharedRow<'p> {
     plan: &'p CachePlan,
-    /// Shared address of the row's region.
-    row: Reg,
-    /// Per kept pattern: the byte offset of its values from `row`.
+    /// Per kept pattern: the shared address its position 0 would have, so
+    /// that its first kept position (the slice's start, with a cluster)
+    /// lies at the start of its values.
+    rows: Vec<Reg>,
+    /// Per kept pattern: the byte offset of its values from its row's.
     offsets: Vec<u32>,
 }
 
 impl<'p> SharedRow<'p> {
     /// Copies every kept pattern of the thread's row (`env` binds the row
     /// variables) into the row's region of shared memory, then waits at a
-    /// barrier for the whole block's copies. `offset` is where the rows'
-    /// regions start in the dynamic shared memory window.
+    /// barrier for the whole block's copies: with a cluster, the block's
+    /// slice of the row. `offset` is where the rows' regions start in the
+    /// dynamic shared memory window.
     pub fn fill(
         b: &mut Builder,
         kernel: &Kernel,
         plan: &'p CachePlan,
         env: &Env,
         (lane, row_in_block): (Reg, Reg),
-        shape: &Shape,
+        (shape, walk): (&Shape, Walk),
         offset: u32,
     ) -> SharedRow<'p> {
-        let (threads, vector) = (shape.threads_per_row, shape.vector);
+        let (threads, vector, blocks) = (walk.threads, walk.vector, shape.cluster);
         let base = b.shared_base();
-        let row_bytes = u32::try_from(plan.shared_bytes_per_row())
+        let row_bytes = u32::try_from(plan.shared_bytes_per_row(vector, blocks))
             .expect("checked: the rows fit the target's shared memory");
-        let row = b.u32_mad(row_in_block, Operand::Int(i64::from(row_bytes)), base);
+        let region = b.u32_mad(row_in_block, Operand::Int(i64::from(row_bytes)), base);
         let mut offsets = Vec::with_capacity(plan.kept.len());
         let mut next = offset;
         for k in &plan.kept {
             offsets.push(next);
-            next += (k.extent * 4).next_multiple_of(ALIGN);
+            next += (kept_extent(k.extent, vector, blocks) * 4).next_multiple_of(ALIGN);
         }
         let mut copied = false;
+        let mut rows = Vec::with_capacity(plan.kept.len());
         for (k, &offset) in plan.kept.iter().zip(&offsets) {
+            // With a cluster, the block's slice: position `p` kept at
+            // `p − start`.
+            let (start, end, row) = match walk.slice {
+                Some(slice) => {
+                    let (begin, end) = slice.range(b, k.extent, vector);
+                    let start = b.u32_op(ArithOp::Add, begin, lane);
+                    let bytes = Operand::Int(i64::from(4 * vector));
+                    let before = b.u32_op(ArithOp::Mul, begin, bytes);
+                    let row = b.u32_op(ArithOp::Sub, region, before);
+                    (start, Some(end), row)
+                }
+                None => (lane, None, region),
+            };
+            rows.push(row);
             let chunks = k.extent / vector;
-            let unroll = fill_chunks(k.extent, threads, vector);
-            let whole = chunks.is_multiple_of(threads * unroll);
+            let unroll = fill_chunks(k.extent, threads * blocks, vector);
+            let whole = end.is_none() && chunks.is_multiple_of(threads * unroll);
             let asynchronous = copies_async(kernel, k, shape.target);
             copied |= asynchronous;
-            strided_loop(b, lane, chunks, threads * unroll, |b, chunk| {
+            let count = end.map_or(Operand::Int(i64::from(chunks)), Operand::Reg);
+            strided_loop(b, start, count, threads * unroll, |b, chunk| {
                 let mut pending = Vec::with_capacity(unroll as usize);
                 for u in 0..unroll {
                     let chunk = match u {
                         0 => chunk,
                         _ => b.u32_op(ArithOp::Add, chunk, Operand::Int(i64::from(u * threads))),
                     };
-                    let (chunk, inside) = clamped_chunk(b, chunk, chunks, u > 0 && !whole);
+                    let (chunk, inside) = match end {
+                        Some(end) if u > 0 => {
+                            let inside = b.setp(Cmp::Lt, Ty::U32, chunk, end);
+                            let last = Operand::Int(i64::from(chunks - 1));
+                            (b.u32_op(ArithOp::Min, chunk, last), Some(inside))
+                        }
+                        _ => clamped_chunk(b, chunk, chunks, u > 0 && !whole),
+                    };
                     let first = chunk_start(b, chunk, vector);
                     let dst = Addr {
                         base: b.u32_mad(first, Operand::Int(4), row),
@@ -217,7 +259,11 @@ impl<'p> SharedRow<'p> {
             b.push(Op::CpAsyncWaitAll);
         }
         b.push(Op::BarSync);
-        SharedRow { plan, row, offsets }
+        SharedRow {
+            plan,
+            rows,
+            offsets,
+        }
     }
 
     /// The kept values of `pass`'s loads for the `n` consecutive positions
@@ -244,11 +290,17 @@ impl<'p> SharedRow<'p> {
                 .root_position
                 .expect("the outputs read kept values along the row's inner variable"),
         };
-        let base = b.u32_mad(env.index[&var], Operand::Int(4), self.row);
         let mut values: HashMap<usize, Vec<Reg>> = HashMap::new();
+        // The position's address in each distinct row register (one for
+        // every pattern, without a cluster).
+        let mut bases: HashMap<Reg, Reg> = HashMap::new();
         let mut known = vec![HashMap::new(); n as usize];
         for &(load, kept) in reads {
             let regs = values.entry(kept).or_insert_with(|| {
+                let row = self.rows[kept];
+                let base = *bases
+                    .entry(row)
+                    .or_insert_with(|| b.u32_mad(env.index[&var], Operand::Int(4), row));
                 let addr = Addr {
                     base,
                     offset: i64::from(self.offsets[kept]),
