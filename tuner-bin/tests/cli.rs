@@ -360,7 +360,8 @@ fn space_reports_knobs_validity_and_the_models_ranking() {
             "vector",
             "cache",
             "tree",
-            "online"
+            "online",
+            "cluster"
         ]
     );
     // The default reads each row of 384 once: 32 threads, 4 at a time,
