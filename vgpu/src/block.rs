@@ -116,8 +116,8 @@ enum Progress {
 
 /// Runs the blocks of one cluster (one block, for a kernel without
 /// clusters) together: each as far as it gets on its own, then the loads
-/// of each other's shared memory, then the cluster's barrier, until every
-/// thread has exited.
+/// of each other's shared memory, then the waits at the cluster's barrier
+/// that can end, until every thread has exited.
 fn run_cluster(
     blocks: &mut [Block<'_>],
     envs: &[BlockEnv<'_>],
@@ -125,9 +125,8 @@ fn run_cluster(
     stats: &mut Stats,
 ) -> Result<(), Fault> {
     let mut exited = vec![false; blocks.len()];
-    // Per block, whether another block has read its shared memory since
-    // the cluster's last barrier.
-    let mut read_by: Vec<Option<u32>> = vec![None; blocks.len()];
+    // Cluster barriers every thread has arrived at.
+    let mut complete = 0;
     loop {
         for (k, block) in blocks.iter_mut().enumerate() {
             if exited[k] {
@@ -136,20 +135,19 @@ fn run_cluster(
             memory.enter_block(envs[k].ctaid);
             if block.advance(&envs[k], memory, stats)? == Progress::Exited {
                 exited[k] = true;
-                if let Some(reader) = read_by[k] {
+                if let Some(reader) = block.shared.read_at_exit() {
                     let kind = cluster_fault(ClusterProblem::ExitWhileRead { reader });
                     return Err(block.fault(&envs[k], block.last_exited(), kind));
                 }
             }
         }
-        if remote_loads(blocks, envs, &exited, &mut read_by, stats)? {
+        if remote_loads(blocks, envs, &exited, stats)? {
             continue;
         }
         if exited.iter().all(|e| *e) {
             return Ok(());
         }
-        cluster_barrier(blocks, envs, stats)?;
-        read_by.fill(None);
+        cluster_waits(blocks, envs, &mut complete, stats)?;
     }
 }
 
@@ -159,7 +157,6 @@ fn remote_loads(
     blocks: &mut [Block<'_>],
     envs: &[BlockEnv<'_>],
     exited: &[bool],
-    read_by: &mut [Option<u32>],
     stats: &mut Stats,
 ) -> Result<bool, Fault> {
     let mut any = false;
@@ -175,8 +172,15 @@ fn remote_loads(
                 return Err(blocks[k].fault(env, i, kind));
             };
             let size = u32::from(elem) * u32::from(n);
+            let own = k as u32;
+            // The block's own shared memory, reached either way, is
+            // ordered by its own barriers.
+            let target = cluster::target(addr, env.cluster_blocks).map(|t| match t {
+                Target::Block { rank, addr } if rank == own => Target::Own(addr),
+                other => other,
+            });
             let mut bytes = [0u8; 16];
-            let read = match cluster::target(addr, env.cluster_blocks) {
+            let read = match target {
                 None => Err(cluster_fault(ClusterProblem::Address { addr })),
                 Some(Target::Own(addr)) => blocks[k]
                     .shared
@@ -186,15 +190,11 @@ fn remote_loads(
                     Err(cluster_fault(ClusterProblem::ReadAfterExit { rank }))
                 }
                 Some(Target::Block { rank, addr }) => {
-                    let own = k as u32;
+                    let (arrived, waited) = blocks[k].shared.cluster_counts(reader);
                     let owner = &mut blocks[rank as usize].shared;
-                    let read = owner.remote_load(own, rank, addr, size);
-                    read.map(|b| {
-                        bytes[..b.len()].copy_from_slice(b);
-                        if rank != own {
-                            read_by[rank as usize] = Some(own);
-                        }
-                    })
+                    owner
+                        .remote_load((own, arrived, waited), rank, addr, size)
+                        .map(|b| bytes[..b.len()].copy_from_slice(b))
                 }
             };
             if let Err(kind) = read {
@@ -218,53 +218,79 @@ fn remote_loads(
     Ok(any)
 }
 
-/// Completes the cluster's barrier, where every live thread of the
-/// cluster waits: each must have arrived, and so must every thread that
-/// exited.
-fn cluster_barrier(
+/// Ends the waits at the cluster's barrier that every thread of the
+/// cluster (those that exited included) has arrived at; `complete` counts
+/// the barriers every thread has arrived at so far. Every live thread
+/// waits at one; when none can end, the cluster is deadlocked.
+fn cluster_waits(
     blocks: &mut [Block<'_>],
     envs: &[BlockEnv<'_>],
+    complete: &mut u32,
     stats: &mut Stats,
 ) -> Result<(), Fault> {
-    let Some((k, i)) = blocks.iter().enumerate().find_map(|(k, b)| {
-        let i = b
-            .threads
-            .iter()
-            .position(|t| t.state == State::ClusterWait)?;
-        Some((k, i))
-    }) else {
+    let reached = blocks
+        .iter()
+        .flat_map(|b| b.threads.iter().map(|t| b.shared.cluster_counts(t.id).0))
+        .min()
+        .unwrap_or(0);
+    let mut released = false;
+    for block in blocks.iter_mut() {
+        for t in &mut block.threads {
+            if t.state == State::ClusterWait && block.shared.cluster_counts(t.id).1 < reached {
+                block.shared.waited_at_cluster(t.id);
+                t.pc += 1;
+                t.state = State::Ready;
+                released = true;
+            }
+        }
+    }
+    if reached > *complete {
+        *complete = reached;
+        for block in blocks.iter_mut() {
+            block.shared.barrier();
+            stats.barriers += 1;
+        }
+    }
+    if released {
+        return Ok(());
+    }
+    // The waiter whose barrier comes first, and a thread that never
+    // arrives there.
+    let waiter = blocks
+        .iter()
+        .enumerate()
+        .flat_map(|(k, b)| {
+            b.threads
+                .iter()
+                .enumerate()
+                .filter(|(_, t)| t.state == State::ClusterWait)
+                .map(move |(i, t)| (b.shared.cluster_counts(t.id).1 + 1, k, i))
+        })
+        .min();
+    let Some((barrier, k, i)) = waiter else {
         let kind = internal("the cluster waits, but at no barrier");
         return Err(blocks[0].fault(&envs[0], 0, kind));
     };
-    let phase = blocks[k].threads[i].waited + 1;
-    for (rank, block) in (0..).zip(blocks.iter()) {
-        for t in &block.threads {
-            let other_pc = match t.state {
-                State::ClusterWait => continue,
-                _ if t.arrived >= phase => continue,
-                State::Barrier => Some(block.program.origin[t.pc as usize] as u32),
-                _ => None,
-            };
-            let problem = ClusterProblem::Deadlock {
-                rank,
-                other_thread: t.tid,
-                other_pc,
-            };
-            return Err(blocks[k].fault(&envs[k], i, cluster_fault(problem)));
-        }
-    }
-    for block in blocks.iter_mut() {
-        for t in &mut block.threads {
-            if t.state == State::ClusterWait {
-                t.waited += 1;
-                t.pc += 1;
-                t.state = State::Ready;
-            }
-        }
-        block.shared.cluster_barrier();
-        stats.barriers += 1;
-    }
-    Ok(())
+    let absent = (0..).zip(blocks.iter()).find_map(|(rank, block)| {
+        let t = block
+            .threads
+            .iter()
+            .find(|t| block.shared.cluster_counts(t.id).0 < barrier)?;
+        let other_pc = match t.state {
+            State::Barrier => Some(block.program.origin[t.pc as usize] as u32),
+            _ => None,
+        };
+        Some(ClusterProblem::Deadlock {
+            rank,
+            other_thread: t.tid,
+            other_pc,
+        })
+    });
+    let kind = match absent {
+        Some(problem) => cluster_fault(problem),
+        None => internal("a wait at the cluster's barrier that every thread reached"),
+    };
+    Err(blocks[k].fault(&envs[k], i, kind))
 }
 
 fn cluster_fault(problem: ClusterProblem) -> FaultKind {
@@ -376,8 +402,6 @@ impl<'a> Block<'a> {
                     steps: 0,
                     id,
                     tid: thread_coords(id, ntid),
-                    arrived: 0,
-                    waited: 0,
                 })
                 .collect(),
             regs: vec![Cell::default(); threads as usize * program.slots as usize],
@@ -393,8 +417,6 @@ impl<'a> Block<'a> {
             t.pc = 0;
             t.state = State::Ready;
             t.steps = 0;
-            t.arrived = 0;
-            t.waited = 0;
         }
         self.copies.begin_block(&mut self.shared);
         self.shared.begin_block();
@@ -730,17 +752,25 @@ impl<'a> Block<'a> {
             };
             return Err(self.fault(env, first, kind));
         }
-        if let Some(other) = self
-            .threads
-            .iter()
-            .position(|t| t.state == State::ClusterWait)
-        {
-            let problem = ClusterProblem::Deadlock {
-                rank: env.ctaid[0] % env.cluster_blocks,
-                other_thread: self.threads[first].tid,
-                other_pc: Some(self.program.origin[pc as usize] as u32),
-            };
-            return Err(self.fault(env, other, cluster_fault(problem)));
+        // Threads waiting at the cluster's barrier meanwhile: those at the
+        // bar.sync must have arrived there, or neither barrier ever ends;
+        // if they have, the cluster's ends first.
+        let waiting = self.threads.iter().enumerate().find_map(|(i, t)| {
+            (t.state == State::ClusterWait).then(|| (i, self.shared.cluster_counts(t.id).1 + 1))
+        });
+        if let Some((other, barrier)) = waiting {
+            let late = self.threads.iter().find(|t| {
+                t.state == State::Barrier && self.shared.cluster_counts(t.id).0 < barrier
+            });
+            if let Some(late) = late {
+                let problem = ClusterProblem::Deadlock {
+                    rank: env.ctaid[0] % env.cluster_blocks,
+                    other_thread: late.tid,
+                    other_pc: Some(self.program.origin[pc as usize] as u32),
+                };
+                return Err(self.fault(env, other, cluster_fault(problem)));
+            }
+            return Ok(false);
         }
         for t in &mut self.threads {
             if t.state == State::Barrier {

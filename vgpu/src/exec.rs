@@ -60,11 +60,6 @@ pub(crate) struct Thread {
     /// Linear index within the block.
     pub id: u32,
     pub tid: [u32; 3],
-    /// `barrier.cluster.arrive`s the thread has executed, and
-    /// `barrier.cluster.wait`s it has completed: one more arrival than
-    /// waits while it is between the two.
-    pub arrived: u32,
-    pub waited: u32,
 }
 
 /// What a thread sees that is the same for its whole block.
@@ -125,16 +120,13 @@ pub(crate) fn run_thread(
                 });
             }
             Ok(Flow::Jump(target)) => pc = target as usize,
-            Ok(Flow::Arrive) if t.arrived != t.waited => {
+            Ok(Flow::Arrive) if !reach.shared.arrive(t.id) => {
                 break Err(FaultKind::Cluster {
                     problem: ClusterProblem::ArriveTwice,
                 });
             }
-            Ok(Flow::Arrive) => {
-                t.arrived += 1;
-                pc += 1;
-            }
-            Ok(Flow::Stop(State::ClusterWait)) if t.arrived == t.waited => {
+            Ok(Flow::Arrive) => pc += 1,
+            Ok(Flow::Stop(State::ClusterWait)) if !waits_after_arriving(reach, t) => {
                 break Err(FaultKind::Cluster {
                     problem: ClusterProblem::WaitWithoutArrive,
                 });
@@ -150,6 +142,12 @@ pub(crate) fn run_thread(
     reach.stats.instructions += steps - t.steps;
     t.steps = steps;
     result
+}
+
+/// Whether `t`, at a `barrier.cluster.wait`, has arrived at the barrier.
+fn waits_after_arriving(reach: &Reach<'_>, t: &Thread) -> bool {
+    let (arrived, waited) = reach.shared.cluster_counts(t.id);
+    arrived > waited
 }
 
 enum Flow {

@@ -22,6 +22,19 @@
 //! numbered, and each thread remembers the number current at its last such
 //! fence). While the instruction is in flight its bytes must not be
 //! written.
+//!
+//! Other blocks of a thread-block cluster read the window too
+//! ([`Shared::remote_load`]), ordered by the cluster's barriers, which are
+//! counted per thread: barrier `n` orders what a thread did before its
+//! `n`-th `barrier.cluster.arrive` before what any thread does after its
+//! `n`-th `barrier.cluster.wait`. A write is published by the writer's
+//! next arrival's barrier (its arrivals so far, plus one); a remote read
+//! is ordered by the reader's next arrival's barrier likewise. A remote
+//! read faults unless the reader has waited at the barrier that publishes
+//! the byte's last write; a write faults unless the writer has waited at
+//! the barrier that orders the byte's last remote read; and the block
+//! must not exit before each of its threads has waited at the barrier
+//! that orders every remote read of its window.
 
 use ktune_core::ptx::inst::Space;
 
@@ -49,10 +62,15 @@ struct ByteState {
     write_number: u64,
     /// In-flight `wgmma.mma_async`s reading the byte.
     async_readers: u16,
-    /// The first epoch of the cluster phase in which another block of the
-    /// cluster last read the byte, and that block's rank.
-    remote_read_epoch: u32,
+    /// The cluster barrier that publishes the last write (see the module
+    /// comment).
+    release: u32,
+    /// The cluster barrier that orders the last read of the byte by
+    /// another block of the cluster, that block's rank, and the epoch of
+    /// the read (which tells this block's reads from an earlier one's).
+    remote_read: u32,
     remote_reader: u32,
+    remote_read_epoch: u32,
 }
 
 const FRESH: ByteState = ByteState {
@@ -65,8 +83,10 @@ const FRESH: ByteState = ByteState {
     copy_pc: 0,
     write_number: 0,
     async_readers: 0,
-    remote_read_epoch: 0,
+    release: 0,
+    remote_read: 0,
     remote_reader: NOBODY,
+    remote_read_epoch: 0,
 };
 
 #[derive(Debug)]
@@ -75,8 +95,14 @@ pub(crate) struct Shared {
     state: Vec<ByteState>,
     epoch: u32,
     block_start: u32,
-    /// The first epoch since the cluster's last barrier (or of the block).
-    phase_start: u32,
+    /// For each thread: its `barrier.cluster.arrive`s, and the cluster
+    /// barriers it has waited at, in this block.
+    arrived: Vec<u32>,
+    waited: Vec<u32>,
+    /// The cluster barrier that orders every read of this block's window
+    /// by another block so far, and the last such reader's rank.
+    read_until: u32,
+    last_reader: u32,
     /// Writes so far (stores and landed copies), which numbers them.
     writes: u64,
     /// For each thread, [`Shared::writes`] at its last `fence.proxy.async`:
@@ -93,7 +119,10 @@ impl Shared {
             state: vec![FRESH; bytes as usize],
             epoch: 0,
             block_start: 0,
-            phase_start: 0,
+            arrived: vec![0; ntid.iter().product::<u32>() as usize],
+            waited: vec![0; ntid.iter().product::<u32>() as usize],
+            read_until: 0,
+            last_reader: NOBODY,
             writes: 0,
             proxy_fenced: vec![0; ntid.iter().product::<u32>() as usize],
             ntid,
@@ -109,18 +138,44 @@ impl Shared {
     pub(crate) fn begin_block(&mut self) {
         self.advance();
         self.block_start = self.epoch;
-        self.phase_start = self.epoch;
+        self.arrived.fill(0);
+        self.waited.fill(0);
+        self.read_until = 0;
+        self.last_reader = NOBODY;
     }
 
-    /// A `bar.sync` completed.
+    /// A `bar.sync` completed, or a barrier of the whole cluster.
     pub(crate) fn barrier(&mut self) {
         self.advance();
     }
 
-    /// A barrier of the block's whole cluster completed.
-    pub(crate) fn cluster_barrier(&mut self) {
-        self.advance();
-        self.phase_start = self.epoch;
+    /// `thread`'s `barrier.cluster.arrive`; false when it has arrived
+    /// already and not waited since.
+    pub(crate) fn arrive(&mut self, thread: u32) -> bool {
+        let t = thread as usize;
+        if self.arrived[t] > self.waited[t] {
+            return false;
+        }
+        self.arrived[t] += 1;
+        true
+    }
+
+    /// `thread`'s cluster barriers arrived at and waited at.
+    pub(crate) fn cluster_counts(&self, thread: u32) -> (u32, u32) {
+        (self.arrived[thread as usize], self.waited[thread as usize])
+    }
+
+    /// `thread`'s wait at its cluster barrier completed.
+    pub(crate) fn waited_at_cluster(&mut self, thread: u32) {
+        self.waited[thread as usize] += 1;
+    }
+
+    /// The rank of a block of the cluster that read this window, where the
+    /// block, exiting, has threads that have not waited at the barrier
+    /// that orders that read.
+    pub(crate) fn read_at_exit(&self) -> Option<u32> {
+        let least = self.waited.iter().copied().min().unwrap_or(0);
+        (least < self.read_until).then_some(self.last_reader)
     }
 
     fn advance(&mut self) {
@@ -131,25 +186,21 @@ impl Shared {
     }
 
     /// Renumbers epochs before the counter overflows, keeping what matters:
-    /// written by this block or not, before the cluster's last barrier or
-    /// not, and accesses in the current interval and phase.
+    /// written (or read by another block) in this block or not, and
+    /// accesses in the current interval.
     fn rebase(&mut self) {
-        let (epoch, block_start, phase_start) = (self.epoch, self.block_start, self.phase_start);
-        // Block start 1, phase start 2 (3 when it is the current epoch),
-        // the current epoch 3.
+        let (epoch, block_start) = (self.epoch, self.block_start);
         let renumber = |e: u32| match e {
-            e if e == epoch => 3,
-            e if e >= phase_start => 2,
+            e if e == epoch => 2,
             e if e >= block_start => 1,
             _ => 0,
         };
         for s in &mut self.state {
             s.write_epoch = renumber(s.write_epoch);
-            s.read_epoch = if s.read_epoch == epoch { 3 } else { 0 };
+            s.read_epoch = if s.read_epoch == epoch { 2 } else { 0 };
             s.remote_read_epoch = renumber(s.remote_read_epoch);
         }
-        self.phase_start = renumber(phase_start);
-        self.epoch = 3;
+        self.epoch = 2;
         self.block_start = 1;
     }
 
@@ -223,12 +274,15 @@ impl Shared {
         Ok(&self.data[start..end])
     }
 
-    /// The `size` bytes at `addr` as block `reader` of the cluster reads
-    /// them: written by this block before the cluster's last barrier; each
-    /// byte is then held unwritten until the next.
+    /// The `size` bytes at `addr` (in this block, of rank `rank`) as block
+    /// `reader` of the cluster reads them, its reading thread having
+    /// arrived at and waited at `(arrived, waited)` cluster barriers: each
+    /// byte's last write published by a barrier the reader has waited at.
+    /// Each byte is then held unwritten until a barrier that orders the
+    /// read, and the block from exiting.
     pub(crate) fn remote_load(
         &mut self,
-        reader: u32,
+        (reader, arrived, waited): (u32, u32, u32),
         rank: u32,
         addr: u64,
         size: u32,
@@ -243,7 +297,7 @@ impl Shared {
                 },
                 other => other,
             })?;
-            if s.write_epoch >= self.phase_start {
+            if waited < s.release {
                 return Err(FaultKind::Cluster {
                     problem: ClusterProblem::Unordered {
                         rank,
@@ -253,10 +307,18 @@ impl Shared {
                 });
             }
         }
+        let ordered_by = arrived + 1;
+        let block_start = self.block_start;
         for s in &mut self.state[start..end] {
-            s.remote_read_epoch = self.phase_start;
+            s.remote_read = match s.remote_read_epoch >= block_start {
+                true => s.remote_read.max(ordered_by),
+                false => ordered_by,
+            };
             s.remote_reader = reader;
+            s.remote_read_epoch = self.epoch;
         }
+        self.read_until = self.read_until.max(ordered_by);
+        self.last_reader = reader;
         Ok(&self.data[start..end])
     }
 
@@ -276,10 +338,12 @@ impl Shared {
 
     fn mark_written(&mut self, thread: u32, start: usize, end: usize) {
         self.writes += 1;
+        let release = self.arrived[thread as usize] + 1;
         for s in &mut self.state[start..end] {
             s.writer = thread;
             s.write_epoch = self.epoch;
             s.write_number = self.writes;
+            s.release = release;
         }
     }
 
@@ -342,7 +406,10 @@ impl Shared {
                     offset,
                 });
             }
-            if s.remote_reader != NOBODY && s.remote_read_epoch == self.phase_start {
+            if s.remote_reader != NOBODY
+                && s.remote_read_epoch >= self.block_start
+                && self.waited[thread as usize] < s.remote_read
+            {
                 return Err(FaultKind::Cluster {
                     problem: ClusterProblem::Overwrite {
                         offset,

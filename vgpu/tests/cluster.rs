@@ -30,6 +30,15 @@ enum Exchange {
     EarlyExit,
     /// The read maps a rank outside the cluster.
     RankOutside,
+    /// Each block writes its slot after arriving at the barrier the reads
+    /// wait at: the barrier does not publish it.
+    WriteAfterArrive,
+    /// Each thread reads after arriving at the last barrier: nothing
+    /// orders the read before the other block's exit.
+    ReadAfterLastArrive,
+    /// The first warp waits at the cluster barrier before a `bar.sync`,
+    /// the second after it, having arrived before: no deadlock.
+    WaitsAroundBarSync,
 }
 
 /// Every thread writes `smem[tid] = 1000 · ctaid + tid`; after a cluster
@@ -56,7 +65,9 @@ fn exchange(how: Exchange) -> Kernel {
             srcs: vec![v.into()],
         })
     };
-    store(&mut b, value);
+    if how != Exchange::WriteAfterArrive {
+        store(&mut b, value);
+    }
     let done = b.label();
     if how == Exchange::EarlyExit {
         let first = b.setp(
@@ -70,6 +81,24 @@ fn exchange(how: Exchange) -> Kernel {
     match how {
         Exchange::NoBarrierBeforeReads => {}
         Exchange::WaitWithoutArrive => b.push(Op::ClusterWait),
+        Exchange::WriteAfterArrive => {
+            b.push(Op::ClusterArrive);
+            store(&mut b, value);
+            b.push(Op::ClusterWait);
+        }
+        Exchange::WaitsAroundBarSync => {
+            b.push(Op::ClusterArrive);
+            let warp = b.u32_op(ArithOp::Shr, tid, Operand::Int(5));
+            let first = b.setp(
+                ktune_core::ptx::inst::Cmp::Eq,
+                Ty::U32,
+                warp,
+                Operand::Int(0),
+            );
+            b.push_guarded(first, false, Op::ClusterWait);
+            b.push(Op::BarSync);
+            b.push_guarded(first, true, Op::ClusterWait);
+        }
         _ => {
             b.push(Op::ClusterArrive);
             b.push(Op::ClusterWait);
@@ -87,6 +116,9 @@ fn exchange(how: Exchange) -> Kernel {
         src: mine,
         rank: next.into(),
     });
+    if how == Exchange::ReadAfterLastArrive {
+        b.push(Op::ClusterArrive);
+    }
     let read = b.reg(RegClass::B32);
     b.push(Op::Ld {
         space: Space::SharedCluster,
@@ -100,7 +132,10 @@ fn exchange(how: Exchange) -> Kernel {
     if how == Exchange::WriteAfterRead {
         store(&mut b, read);
     }
-    if how != Exchange::NoBarrierBeforeExit {
+    if !matches!(
+        how,
+        Exchange::NoBarrierBeforeExit | Exchange::ReadAfterLastArrive
+    ) {
         b.push(Op::ClusterArrive);
     }
     let index = b.u32_mad(ctaid, Operand::Int(i64::from(THREADS)), tid);
@@ -168,24 +203,36 @@ fn blocks_of_a_cluster_read_each_others_shared_memory() {
 
 #[test]
 fn a_read_before_the_cluster_barrier_is_unordered() {
-    match problem(Exchange::NoBarrierBeforeReads) {
-        ClusterProblem::Unordered { rank, offset, .. } => {
-            assert_eq!((rank, offset), (1, 0));
+    for how in [Exchange::NoBarrierBeforeReads, Exchange::WriteAfterArrive] {
+        match problem(how) {
+            ClusterProblem::Unordered { rank, offset, .. } => {
+                assert_eq!((rank, offset), (1, 0), "{how:?}");
+            }
+            other => panic!("{how:?}: {other:?}"),
         }
-        other => panic!("{other:?}"),
     }
 }
 
 #[test]
+fn a_wait_may_come_after_a_bar_sync_once_arrived() {
+    let (got, _) = run(&exchange(Exchange::WaitsAroundBarSync), BlockOrder::Index)
+        .expect("no deadlock: every thread arrived before the bar.sync");
+    // Block 0's thread 33 reads block 1's value for it.
+    assert_eq!(got[33], 1033);
+}
+
+#[test]
 fn a_block_must_not_exit_while_others_may_read_it() {
-    let p = problem(Exchange::NoBarrierBeforeExit);
-    assert!(
-        matches!(
-            p,
-            ClusterProblem::ExitWhileRead { .. } | ClusterProblem::ReadAfterExit { .. }
-        ),
-        "{p:?}"
-    );
+    for how in [Exchange::NoBarrierBeforeExit, Exchange::ReadAfterLastArrive] {
+        let p = problem(how);
+        assert!(
+            matches!(
+                p,
+                ClusterProblem::ExitWhileRead { .. } | ClusterProblem::ReadAfterExit { .. }
+            ),
+            "{how:?}: {p:?}"
+        );
+    }
 }
 
 #[test]
@@ -240,7 +287,7 @@ fn the_exchange_prints_and_parses_back() {
     assert!(text.contains(".reqnctapercluster 4, 1, 1"), "{text}");
     assert!(text.contains("mapa.shared::cluster.u32"), "{text}");
     assert!(text.contains("ld.shared::cluster.b32"), "{text}");
-    assert!(text.contains("barrier.cluster.arrive.aligned"), "{text}");
+    assert!(text.contains("barrier.cluster.arrive;"), "{text}");
     let (parsed, target) = ktune_core::ptx::parse(&text).expect("parses");
     assert_eq!(target, ktune_core::SmVersion::Sm90);
     assert_eq!(parsed, kernel);

@@ -404,11 +404,13 @@ pub enum Op {
     /// [`Space::SharedCluster`] window, of the byte at shared address `src`
     /// in the shared memory of the cluster's block `rank` (sm_90).
     Mapa { dst: Reg, src: Reg, rank: Operand },
-    /// `barrier.cluster.arrive.aligned`: the thread arrives at the
-    /// cluster's barrier, releasing its memory accesses before it (sm_90).
-    /// Every thread of the cluster arrives before any of its waits end.
+    /// `barrier.cluster.arrive`: the thread arrives at the cluster's
+    /// barrier, releasing its memory accesses before it (sm_90). Every
+    /// thread of the cluster arrives before any of its waits end. (Not the
+    /// `.aligned` form, which requires a warp to execute it converged: the
+    /// rows lowering waits where rows past the last one rejoin.)
     ClusterArrive,
-    /// `barrier.cluster.wait.aligned`: waits until every thread of the
+    /// `barrier.cluster.wait`: waits until every thread of the
     /// cluster has arrived at the barrier the thread last arrived at, and
     /// acquires what they released. A block whose shared memory others
     /// read must not exit before they have passed such a barrier.

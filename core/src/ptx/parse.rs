@@ -611,8 +611,8 @@ impl<'t> Parser<'t> {
                     rank: operand(2)?,
                 }
             }
-            "barrier" if opcode == "barrier.cluster.arrive.aligned" => Op::ClusterArrive,
-            "barrier" if opcode == "barrier.cluster.wait.aligned" => Op::ClusterWait,
+            "barrier" if opcode == "barrier.cluster.arrive" => Op::ClusterArrive,
+            "barrier" if opcode == "barrier.cluster.wait" => Op::ClusterWait,
             "bra" => {
                 arity(1)?;
                 Op::Bra {

@@ -549,8 +549,8 @@ pub(super) fn write_instr(out: &mut String, instr: &Instr) -> std::fmt::Result {
             R(*src),
             O(*rank)
         ),
-        Op::ClusterArrive => write!(out, "barrier.cluster.arrive.aligned"),
-        Op::ClusterWait => write!(out, "barrier.cluster.wait.aligned"),
+        Op::ClusterArrive => write!(out, "barrier.cluster.arrive"),
+        Op::ClusterWait => write!(out, "barrier.cluster.wait"),
         Op::Bra { target } if instr.guard.is_some() => write!(out, "bra {}", label_name(*target)),
         Op::Bra { target } => write!(out, "bra.uni {}", label_name(*target)),
         Op::Label(_) => Ok(()),
