@@ -319,3 +319,23 @@ fn starts_are_measured_first() {
     assert_eq!(history[0].point, Point(vec![5, 0, 2, 0]));
     assert_eq!(best(&history).map(|b| b.0), Some(&optimum()));
 }
+
+#[test]
+fn bounded_measures_k_points_besides_those_measured_before_it() {
+    // A build's search measures the default first; when the default is
+    // among the best scored, the bounded search still measures k others.
+    let strategy = Bounded::new(
+        Arc::new(|s: &Space, p: &Point| (num(s, p, 0) - 8.0).abs() + (num(s, p, 1) - 4.0).abs()),
+        5,
+    );
+    let space = space();
+    let first = strategy.choose(&space, 0)[0].clone();
+    let mut measurer = |s: &Space, p: &Point| time(s, p);
+    let mut session = Session::new(&space, &mut measurer, Budget::evaluations(100));
+    session.measure(&first);
+    strategy.run(&mut session, 0);
+    let history = session.into_history();
+    assert_eq!(history.len(), 6);
+    assert_eq!(history[0].point, first);
+    assert!(history[1..].iter().all(|e| e.point != first));
+}

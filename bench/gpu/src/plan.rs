@@ -103,10 +103,7 @@ impl Plan {
         let valid = space::candidates(&kernel, target);
         let ranked = model::rank(&kernel, target, &valid);
         let bounded = Task::surveyed(&kernel, case.source, target, &[], &valid, &ranked)
-            .bounded_candidates(BOUNDED_CANDIDATES)
-            .into_iter()
-            .filter(|s| *s != default)
-            .collect();
+            .bounded_candidates(BOUNDED_CANDIDATES);
         // On sm_90 the model's favourite warpgroup (`wgmma`) points first,
         // then its favourite on the portable default's block tile (the
         // same tile on the other instruction).

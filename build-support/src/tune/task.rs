@@ -211,7 +211,9 @@ impl<'k> Task<'k> {
             estimates,
             starts: Vec::new(),
         };
-        let favourites = task.bounded(MODEL_STARTS).choose(&task.space, SEED);
+        let favourites = task
+            .bounded(MODEL_STARTS)
+            .choose_besides(&task.space, SEED, |p| *p == task.default);
         task.starts = std::iter::once(task.default.clone())
             .chain(
                 known
@@ -229,10 +231,10 @@ impl<'k> Task<'k> {
     }
 
     /// What a bounded search of `candidates` points measures after the
-    /// default, in order (the default among them is not measured again).
+    /// default, in order (the default is not among them).
     pub fn bounded_candidates(&self, candidates: usize) -> Vec<Schedule> {
         self.bounded(candidates)
-            .choose(&self.space, SEED)
+            .choose_besides(&self.space, SEED, |p| *p == self.default)
             .iter()
             .map(|p| self.mapping.schedule(p))
             .collect()

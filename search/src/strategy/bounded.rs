@@ -61,6 +61,18 @@ impl Bounded {
 
     /// The points a run with `seed` measures, in order.
     pub fn choose(&self, space: &Space, seed: u64) -> Vec<Point> {
+        self.choose_besides(space, seed, |_| false)
+    }
+
+    /// [`Bounded::choose`] among the points `known` does not hold (those
+    /// measured already, as a build's search measures the default first):
+    /// `k` others.
+    pub fn choose_besides(
+        &self,
+        space: &Space,
+        seed: u64,
+        known: impl Fn(&Point) -> bool,
+    ) -> Vec<Point> {
         let candidates = match self.sample {
             None => space.valid_points(),
             Some(n) => {
@@ -75,6 +87,7 @@ impl Bounded {
         };
         let mut ranked: Vec<(f64, Point)> = candidates
             .into_iter()
+            .filter(|p| !known(p))
             .map(|p| ((self.score)(space, &p), p))
             .collect();
         ranked.sort_by(|a, b| a.0.total_cmp(&b.0));
@@ -137,7 +150,7 @@ impl Strategy for Bounded {
     }
 
     fn run(&self, session: &mut Session<'_>, seed: u64) {
-        let chosen = self.choose(session.space(), seed);
+        let chosen = self.choose_besides(session.space(), seed, |p| session.is_measured(p));
         session.measure_batch(&chosen);
     }
 }
