@@ -61,11 +61,11 @@
 //!   follow; what ptxas does with them (fragments loaded further ahead of
 //!   their `mma`s) the model does not see, so it never ranks such a point
 //!   above the same tiles without the hint: measurement decides.
-//!   Swizzled tiles (`swizzle = 1`) differ from padded ones only by the
-//!   padding's shared memory and a few lane-address registers: the model
-//!   does not count the shared-memory wavefronts of `cp.async` copies,
-//!   whose excess over padded rows is the reason for the swizzle, so that
-//!   too is for measurement.
+//!   Padded rows (`swizzle = 0`) cost a 16-bit `mma.sync` tile's k-step
+//!   `PADDED_ROWS_SLOWDOWN` on sm_90: a ratio measured between the same
+//!   tiles in both layouts, which the layouts' bank arithmetic does not
+//!   explain; besides it, they differ by the padding's shared memory and
+//!   a few lane-address registers.
 //!   Fragments loaded one k-step ahead (`prefetch = 1`) change when the
 //!   loads' latency is paid, not the bytes, instructions or (beyond the
 //!   layout's register estimate for a tile of one k-step) the blocks an
@@ -172,6 +172,22 @@ const L2_WAITS_OVERLAPPED: f64 = 3.0;
 /// 1.24×, with the first visit unchanged (its fastest tiles had 8 warps an
 /// SM and more); with 4, the first visit's bf16 pick falls to 1.71×.
 const MMA_WARPS_PER_SCHEDULER: f64 = 2.0;
+/// How much longer a k-step of `mma.sync` tiles takes with operand rows
+/// padded by 16 bytes than with the same tiles swizzled (`swizzle = 1`).
+/// Measured, not derived: on the H200 (2026-12-04, call 1, the tensor-core
+/// defaults' screened alternatives), 27 pairs of points differing only in
+/// `swizzle`, over eight cases, ran padded 1.19 times slower (geometric
+/// mean; 25 of the 27 slower, 0.96 to 1.41), and ncu counted 42% of a
+/// padded bf16 product's shared-memory wavefronts as excess (2026-11-30).
+/// The bank arithmetic of the padded rows' `ldmatrix` reads and copies
+/// accounts for far less of that excess, so the model does not derive it
+/// from the layout. Without it the two layouts scored alike and a
+/// build's bounded search spent candidates on padded twins of its
+/// swizzled ones; with it the mean rank correlation over the 51
+/// case-visits of tensor-core cases (`ktune-bench --fit`) goes from 0.73
+/// to 0.77, and the model's pick among the measured points from 1.15 to
+/// 1.13 times the fastest (geometric mean).
+const PADDED_ROWS_SLOWDOWN: f64 = 1.19;
 /// A pass's cycles per value a thread keeps in registers (`cache = 1`):
 /// the dependent chain of the pass's fold. Fitted to the three H200 visits
 /// (`ktune-bench --fit`): with 8, the model's pick among the measured
@@ -971,8 +987,20 @@ fn tensor_core(
         busy + memory
     } else {
         busy
-    };
+    } * padded_rows_slowdown(&layout, target);
     block.estimate(kernel, plan, (step_cycles, bound), intensity)
+}
+
+/// [`PADDED_ROWS_SLOWDOWN`] for `mma.sync` tiles of 16-bit operands in
+/// padded rows on sm_90, where it was measured; 1 otherwise (tf32 tiles
+/// are always padded, `wgmma`'s always swizzled).
+fn padded_rows_slowdown(layout: &MmaLayout, target: SmVersion) -> f64 {
+    let padded = !layout.a.swizzled && matches!(layout.kind, MmaKind::F16 | MmaKind::Bf16);
+    if padded && target == SmVersion::Sm90 {
+        PADDED_ROWS_SLOWDOWN
+    } else {
+        1.0
+    }
 }
 
 #[cfg(test)]
@@ -1315,6 +1343,28 @@ mod tests {
             assert!(points.iter().any(|p| matches!(p, Schedule::Mma(_))));
             assert_eq!(rank(&small, target, &points).len(), points.len());
         }
+    }
+
+    #[test]
+    fn padded_rows_cost_measured_time_on_sm90_only() {
+        let k = bf16_matmul(4096, 4096, 4096);
+        let swizzled = Schedule::Mma(MmaTiles {
+            swizzle: 1,
+            ..MmaTiles::from_schedule(&tc(128, 64, 3)).expect("an mma point")
+        });
+        let ratio = |target| {
+            let padded = estimate(&k, &tc(128, 64, 3), target).expect("valid");
+            let swizzled = estimate(&k, &swizzled, target).expect("valid");
+            assert_eq!(
+                padded.occupancy.blocks_per_sm, swizzled.occupancy.blocks_per_sm,
+                "{target}"
+            );
+            padded.seconds / swizzled.seconds
+        };
+        // The slowdown applies to the steps, not the launch.
+        let hopper = ratio(SmVersion::Sm90);
+        assert!(hopper > 1.15 && hopper <= PADDED_ROWS_SLOWDOWN, "{hopper}");
+        assert_eq!(ratio(SmVersion::Sm80), 1.0);
     }
 
     #[test]
