@@ -222,6 +222,7 @@ fn suite() -> Vec<(Kernel, Vec<Schedule>)> {
             swizzle: 0,
             prefetch: 0,
             wgmma: 0,
+            tail_split: 1,
         })
     };
     let tf32_points = vec![
@@ -318,6 +319,7 @@ fn suite() -> Vec<(Kernel, Vec<Schedule>)> {
                 swizzle: 0,
                 prefetch: 0,
                 wgmma: 0,
+                tail_split: 1,
             }),
         ],
     ));

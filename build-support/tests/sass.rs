@@ -668,6 +668,7 @@ fn warpgroup_tiles_run_on_hgmma() {
         swizzle: 1,
         prefetch: 0,
         wgmma: 1,
+        tail_split: 1,
     };
     let schedule = Schedule::Mma(tiles);
     let lowered = lower::lower(&kernel, &schedule, target)

@@ -77,6 +77,10 @@
 //!   (each slice written once and read back once, counted as DRAM bytes)
 //!   and, per wave, a serial tail: the store, fence and atomic of every
 //!   block and the last block's read of every slice.
+//! - **A tail split** (`tail_split` above 1) cuts only the last partial
+//!   wave's tiles: the whole tiles' waves take their full steps, then the
+//!   split tiles' slices run in waves of their own, a slice's steps and
+//!   split-K's serial tail each, with split-K's traffic for those tiles.
 //! - **DRAM traffic of contractions**: an operand larger than half of L2
 //!   is re-read from DRAM by every wave, as much of it as the wave's
 //!   blocks cover: row by row (`group_m = 1`) a wave covers all of B, in
@@ -571,7 +575,6 @@ fn contraction(
             block_n: tiles.block_n,
             block_k: tiles.block_k,
             group_m: tiles.group_m,
-            split_k: tiles.split_k,
             split: layout.split,
             k_tiles: layout.k_tiles(),
         },
@@ -641,7 +644,6 @@ struct Walk {
     block_n: u32,
     block_k: u32,
     group_m: u32,
-    split_k: u32,
     split: Option<Split>,
     k_tiles: u32,
 }
@@ -678,10 +680,13 @@ impl Block {
             u64::from(plan.n_extent(kernel)),
             u64::from(plan.k_extent(kernel)),
         ];
-        let blocks = plan.batch_count(kernel)
+        let tiles = plan.batch_count(kernel)
             * extents[0].div_ceil(u64::from(walk.block_m))
-            * extents[1].div_ceil(u64::from(walk.block_n))
-            * u64::from(walk.split_k);
+            * extents[1].div_ceil(u64::from(walk.block_n));
+        let blocks = match walk.split {
+            Some(split) => split.blocks_x(tiles) * u64::from(split.blocks_y()),
+            None => tiles,
+        };
         Block {
             clock: f64::from(hw.clock_mhz) * 1e6,
             hw,
@@ -713,9 +718,16 @@ impl Block {
         let wave = self.resident * self.sm_count;
         let waves = self.blocks as f64 / f64::from(wave);
         let steps = f64::from(self.walk.k_tiles);
-        let compute_s = waves.ceil()
-            * (steps * step_cycles + split_tail(self.walk.split, self.memory_cycles()))
-            / self.clock;
+        let tail = split_tail(self.walk.split, self.memory_cycles());
+        let compute_s = match self.walk.split {
+            Some(split) if split.whole > 0 => {
+                let whole = f64::from(split.whole) / f64::from(wave);
+                let sliced = (self.blocks - u64::from(split.whole)) as f64 / f64::from(wave);
+                whole.ceil() * steps * step_cycles
+                    + sliced.ceil() * (f64::from(split.tiles) * step_cycles + tail)
+            }
+            _ => waves.ceil() * (steps * step_cycles + tail),
+        } / self.clock;
         let grid = Grid {
             block_m: self.walk.block_m,
             block_n: self.walk.block_n,
@@ -901,7 +913,6 @@ fn tensor_core(
             block_n: tiles.block_n,
             block_k: tiles.block_k,
             group_m: tiles.group_m,
-            split_k: tiles.split_k,
             split: layout.split,
             k_tiles: layout.k_tiles(),
         },
@@ -1298,6 +1309,7 @@ mod tests {
             swizzle: 0,
             prefetch: 0,
             wgmma: 0,
+            tail_split: 1,
         })
     }
 
@@ -1368,6 +1380,39 @@ mod tests {
     }
 
     #[test]
+    fn a_tail_split_shortens_the_last_wave_of_a_grid_bound_by_its_steps() {
+        // 17 × 8 warpgroup tiles of 128 × 256, one block an SM, over a long
+        // K: 132 whole tiles, then 4 on 4 of the 132 SMs.
+        let k = bf16_matmul(17 * 128, 8 * 256, 16384);
+        let point = |tail_split| {
+            let t = MmaTiles {
+                block_n: 256,
+                block_k: 64,
+                warp_n: 128,
+                stages: 4,
+                swizzle: 1,
+                wgmma: 1,
+                tail_split,
+                ..MmaTiles::from_schedule(&tc(128, 64, 3)).expect("an mma point")
+            };
+            estimate(&k, &Schedule::Mma(t), SmVersion::Sm90).expect("valid")
+        };
+        let [whole, two, four] = [1, 2, 4].map(point);
+        // Bound by its steps, which come in waves (not by traffic).
+        assert!(
+            !matches!(whole.bound, Bound::L2 | Bound::Memory),
+            "{whole:?}"
+        );
+        assert_eq!(whole.occupancy.blocks_per_sm, 1);
+        assert_eq!((whole.blocks, two.blocks, four.blocks), (136, 140, 148));
+        // Two waves of whole tiles, against one and a half or a quarter,
+        // less the reduction's traffic and serial tail.
+        let (r2, r4) = (whole.seconds / two.seconds, whole.seconds / four.seconds);
+        assert!((1.2..1.34).contains(&r2), "{r2}");
+        assert!(r4 > r2 && r4 < 1.6, "{r4}");
+    }
+
+    #[test]
     fn a_wgmma_ring_holding_a_slot_keeps_one_tile_fewer_in_flight() {
         let k = bf16_matmul(4096, 4096, 4096);
         let warpgroup = |stages| {
@@ -1378,6 +1423,7 @@ mod tests {
                 warp_n: 64,
                 swizzle: 1,
                 wgmma: 1,
+                tail_split: 1,
                 ..MmaTiles::from_schedule(&tc(64, 64, stages)).expect("an mma point")
             })
         };
@@ -1413,6 +1459,7 @@ mod tests {
                 swizzle: 0,
                 prefetch: 0,
                 wgmma: 0,
+                tail_split: 1,
             })
         };
         let narrow = estimate(&k, &tile(16, 4), SmVersion::Sm90).unwrap();

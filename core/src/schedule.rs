@@ -177,6 +177,13 @@ pub struct MmaTiles {
     /// form when 0.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub wgmma: u32,
+    /// Ways the output tiles of the grid's last, partial wave over the
+    /// target's SMs are split along `K` (1: none). The tiles before them
+    /// are computed whole; the last ones' slices are added up as split-K's
+    /// are, so that the last wave takes a slice's time instead of a whole
+    /// tile's. Only with `split_k` 1. Absent from the JSON form when 1.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub tail_split: u32,
 }
 
 fn one() -> u32 {
@@ -244,6 +251,7 @@ impl Class {
                 "swizzle",
                 "prefetch",
                 "wgmma",
+                "tail_split",
             ],
         }
     }
@@ -328,6 +336,7 @@ impl Class {
                     swizzle,
                     prefetch,
                     wgmma,
+                    tail_split,
                 ],
             ) => Schedule::Mma(MmaTiles {
                 block_m,
@@ -342,6 +351,7 @@ impl Class {
                 swizzle,
                 prefetch,
                 wgmma,
+                tail_split,
             }),
             _ => return None,
         })
@@ -414,9 +424,10 @@ impl Schedule {
                 swizzle,
                 prefetch,
                 wgmma,
+                tail_split,
             }) => vec![
                 block_m, block_n, block_k, warp_m, warp_n, stages, group_m, split_k, min_blocks,
-                swizzle, prefetch, wgmma,
+                swizzle, prefetch, wgmma, tail_split,
             ],
         }
     }
@@ -554,52 +565,59 @@ mod tests {
         let parsed = Schedule::from_json(old).expect("a schedule written before split_k");
         assert_eq!(
             parsed.knob_values(),
-            [64, 64, 32, 32, 32, 3, 8, 1, 0, 0, 0, 0]
+            [64, 64, 32, 32, 32, 3, 8, 1, 0, 0, 0, 0, 1]
         );
         assert_eq!(parsed.to_json(), old);
         let split = Class::Mma
-            .schedule(&[64, 64, 32, 32, 32, 3, 1, 4, 0, 0, 0, 0])
-            .expect("twelve knobs");
+            .schedule(&[64, 64, 32, 32, 32, 3, 1, 4, 0, 0, 0, 0, 1])
+            .expect("thirteen knobs");
         let json = split.to_json();
         assert!(json.ends_with(r#","stages":3,"split_k":4}"#), "{json}");
         assert_eq!(Schedule::from_json(&json).expect("round trip"), split);
     }
 
     /// `min_blocks`, `swizzle`, `prefetch` and `wgmma` default to 0 in schedules
-    /// written before them, and are written only when set.
+    /// written before them, `tail_split` to 1, and each is written only when
+    /// set.
     #[test]
     fn register_and_layout_knobs_default_to_zero_and_are_written_only_when_set() {
         let cases = [
             (
                 r#"{"class":"mma","block_m":128,"block_n":128,"block_k":32,"warp_m":64,"warp_n":64,"stages":3,"split_k":2}"#,
-                [128, 128, 32, 64, 64, 3, 1, 2, 0, 0, 0, 0],
-                [128, 128, 32, 64, 64, 3, 1, 1, 1, 0, 0, 0],
+                [128, 128, 32, 64, 64, 3, 1, 2, 0, 0, 0, 0, 1],
+                [128, 128, 32, 64, 64, 3, 1, 1, 1, 0, 0, 0, 1],
                 r#","stages":3,"min_blocks":1}"#,
             ),
             (
                 r#"{"class":"mma","block_m":128,"block_n":128,"block_k":32,"warp_m":64,"warp_n":64,"stages":3,"min_blocks":1}"#,
-                [128, 128, 32, 64, 64, 3, 1, 1, 1, 0, 0, 0],
-                [128, 128, 32, 64, 64, 3, 1, 1, 0, 1, 0, 0],
+                [128, 128, 32, 64, 64, 3, 1, 1, 1, 0, 0, 0, 1],
+                [128, 128, 32, 64, 64, 3, 1, 1, 0, 1, 0, 0, 1],
                 r#","stages":3,"swizzle":1}"#,
             ),
             (
                 r#"{"class":"mma","block_m":128,"block_n":128,"block_k":32,"warp_m":64,"warp_n":64,"stages":3,"swizzle":1}"#,
-                [128, 128, 32, 64, 64, 3, 1, 1, 0, 1, 0, 0],
-                [128, 128, 32, 64, 64, 3, 1, 1, 0, 1, 1, 0],
+                [128, 128, 32, 64, 64, 3, 1, 1, 0, 1, 0, 0, 1],
+                [128, 128, 32, 64, 64, 3, 1, 1, 0, 1, 1, 0, 1],
                 r#","stages":3,"swizzle":1,"prefetch":1}"#,
             ),
             (
                 r#"{"class":"mma","block_m":128,"block_n":128,"block_k":64,"warp_m":64,"warp_n":128,"stages":3,"swizzle":1}"#,
-                [128, 128, 64, 64, 128, 3, 1, 1, 0, 1, 0, 0],
-                [128, 128, 64, 64, 128, 3, 1, 1, 0, 1, 0, 1],
+                [128, 128, 64, 64, 128, 3, 1, 1, 0, 1, 0, 0, 1],
+                [128, 128, 64, 64, 128, 3, 1, 1, 0, 1, 0, 1, 1],
                 r#","stages":3,"swizzle":1,"wgmma":1}"#,
+            ),
+            (
+                r#"{"class":"mma","block_m":128,"block_n":128,"block_k":64,"warp_m":64,"warp_n":128,"stages":3,"swizzle":1,"wgmma":1}"#,
+                [128, 128, 64, 64, 128, 3, 1, 1, 0, 1, 0, 1, 1],
+                [128, 128, 64, 64, 128, 3, 1, 1, 0, 1, 0, 1, 2],
+                r#","swizzle":1,"wgmma":1,"tail_split":2}"#,
             ),
         ];
         for (old, knobs, set, suffix) in cases {
             let parsed = Schedule::from_json(old).expect("a schedule written before the knob");
             assert_eq!(parsed.knob_values(), knobs);
             assert_eq!(parsed.to_json(), old);
-            let with = Class::Mma.schedule(&set).expect("twelve knobs");
+            let with = Class::Mma.schedule(&set).expect("thirteen knobs");
             let json = with.to_json();
             assert!(json.ends_with(suffix), "{json}");
             assert_eq!(Schedule::from_json(&json).expect("round trip"), with);

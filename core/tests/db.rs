@@ -282,6 +282,7 @@ fn contraction_knobs_out_of_range_are_reported_not_trusted() {
         swizzle: 0,
         prefetch: 0,
         wgmma: 0,
+        tail_split: 1,
     };
     let schedules = [
         Schedule::Matmul(simt),
@@ -324,6 +325,7 @@ fn tensor_core_records_pass_with_or_without_the_register_hint_the_swizzle_or_the
             swizzle,
             prefetch,
             wgmma: 0,
+            tail_split: 1,
         });
         let db = Database::parse(&db_of(vec![r]).to_text()).unwrap();
         assert_eq!(

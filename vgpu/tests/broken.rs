@@ -584,6 +584,7 @@ fn tf32_tiles() -> Schedule {
         swizzle: 0,
         prefetch: 0,
         wgmma: 0,
+        tail_split: 1,
     })
 }
 

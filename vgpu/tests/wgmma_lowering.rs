@@ -36,6 +36,7 @@ fn tiles(
         swizzle: 1,
         prefetch: 0,
         wgmma: 1,
+        tail_split: 1,
     }
 }
 

@@ -251,9 +251,12 @@ fn alternatives(default: &Schedule) -> Vec<Schedule> {
         })
         .into_iter()
         .flatten();
+    // The last wave split, where the grid leaves one to split.
+    let tails = [2, 4].map(|tail_split| MmaTiles { tail_split, ..t });
     std::iter::once(prefetch)
         .chain(flips)
         .chain(deeper)
+        .chain(tails)
         .map(Schedule::Mma)
         .collect()
 }

@@ -65,6 +65,13 @@
 //!   a split that leaves a slice wholly past `K` (with the point's
 //!   `block_k`) is a [`Constraint::Split`](crate::lower::Constraint)
 //!   rejection.
+//! - **Tail split** (`tail_split`, tensor-core contractions): 1, and 2, 4
+//!   when even 256 × 256 tiles fill every SM at least once (where
+//!   `split_k` is not offered); a point whose grid leaves no partial wave
+//!   after a whole one, whose last wave its slices would not shorten,
+//!   whose slices are shallower than its ring, or that also sets
+//!   `split_k` is a
+//!   [`Constraint::Split`](crate::lower::Constraint) rejection.
 //! - **Register allocation** (`min_blocks`, tensor-core contractions): 0,
 //!   ptxas chooses how many registers a thread gets, and 1, ptxas is told
 //!   one block an SM is enough (`.minnctapersm 1`), so it may give a
@@ -100,7 +107,7 @@ use crate::dtype::DType;
 use crate::ir::Kernel;
 use crate::lower::classify::{OpClass, classify};
 use crate::lower::elementwise::{MAX_PER_THREAD, VECTOR_WIDTHS};
-use crate::lower::matmul::{MAX_STAGES, MatmulPlan, mma, split_k_values};
+use crate::lower::matmul::{MAX_STAGES, MatmulPlan, mma, split_k_values, tail_split_values};
 use crate::lower::rows::{CachePlan, MAX_CLUSTER, online};
 use crate::schedule::Class;
 use crate::target::SmVersion;
@@ -234,6 +241,7 @@ fn matmul(kernel: &Kernel, plan: &MatmulPlan, target: SmVersion) -> Space {
                 knob("swizzle", swizzles(kernel, plan)),
                 knob("prefetch", prefetches(&stages)),
                 knob("wgmma", warpgroups),
+                knob("tail_split", tail_split_values(kernel, plan, target)),
             ],
         });
     }

@@ -26,7 +26,7 @@
 //! zeros), so every thread reaches every barrier; only the epilogue, after
 //! the last one, branches per output.
 
-use super::output::{BlockShape, Outputs, Tile, finish};
+use super::output::{BlockShape, Outputs, begin, finish};
 use super::pipeline::{self, Ring};
 use super::stage::{Origin, Stager};
 use super::{Layout, MatmulPlan, Side};
@@ -39,9 +39,13 @@ use crate::ptx::inst::{Addr, ArithOp, Cmp, Op, Operand, Reg, Space, Ty};
 pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &Layout) -> Lowered {
     let t = layout.tiles;
     let mut b = Builder::new();
-    let tile = Tile::decode(&mut b, kernel, plan, (t.block_m, t.block_n), t.group_m);
-    let smem = b.shared_base();
-    let k0 = layout.split.map(|split| split.k0(&mut b, t.block_k));
+    let (tile, smem, k0) = begin(
+        &mut b,
+        (kernel, plan),
+        [t.block_m, t.block_n, t.block_k],
+        t.group_m,
+        layout.split.as_ref(),
+    );
     let origin = Origin {
         tid: tile.tid,
         smem,
@@ -158,6 +162,7 @@ fn pipelined(
     };
     let ring = Ring {
         tiles: layout.k_tiles(),
+        count: None,
         stages: t.stages,
         slot_bytes: layout.slot_bytes,
         async_proxy: false,

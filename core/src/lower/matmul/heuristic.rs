@@ -262,6 +262,7 @@ fn warpgroup_options(
                     swizzle: 1,
                     prefetch: 0,
                     wgmma: 1,
+                    tail_split: 1,
                 };
                 MmaLayout::new(kernel, plan, tiles, target)
                     .is_ok()
@@ -605,6 +606,7 @@ fn tensor_core(
             swizzle,
             prefetch: u32::from(stages > 1),
             wgmma: 0,
+            tail_split: 1,
         })
         .find(|t| MmaLayout::new(kernel, plan, *t, target).is_ok())
 }

@@ -91,6 +91,13 @@
 //! `K` is rejected ([`Constraint::Split`](crate::lower::Constraint)). The
 //! tensor-core path splits `K` the same way.
 //!
+//! A large grid's last wave over the SMs is often partial: 1376 tiles of
+//! 128 × 256 over 132 SMs run 10 whole waves and 56 tiles, which take a
+//! whole tile's time while 76 SMs idle. A tensor-core point's `tail_split
+//! = s` computes the first `tiles - tiles % sm_count` tiles whole and
+//! splits each of the rest `s` ways along `K`, their slices' blocks after
+//! the whole tiles' along `%ctaid.x`, added up as split-K's are (`split`).
+//!
 //! # Tensor cores ([`mma`])
 //!
 //! Contractions of f16 or bf16 tensors also have a tensor-core lowering
@@ -130,7 +137,7 @@ pub(crate) use layout::Layout;
 use layout::Staging;
 pub(crate) use pipeline::MAX_STAGES;
 pub(crate) use split::Split;
-pub use split::split_k_values;
+pub use split::{split_k_values, tail_split_values};
 
 /// How a contraction kernel maps onto `C[batch][m][n] = Σ_k A[batch][m][k] ·
 /// B[batch][k][n]`, followed by an epilogue.

@@ -4,6 +4,7 @@
 //! standing for the reduction and stores it ([`epilogue`]), and the end of
 //! the kernel with its launch configuration ([`finish`]).
 
+use super::split::TailPart;
 use super::{MatmulPlan, Split};
 use crate::dtype::DType;
 use crate::ir::Kernel;
@@ -24,8 +25,10 @@ pub(super) struct Tile {
     pub env: Env,
     /// The output pointer.
     pub out: Reg,
-    /// Blocks in the grid.
+    /// Output tiles in the grid.
     pub grid: u64,
+    /// With a tail split, which part of the work the block does.
+    pub tail: Option<TailPart>,
 }
 
 /// The largest `group_m` the lowerings implement.
@@ -53,19 +56,25 @@ pub(super) fn check_group(group_m: u32, block_m: u32, m_extent: u32) -> Result<(
 }
 
 impl Tile {
-    /// Decodes `ctaid.x`: the batch element varies slowest; within it, tiles
-    /// along `n` vary fastest, then along `m` (`group_m` 1), or tiles run
-    /// down each group of `group_m` block rows, then along `n`, then to the
-    /// next group.
+    /// Decodes `ctaid.x` (with a tail split, the index of the block's
+    /// tile, [`Split::tail_part`]): the batch element varies slowest;
+    /// within it, tiles along `n` vary fastest, then along `m` (`group_m`
+    /// 1), or tiles run down each group of `group_m` block rows, then along
+    /// `n`, then to the next group.
     pub fn decode(
         b: &mut Builder,
         kernel: &Kernel,
         plan: &MatmulPlan,
         (block_m, block_n): (u32, u32),
         group_m: u32,
+        k_split: Option<&Split>,
     ) -> Tile {
         let tid = b.special(Special::TidX);
         let ctaid = b.special(Special::CtaidX);
+        let (tail, ctaid) = match k_split.and_then(|s| s.tail_part(b, ctaid)) {
+            Some((part, index)) => (Some(part), index),
+            None => (None, ctaid),
+        };
         let tiles_n = plan.n_extent(kernel).div_ceil(block_n);
         let tiles_m = plan.m_extent(kernel).div_ceil(block_m);
         let (m_tile, n_tile, batch) = if group_m == 1 {
@@ -104,8 +113,25 @@ impl Tile {
             env,
             out,
             grid: u64::from(tiles_m) * u64::from(tiles_n) * plan.batch_count(kernel),
+            tail,
         }
     }
+}
+
+/// What every contraction kernel starts with: the block's tile (its
+/// walk's `group_m`), the base of the shared window, and with a split the
+/// first `k` of the block's slice.
+pub(super) fn begin(
+    b: &mut Builder,
+    (kernel, plan): (&Kernel, &MatmulPlan),
+    [block_m, block_n, block_k]: [u32; 3],
+    group_m: u32,
+    k_split: Option<&Split>,
+) -> (Tile, Reg, Option<Reg>) {
+    let tile = Tile::decode(b, kernel, plan, (block_m, block_n), group_m, k_split);
+    let smem = b.shared_base();
+    let k0 = k_split.map(|split| split.k0(b, tile.tail.as_ref(), block_k));
+    (tile, smem, k0)
 }
 
 /// The tile `(m, n)` of the `pid`-th block of one batch element in the
@@ -182,9 +208,13 @@ pub(super) fn finish(
     Lowered {
         ptx,
         launch: Launch {
-            // At most one block per output element, and lowering checked
-            // that the output has fewer than 2^31 elements.
-            grid: [tile.grid as u32, block.split.map_or(1, |s| s.slices), 1],
+            // At most one block per output element (a tail split cuts a
+            // tile of at least 16 × 16 at most four ways), and lowering
+            // checked that the output has fewer than 2^31 elements.
+            grid: match block.split {
+                Some(split) => [split.blocks_x(tile.grid) as u32, split.blocks_y(), 1],
+                None => [tile.grid as u32, 1, 1],
+            },
             block: [block.threads, 1, 1],
             dynamic_shared_bytes: block.shared_bytes,
             workspace_bytes: block.split.map_or(0, |s| s.workspace_bytes),

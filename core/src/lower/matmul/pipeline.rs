@@ -13,7 +13,9 @@
 //! ```
 //!
 //! Every slot gets a commit group, empty or not, so that `wait_group`'s
-//! count always names tile `kt`. With one stage the loop copies, waits,
+//! count always names tile `kt`. Where a block's count of tiles is its own
+//! (a tail split's slices and whole tiles), the loop and the refills
+//! compare with it in a register; each count fills the prologue's slots. With one stage the loop copies, waits,
 //! synchronizes, computes and synchronizes again (nothing overlaps).
 //!
 //! A ring whose compute leaves its slot still being read (`held = 1`:
@@ -52,8 +54,11 @@ pub(crate) const MAX_STAGES: u32 = 4;
 /// The ring: how many tiles, slots and bytes per slot.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Ring {
-    /// Tiles along `K`.
+    /// Tiles along `K`: the most a block runs over.
     pub tiles: u32,
+    /// The block's own count, where blocks run over different counts (a
+    /// tail split's slices and whole tiles): at least `stages` of them.
+    pub count: Option<Reg>,
     pub stages: u32,
     pub slot_bytes: u32,
     /// Whether the tiles are read through the async proxy (`wgmma`): each
@@ -105,6 +110,11 @@ impl Ring {
         self.stages - 1 - self.held
     }
 
+    /// The block's count of tiles, to compare a tile's index with.
+    fn limit(self) -> Operand {
+        self.count.map_or(imm(self.tiles), Operand::Reg)
+    }
+
     /// The registers, and the copies of the first [`Ring::ahead`] tiles,
     /// one commit group each.
     fn prologue(self, b: &mut Builder, issue: &impl Fn(&mut Builder, Reg)) -> Cursor {
@@ -136,7 +146,7 @@ impl Ring {
         if self.tiles > self.ahead() {
             let skip = b.label();
             let ahead = b.u32_op(ArithOp::Add, cursor.counter, imm(self.ahead()));
-            let more = b.setp(Cmp::Lt, Ty::U32, ahead, imm(self.tiles));
+            let more = b.setp(Cmp::Lt, Ty::U32, ahead, self.limit());
             b.bra_if(more, true, skip);
             issue(b, cursor.write);
             b.place(skip);
@@ -169,7 +179,7 @@ impl Ring {
             a: cursor.counter.into(),
             b: Operand::Int(1),
         });
-        let more = b.setp(Cmp::Lt, Ty::U32, cursor.counter, imm(self.tiles));
+        let more = b.setp(Cmp::Lt, Ty::U32, cursor.counter, self.limit());
         b.bra_if(more, false, top);
         if self.stages > 1 {
             b.cp_async_wait_all();
@@ -255,7 +265,7 @@ pub(super) fn ring_ahead<S: Steps>(
             ring.wait(b);
             let following = ring.following(b, cursor.read);
             let tile = b.u32_op(ArithOp::Add, cursor.counter, imm(1));
-            let more = b.setp(Cmp::Lt, Ty::U32, tile, imm(ring.tiles));
+            let more = b.setp(Cmp::Lt, Ty::U32, tile, ring.limit());
             let slot = b.u32_select(more, following, cursor.read);
             steps.load(b, slot, 0)
         };

@@ -1,7 +1,17 @@
 //! Split-K: the `K` tiles cut into slices, one block per slice of each
 //! output tile, and the reduction of their partial sums.
 //!
-//! Slice `s` (`%ctaid.y`) covers tiles `s·tiles .. (s+1)·tiles` of `K`,
+//! A tail split cuts only some output tiles so: those of the grid's last,
+//! partial wave over the SMs. The grid's first `whole` blocks each compute
+//! a tile whole, as without a split; the blocks after them compute the
+//! remaining tiles' slices, `slices` consecutive blocks a tile, along
+//! `%ctaid.x`. With one block an SM, the last wave then takes `1/slices`
+//! of a whole tile's time instead of all of it while most SMs idle. The
+//! workspace, its counters and the reduction below are the split tiles'
+//! alone (`tile` counts them from 0); whole tiles skip the reduction.
+//!
+//! Slice `s` (`%ctaid.y`, or with a tail split the block's place among
+//! its tile's) covers tiles `s·tiles .. (s+1)·tiles` of `K`,
 //! `tiles = ⌈⌈K / block_k⌉ / split_k⌉`: every slice runs the same loop,
 //! and the last one's tiles past `K` are staged as zeros like any tile
 //! that overhangs `K`. A slice wholly past `K` would be a block of wasted
@@ -10,7 +20,8 @@
 //!
 //! The workspace ([`Launch::workspace_bytes`](crate::lower::Launch)) holds
 //! `split_k` slices of partial tiles, then one `u32` arrival counter per
-//! output tile (`%ctaid.x`):
+//! output tile split (`%ctaid.x`, or with a tail split its place among the
+//! split tiles):
 //!
 //! ```text
 //! partial[s][tile][e][tid]  f32, e < thread_m·thread_n (a warp's stores are contiguous)
@@ -80,22 +91,59 @@ pub(crate) struct Split {
     /// Byte offset of the counters.
     pub counters: u32,
     pub workspace_bytes: u64,
+    /// Output tiles computed whole, by the grid's first blocks, before the
+    /// split ones (a tail split); 0 with split-K, which splits every tile
+    /// and lays its slices along `%ctaid.y`.
+    pub whole: u32,
+}
+
+/// The most ways a tail split cuts a tile.
+pub(crate) const MAX_TAIL_SPLIT: u32 = 4;
+
+/// The `tail_split` values worth trying for a contraction (the space's): 1,
+/// and where even the coarsest tiling (256 × 256) fills every SM at least
+/// once, 2 and 4. Elsewhere [`split_k_values`] applies: the whole grid is
+/// a partial wave.
+pub fn tail_split_values(kernel: &Kernel, plan: &MatmulPlan, target: SmVersion) -> Vec<u32> {
+    let coarsest = u64::from(plan.m_extent(kernel).div_ceil(256))
+        * u64::from(plan.n_extent(kernel).div_ceil(256))
+        * plan.batch_count(kernel);
+    let fills = coarsest >= u64::from(target.limits().sm_count);
+    std::iter::once(1)
+        .chain([2, MAX_TAIL_SPLIT].into_iter().filter(|_| fills))
+        .collect()
+}
+
+/// Which part of the work a tail split's block does, in registers.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct TailPart {
+    /// Whether the block computes a slice of a split tile.
+    pub split: Reg,
+    /// Its tile's place among the split tiles.
+    pub tile: Reg,
+    /// Its slice.
+    pub slice: Reg,
 }
 
 /// `K` tiles of `block_k` each block's loop runs over: all of `K`'s, or
-/// its slice's.
+/// its slice's; with a tail split, the most (a whole tile's).
 pub(crate) fn k_tiles(split: Option<Split>, k_extent: u32, block_k: u32) -> u32 {
     match split {
-        Some(split) => split.tiles,
-        None => k_extent.div_ceil(block_k),
+        Some(split) if split.whole == 0 => split.tiles,
+        _ => k_extent.div_ceil(block_k),
     }
 }
 
 /// Whether the tiles the blocks run over reach past `K` (so loads need a
 /// `k` guard).
 pub(crate) fn k_overhangs(split: Option<Split>, k_extent: u32, block_k: u32) -> bool {
-    let slices = split.map_or(1, |s| s.slices);
-    slices * k_tiles(split, k_extent, block_k) * block_k != k_extent
+    let whole = !k_extent.is_multiple_of(block_k);
+    match split {
+        Some(split) => {
+            split.slices * split.tiles * block_k != k_extent || (split.whole > 0 && whole)
+        }
+        None => whole,
+    }
 }
 
 /// What [`Split::new`] needs to know of the kernel and the tiles.
@@ -155,19 +203,123 @@ impl Split {
             slice_bytes: slice_bytes as u32,
             counters: counters as u32,
             workspace_bytes,
+            whole: 0,
         }))
     }
 
-    /// The first `k` of the block's slice: `%ctaid.y · tiles · block_k`.
-    pub(super) fn k0(&self, b: &mut Builder, block_k: u32) -> Reg {
-        let slice = b.special(Special::CtaidY);
-        b.u32_op(ArithOp::Mul, slice, imm(self.tiles * block_k))
+    /// Checks `tail_split` against the grid and the SMs; `None` for 1 (no
+    /// split). The grid's `tiles % sm_count` last tiles are split, the
+    /// others computed whole; both must be some, and the split tiles few
+    /// enough that their slices shorten the last wave.
+    pub fn tail(ways: u32, extents: Extents, sm_count: u32) -> Result<Option<Split>, Violation> {
+        if !ways.is_power_of_two() || ways > MAX_TAIL_SPLIT {
+            return Err(Violation::new(
+                Constraint::Range,
+                format!("tail_split = {ways}; expected 1, 2 or {MAX_TAIL_SPLIT}"),
+            ));
+        }
+        if ways == 1 {
+            return Ok(None);
+        }
+        let tiles = extents.grid;
+        let split = tiles % u64::from(sm_count);
+        if tiles < u64::from(sm_count) || split == 0 {
+            return Err(Violation::new(
+                Constraint::Split,
+                format!(
+                    "tail_split = {ways}: the grid's {tiles} tiles leave no partial wave over {sm_count} SMs after a whole one (split_k splits a grid smaller than a wave)"
+                ),
+            ));
+        }
+        // Split `ways` ways, the tiles' slices must take fewer waves (of one
+        // block an SM) than `ways`, or the last wave is no shorter.
+        let waves = (split * u64::from(ways)).div_ceil(u64::from(sm_count));
+        if waves >= u64::from(ways) {
+            return Err(Violation::new(
+                Constraint::Split,
+                format!(
+                    "tail_split = {ways}: the last {split} of the grid's {tiles} tiles, split {ways} ways, fill {waves} waves over {sm_count} SMs, no shorter than the one they fill whole"
+                ),
+            ));
+        }
+        Ok(Split::new(
+            ways,
+            Extents {
+                grid: split,
+                ..extents
+            },
+        )?
+        .map(|s| Split {
+            whole: (tiles - split) as u32,
+            ..s
+        }))
+    }
+
+    /// Blocks along `%ctaid.x`: the output tiles, or with a tail split the
+    /// whole ones and every slice of the split ones.
+    pub fn blocks_x(&self, tiles: u64) -> u64 {
+        if self.whole == 0 {
+            tiles
+        } else {
+            u64::from(self.whole) + u64::from(self.slices) * (tiles - u64::from(self.whole))
+        }
+    }
+
+    /// Blocks along `%ctaid.y`: split-K's slices, or 1.
+    pub fn blocks_y(&self) -> u32 {
+        if self.whole == 0 { self.slices } else { 1 }
+    }
+
+    /// A tail split's block's part, from `%ctaid.x`, and the index of its
+    /// output tile in the grid's walk; `None` with split-K.
+    pub(super) fn tail_part(&self, b: &mut Builder, ctaid: Reg) -> Option<(TailPart, Reg)> {
+        if self.whole == 0 {
+            return None;
+        }
+        let split = b.setp(Cmp::Ge, Ty::U32, ctaid, imm(self.whole));
+        let past = b.u32_op(ArithOp::Sub, ctaid, imm(self.whole));
+        let tile = b.u32_op(ArithOp::Div, past, imm(self.slices));
+        let slice = b.u32_op(ArithOp::Rem, past, imm(self.slices));
+        let split_index = b.u32_op(ArithOp::Add, tile, imm(self.whole));
+        let index = b.u32_select(split, split_index, ctaid);
+        Some((TailPart { split, tile, slice }, index))
+    }
+
+    /// The first `k` of the block's slice: `slice · tiles · block_k`, the
+    /// slice `%ctaid.y` or the tail part's (0 for a whole tile).
+    pub(super) fn k0(&self, b: &mut Builder, tail: Option<&TailPart>, block_k: u32) -> Reg {
+        match tail {
+            None => {
+                let slice = b.special(Special::CtaidY);
+                b.u32_op(ArithOp::Mul, slice, imm(self.tiles * block_k))
+            }
+            Some(part) => {
+                let k0 = b.u32_op(ArithOp::Mul, part.slice, imm(self.tiles * block_k));
+                let zero = b.u32_imm(0);
+                b.u32_select(part.split, k0, zero)
+            }
+        }
+    }
+
+    /// With a tail split, the `K` tiles the block's loop runs over: its
+    /// slice's, or a whole tile's.
+    pub(super) fn tail_count(
+        &self,
+        b: &mut Builder,
+        tail: Option<&TailPart>,
+        k_tiles: u32,
+    ) -> Option<Reg> {
+        let part = tail?;
+        let slice = b.u32_imm(self.tiles);
+        let whole = b.u32_imm(k_tiles);
+        Some(b.u32_select(part.split, slice, whole))
     }
 
     /// Emits the reduction after the `k` loop (see the [module docs](self)):
     /// blocks other than the last of their tile jump to the returned label,
     /// which the caller places after the epilogue; in the last block `acc`
-    /// ends holding the sum of every slice.
+    /// ends holding the sum of every slice. A tail split's whole tiles
+    /// branch over it.
     pub(super) fn reduce(
         &self,
         b: &mut Builder,
@@ -175,12 +327,21 @@ impl Split {
         (smem, threads, workspace_param): (Reg, u32, usize),
         acc: &[Vec<Reg>],
     ) -> Label {
+        let whole = tile.tail.map(|part| {
+            let whole = b.label();
+            b.bra_if(part.split, true, whole);
+            whole
+        });
         let values: Vec<Reg> = acc.iter().flatten().copied().collect();
         let workspace = b.param_ptr(workspace_param);
-        let ctaid = b.special(Special::CtaidX);
+        let ctaid = tile
+            .tail
+            .map_or_else(|| b.special(Special::CtaidX), |part| part.tile);
         let slot = b.u32_mad(ctaid, imm(values.len() as u32 * threads), tile.tid);
         let first = b.global_addr(workspace, slot, 4);
-        let slice = b.special(Special::CtaidY);
+        let slice = tile
+            .tail
+            .map_or_else(|| b.special(Special::CtaidY), |part| part.slice);
         let own_offset = b.u32_op(ArithOp::Mul, slice, imm(self.slice_bytes));
         let own = b.global_addr(first, own_offset, 1);
         let at = |base: Reg, e: usize| Addr {
@@ -300,6 +461,9 @@ impl Split {
         });
         let more = b.setp(Cmp::Lt, Ty::U32, s, imm(self.slices));
         b.bra_if(more, false, top);
+        if let Some(whole) = whole {
+            b.place(whole);
+        }
         exit
     }
 }

@@ -24,7 +24,7 @@ use super::layout::MmaStaging;
 use crate::dtype::DType;
 use crate::ir::Kernel;
 use crate::lower::Lowered;
-use crate::lower::matmul::output::{BlockShape, Outputs, Tile, finish};
+use crate::lower::matmul::output::{BlockShape, Outputs, Tile, begin, finish};
 use crate::lower::matmul::pipeline::{self, Ring, Steps};
 use crate::lower::matmul::{MatmulPlan, Side};
 use crate::ptx::Builder;
@@ -33,9 +33,13 @@ use crate::ptx::inst::{Addr, ArithOp, Label, MmaKind, Op, Operand, Reg, Space, T
 pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &MmaLayout) -> Lowered {
     let t = layout.tiles;
     let mut b = Builder::new();
-    let tile = Tile::decode(&mut b, kernel, plan, (t.block_m, t.block_n), t.group_m);
-    let smem = b.shared_base();
-    let k0 = layout.split.map(|split| split.k0(&mut b, t.block_k));
+    let (tile, smem, k0) = begin(
+        &mut b,
+        (kernel, plan),
+        [t.block_m, t.block_n, t.block_k],
+        t.group_m,
+        layout.split.as_ref(),
+    );
     let a = Copier::new(&mut b, kernel, plan, layout, Side::A, &tile, (smem, k0));
     let bs = Copier::new(&mut b, kernel, plan, layout, Side::B, &tile, (smem, k0));
 
@@ -61,7 +65,10 @@ pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &MmaLayout) -> Lo
         ),
     };
 
-    let acc = main_loop(&mut b, layout, [&a, &bs], [&a_lane, &b_lane]);
+    let count = layout
+        .split
+        .and_then(|split| split.tail_count(&mut b, tile.tail.as_ref(), layout.k_tiles()));
+    let acc = main_loop(&mut b, layout, [&a, &bs], [&a_lane, &b_lane], count);
 
     // Accumulator register 2h + e of tile (i, j) is output row
     // 16i + 8h + g, column 8j + 2t + e of the warp's sub-tile.
@@ -241,6 +248,7 @@ fn main_loop(
     layout: &MmaLayout,
     [a, bs]: [&Copier<'_>; 2],
     lanes: [&[Reg]; 2],
+    count: Option<Reg>,
 ) -> Accumulators {
     let t = layout.tiles;
     let acc: Accumulators = (0..t.warp_m / 16)
@@ -258,6 +266,7 @@ fn main_loop(
     };
     let ring = Ring {
         tiles: layout.k_tiles(),
+        count,
         stages: t.stages,
         slot_bytes: layout.slot_bytes,
         async_proxy: false,

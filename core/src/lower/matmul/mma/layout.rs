@@ -188,6 +188,7 @@ impl MmaLayout {
             swizzle,
             prefetch,
             wgmma,
+            tail_split,
         } = tiles;
         let warpgroups = wgmma == 1;
         // A warpgroup's `wgmma`s are 64 rows by up to 256 columns.
@@ -269,15 +270,37 @@ impl MmaLayout {
         let grid = u64::from(kernel.extent(plan.m).div_ceil(block_m))
             * u64::from(kernel.extent(plan.n).div_ceil(block_n))
             * plan.batch_count(kernel);
-        let split = Split::new(
-            split_k,
-            Extents {
-                k_extent,
-                block_k,
-                grid,
-                tile_values: block_m * block_n,
-            },
-        )?;
+        let extents = Extents {
+            k_extent,
+            block_k,
+            grid,
+            tile_values: block_m * block_n,
+        };
+        let split = match (split_k, tail_split) {
+            (_, 1) => Split::new(split_k, extents)?,
+            (1, _) => {
+                let tail = Split::tail(tail_split, extents, target.limits().sm_count)?;
+                // Every block's ring fills its slots from tiles of its own.
+                if let Some(slices) = tail.filter(|s| s.tiles < stages) {
+                    return Err(Violation::new(
+                        Constraint::Split,
+                        format!(
+                            "tail_split = {tail_split} slices of {} tiles of {block_k} are shallower than the ring's {stages} stages",
+                            slices.tiles
+                        ),
+                    ));
+                }
+                tail
+            }
+            _ => {
+                return Err(Violation::new(
+                    Constraint::Split,
+                    format!(
+                        "split_k = {split_k} already splits every tile; tail_split = {tail_split} splits the last wave's alone"
+                    ),
+                ));
+            }
+        };
         if warp_m > block_m || warp_n > block_n {
             return Err(Violation::new(
                 Constraint::Tiling,

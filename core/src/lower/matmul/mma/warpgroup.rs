@@ -38,7 +38,7 @@ use super::emit::{imm, offset, store};
 use super::layout::MmaStaging;
 use crate::ir::Kernel;
 use crate::lower::Lowered;
-use crate::lower::matmul::output::Tile;
+use crate::lower::matmul::output::begin;
 use crate::lower::matmul::pipeline::{self, Ring};
 use crate::lower::matmul::{MatmulPlan, Side};
 use crate::ptx::Builder;
@@ -53,9 +53,13 @@ const WGMMA_M: u32 = 64;
 pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &MmaLayout) -> Lowered {
     let t = layout.tiles;
     let mut b = Builder::new();
-    let tile = Tile::decode(&mut b, kernel, plan, (t.block_m, t.block_n), t.group_m);
-    let smem = b.shared_base();
-    let k0 = layout.split.map(|split| split.k0(&mut b, t.block_k));
+    let (tile, smem, k0) = begin(
+        &mut b,
+        (kernel, plan),
+        [t.block_m, t.block_n, t.block_k],
+        t.group_m,
+        layout.split.as_ref(),
+    );
     let a = Copier::new(&mut b, kernel, plan, layout, Side::A, &tile, (smem, k0));
     let bs = Copier::new(&mut b, kernel, plan, layout, Side::B, &tile, (smem, k0));
 
@@ -83,8 +87,12 @@ pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &MmaLayout) -> Lo
     // With a third slot, a tile's `wgmma`s stay in flight while the next
     // tile's are issued, and are waited for then.
     let held = t.held();
+    let count = layout
+        .split
+        .and_then(|split| split.tail_count(&mut b, tile.tail.as_ref(), layout.k_tiles()));
     let ring = Ring {
         tiles: layout.k_tiles(),
+        count,
         stages: t.stages,
         slot_bytes: layout.slot_bytes,
         async_proxy: true,
