@@ -29,6 +29,9 @@ pub(super) struct Tile {
     pub grid: u64,
     /// With a tail split, which part of the work the block does.
     pub tail: Option<TailPart>,
+    /// With a tail split, the `K` tiles the block's loop runs over (its
+    /// slice's or a whole tile's; [`Ring::count`](super::pipeline::Ring)).
+    pub count: Option<Reg>,
 }
 
 /// The largest `group_m` the lowerings implement.
@@ -114,13 +117,15 @@ impl Tile {
             out,
             grid: u64::from(tiles_m) * u64::from(tiles_n) * plan.batch_count(kernel),
             tail,
+            count: None,
         }
     }
 }
 
 /// What every contraction kernel starts with: the block's tile (its
 /// walk's `group_m`), the base of the shared window, and with a split the
-/// first `k` of the block's slice.
+/// first `k` of the block's slice (with a tail split, also its count of
+/// `K` tiles).
 pub(super) fn begin(
     b: &mut Builder,
     (kernel, plan): (&Kernel, &MatmulPlan),
@@ -128,9 +133,11 @@ pub(super) fn begin(
     group_m: u32,
     k_split: Option<&Split>,
 ) -> (Tile, Reg, Option<Reg>) {
-    let tile = Tile::decode(b, kernel, plan, (block_m, block_n), group_m, k_split);
+    let mut tile = Tile::decode(b, kernel, plan, (block_m, block_n), group_m, k_split);
     let smem = b.shared_base();
     let k0 = k_split.map(|split| split.k0(b, tile.tail.as_ref(), block_k));
+    let k_tiles = plan.k_extent(kernel).div_ceil(block_k);
+    tile.count = k_split.and_then(|split| split.tail_count(b, tile.tail.as_ref(), k_tiles));
     (tile, smem, k0)
 }
 

@@ -67,10 +67,7 @@ pub(crate) const MAX_SPLIT_K: u32 = 16;
 /// shallowest `K` tiles (8) deep. Elsewhere more blocks gain little and
 /// the partial tiles cost traffic.
 pub fn split_k_values(kernel: &Kernel, plan: &MatmulPlan, target: SmVersion) -> Vec<u32> {
-    let coarsest = u64::from(plan.m_extent(kernel).div_ceil(256))
-        * u64::from(plan.n_extent(kernel).div_ceil(256))
-        * plan.batch_count(kernel);
-    let idle = coarsest < u64::from(target.limits().sm_count);
+    let idle = !coarsest_fills(kernel, plan, target);
     std::iter::once(1)
         .chain(
             [2, 4, 8, MAX_SPLIT_K]
@@ -105,13 +102,18 @@ pub(crate) const MAX_TAIL_SPLIT: u32 = 4;
 /// once, 2 and 4. Elsewhere [`split_k_values`] applies: the whole grid is
 /// a partial wave.
 pub fn tail_split_values(kernel: &Kernel, plan: &MatmulPlan, target: SmVersion) -> Vec<u32> {
-    let coarsest = u64::from(plan.m_extent(kernel).div_ceil(256))
-        * u64::from(plan.n_extent(kernel).div_ceil(256))
-        * plan.batch_count(kernel);
-    let fills = coarsest >= u64::from(target.limits().sm_count);
+    let fills = coarsest_fills(kernel, plan, target);
     std::iter::once(1)
         .chain([2, MAX_TAIL_SPLIT].into_iter().filter(|_| fills))
         .collect()
+}
+
+/// Whether the coarsest tiling (256 × 256) has a tile for every SM.
+fn coarsest_fills(kernel: &Kernel, plan: &MatmulPlan, target: SmVersion) -> bool {
+    let coarsest = u64::from(plan.m_extent(kernel).div_ceil(256))
+        * u64::from(plan.n_extent(kernel).div_ceil(256))
+        * plan.batch_count(kernel);
+    coarsest >= u64::from(target.limits().sm_count)
 }
 
 /// Which part of the work a tail split's block does, in registers.

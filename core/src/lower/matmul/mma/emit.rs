@@ -65,10 +65,7 @@ pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &MmaLayout) -> Lo
         ),
     };
 
-    let count = layout
-        .split
-        .and_then(|split| split.tail_count(&mut b, tile.tail.as_ref(), layout.k_tiles()));
-    let acc = main_loop(&mut b, layout, [&a, &bs], [&a_lane, &b_lane], count);
+    let acc = main_loop(&mut b, layout, [&a, &bs], [&a_lane, &b_lane], tile.count);
 
     // Accumulator register 2h + e of tile (i, j) is output row
     // 16i + 8h + g, column 8j + 2t + e of the warp's sub-tile.

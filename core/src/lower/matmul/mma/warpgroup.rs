@@ -87,12 +87,9 @@ pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &MmaLayout) -> Lo
     // With a third slot, a tile's `wgmma`s stay in flight while the next
     // tile's are issued, and are waited for then.
     let held = t.held();
-    let count = layout
-        .split
-        .and_then(|split| split.tail_count(&mut b, tile.tail.as_ref(), layout.k_tiles()));
     let ring = Ring {
         tiles: layout.k_tiles(),
-        count,
+        count: tile.count,
         stages: t.stages,
         slot_bytes: layout.slot_bytes,
         async_proxy: true,
