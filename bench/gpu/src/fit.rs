@@ -18,6 +18,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::cases::{self, Case};
+use crate::turns;
 
 /// The model against one case's measurements.
 #[derive(Debug, Clone, Serialize)]
@@ -109,13 +110,18 @@ fn fit_case(case: &Case, results: &Value, target: SmVersion) -> Result<Option<Ca
     }
     // Files written before the bounded search's candidates were measured
     // have no `bounded`, before the search no `search`, before the
-    // default's alternatives no `alternatives`. A schedule timed twice
-    // (the search starts from the default) counts once, as first timed.
+    // default's alternatives no `alternatives`, before screenings were
+    // timed in turn with the default no `default_ms` beside them (where
+    // they have it, the screened time is scaled by the default's drift).
+    // A schedule timed twice (the search starts from the default) counts
+    // once, as first timed.
     let screened = ["bounded", "sampled", "alternatives", "search"]
         .iter()
         .flat_map(|list| results[list]["screened"].as_array().into_iter().flatten());
     for screened in screened {
-        if let Some(ms) = screened["median_ms"].as_f64() {
+        let beside = screened["default_ms"].as_f64();
+        let median = screened["median_ms"].as_f64();
+        if let Some(ms) = median.map(|ms| turns::normalized(ms, beside, default_ms)) {
             let schedule = schedule(&screened["schedule"])?;
             if measured.iter().all(|(s, _)| *s != schedule) {
                 measured.push((schedule, ms));
@@ -198,4 +204,42 @@ pub fn json(fits: &[CaseFit]) -> Value {
         "cases": fits,
         "median_spearman": median_spearman(fits).map(|(m, _)| m),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn screened_times_are_scaled_by_the_defaults_runs_beside_them() {
+        let default = json!({"class": "rows", "threads_per_row": 128, "rows_per_block": 1, "vector": 4, "cache": 1});
+        let other = json!({"class": "rows", "threads_per_row": 16, "rows_per_block": 2, "vector": 4, "online": 1});
+        let results = |beside: Option<f64>| {
+            json!({
+                "gpu": {"target": "sm_90"},
+                "cases": [{
+                    "name": "softmax_8192x4096",
+                    "default": {"schedule": default, "times": {"median_ms": 1.0}},
+                    "bounded": {"screened": [
+                        {"schedule": other, "median_ms": 1.2, "default_ms": beside},
+                    ]},
+                }],
+            })
+        };
+        let measured = |beside| {
+            let fits = fit(&results(beside)).expect("a fit");
+            let point = fits[0]
+                .points
+                .iter()
+                .find(|p| p.schedule.to_json().contains("online"))
+                .expect("the screened point");
+            point.measured_ms
+        };
+        // The default ran 1.5 ms beside it, 1.0 in full: the clock was
+        // lower while it was screened.
+        assert!((measured(Some(1.5)) - 0.8).abs() < 1e-12);
+        assert_eq!(measured(None), 1.2);
+    }
 }

@@ -15,6 +15,7 @@ use cudarc::nvrtc::Ptx;
 use ktune_bench::plan::{Variant, target_for};
 use ktune_bench::probe::{self, MemoryProbe};
 use ktune_bench::report::GpuInfo;
+use ktune_bench::turns;
 use ktune_core::ir::Kernel;
 use ktune_core::{DType, SmVersion};
 use ktune_vgpu::{POISON_16, POISON_F32};
@@ -26,7 +27,7 @@ use ktune_vgpu::{POISON_16, POISON_F32};
 /// at the pace the CPU launches them.
 const QUEUE_AHEAD_BYTES: usize = 2 << 30;
 
-/// Timed runs queued behind one scratch clear.
+/// Timed runs queued behind one scratch clear, about.
 const BATCH: usize = 16;
 
 /// Why the GPU could not be opened.
@@ -220,7 +221,7 @@ impl Gpu {
                 block_dim: probe.launch.block.into(),
                 shared_mem_bytes: 0,
             };
-            let mut times = self.time(0, 21, |gpu, _| {
+            let mut times = self.time(21, 1, |gpu, _| {
                 let mut builder = gpu.stream.launch_builder(&function);
                 builder.arg(&source).arg(&mut sums);
                 // SAFETY: the probe kernel takes the buffer it reads
@@ -243,18 +244,20 @@ impl Gpu {
         })
     }
 
-    /// Runs `run(i)` for `i` in `first..first + reps`, each between two
-    /// timing events, and returns each run's time in milliseconds.
+    /// Runs `run(k)` for `k` in `0..reps`, each between two timing events,
+    /// and returns each run's time in milliseconds. The runs are queued in
+    /// batches behind a scratch clear, whose lengths let the run after each
+    /// clear rotate over `subjects` taking turns ([`turns::batch`]).
     pub fn time(
         &mut self,
-        first: usize,
         reps: usize,
+        subjects: usize,
         mut run: impl FnMut(&Gpu, usize) -> Result<()>,
     ) -> Result<Vec<f32>> {
         let mut times = Vec::with_capacity(reps);
         let mut done = 0;
         while done < reps {
-            let batch = BATCH.min(reps - done);
+            let batch = turns::batch(subjects, BATCH).min(reps - done);
             let events = (0..batch)
                 .map(|_| -> Result<(CudaEvent, CudaEvent)> {
                     let timing = Some(CUevent_flags::CU_EVENT_DEFAULT);
@@ -264,7 +267,7 @@ impl Gpu {
             self.stream.memset_zeros(&mut self.scratch)?;
             for (i, (start, end)) in events.iter().enumerate() {
                 start.record(&self.stream)?;
-                run(self, first + done + i)?;
+                run(self, done + i)?;
                 end.record(&self.stream)?;
             }
             self.stream

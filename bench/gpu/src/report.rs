@@ -68,7 +68,10 @@ pub struct Settings {
     pub screen_reps: usize,
 }
 
-/// One case's measurements.
+/// One case's measurements. The baseline and the schedules measured in
+/// full (`default`, `tuned`, `best`, `alternative`, `searched`) are timed
+/// side by side, in turns ([`crate::turns`]); screened schedules in turn
+/// with the default.
 #[derive(Debug, Clone, Serialize)]
 pub struct CaseResult {
     pub name: &'static str,
@@ -90,6 +93,9 @@ pub struct CaseResult {
     pub tuned: Option<Measured>,
     /// The fastest correct schedule of the sample, re-measured in full.
     pub best: Option<Measured>,
+    /// The fastest correct of the default's alternatives, re-measured in
+    /// full.
+    pub alternative: Option<Measured>,
     /// What `max-autotune`'s search (the evolutionary search with its cost
     /// model) found in `search`'s evaluations, re-measured in full.
     pub searched: Option<Measured>,
@@ -125,6 +131,7 @@ impl CaseResult {
             default: None,
             tuned: None,
             best: None,
+            alternative: None,
             searched: None,
             baseline_kind: case.kind.baseline(),
             baseline: None,
@@ -198,11 +205,36 @@ pub struct Sampled {
     pub skipped_for_budget: usize,
 }
 
+/// One screening's times: the schedule's median, and the default's over
+/// its runs in turn with the schedule's (none where the default failed).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Screen {
+    pub median_ms: f64,
+    pub default_ms: Option<f64>,
+}
+
+impl Screened {
+    /// The record of `schedule`'s screening, or of why it failed.
+    pub fn new(schedule: Schedule, screen: &Result<Screen, String>) -> Screened {
+        Screened {
+            schedule,
+            median_ms: screen.as_ref().ok().map(|s| s.median_ms),
+            default_ms: screen.as_ref().ok().and_then(|s| s.default_ms),
+            excluded: screen.as_ref().err().cloned(),
+        }
+    }
+}
+
 #[derive(Debug, Clone, Serialize)]
 pub struct Screened {
     pub schedule: Schedule,
     /// Median of the screening runs; absent when it failed.
     pub median_ms: Option<f64>,
+    /// The default schedule's median over runs timed in turn with the
+    /// screening runs ([`crate::turns`]); absent where the default failed,
+    /// and in files written before 2026-12-06.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub default_ms: Option<f64>,
     /// Why it was excluded (wrong output, failed to load or launch).
     pub excluded: Option<String>,
 }
@@ -213,6 +245,7 @@ pub struct Ratios {
     pub default_vs_baseline: Option<f64>,
     pub tuned_vs_baseline: Option<f64>,
     pub best_vs_baseline: Option<f64>,
+    pub alternative_vs_baseline: Option<f64>,
     pub searched_vs_baseline: Option<f64>,
 }
 
@@ -227,6 +260,7 @@ impl Ratios {
             default_vs_baseline: ratio(&case.default),
             tuned_vs_baseline: ratio(&case.tuned),
             best_vs_baseline: ratio(&case.best),
+            alternative_vs_baseline: ratio(&case.alternative),
             searched_vs_baseline: ratio(&case.searched),
         }
     }
@@ -252,26 +286,32 @@ pub fn markdown(results: &Results) -> String {
             ktune_core::model::L2_OVER_DRAM,
         );
     }
-    out.push_str("| case | dtype | shape | baseline | baseline ms | default ms | bounded ms | best ms | searched ms | default/base | bounded/base | best/base | searched/base | rate (fastest) | notes |\n");
-    out.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    out.push_str("| case | dtype | shape | baseline | baseline ms | default ms | bounded ms | best ms | alternative ms | searched ms | default/base | bounded/base | best/base | alternative/base | searched/base | rate (fastest) | notes |\n");
+    out.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for case in &results.cases {
         let ms = |m: &Option<Measured>| {
             m.as_ref()
                 .map_or("—".to_owned(), |m| format!("{:.3}", m.times.median_ms))
         };
         let ratio = |r: Option<f64>| r.map_or("—".to_owned(), |r| format!("{r:.2}"));
-        let rate = [&case.default, &case.tuned, &case.best, &case.searched]
-            .into_iter()
-            .flatten()
-            .min_by(|a, b| a.times.median_ms.total_cmp(&b.times.median_ms))
-            .map_or("—".to_owned(), |m| match case.kind {
-                Kind::Softmax | Kind::LayerNorm | Kind::Elementwise => {
-                    format!("{:.0} GB/s", m.gbps)
-                }
-                Kind::Matmul | Kind::MatmulBiasGelu | Kind::MatmulEpilogue => {
-                    format!("{:.1} TFLOP/s", m.tflops)
-                }
-            });
+        let rate = [
+            &case.default,
+            &case.tuned,
+            &case.best,
+            &case.alternative,
+            &case.searched,
+        ]
+        .into_iter()
+        .flatten()
+        .min_by(|a, b| a.times.median_ms.total_cmp(&b.times.median_ms))
+        .map_or("—".to_owned(), |m| match case.kind {
+            Kind::Softmax | Kind::LayerNorm | Kind::Elementwise => {
+                format!("{:.0} GB/s", m.gbps)
+            }
+            Kind::Matmul | Kind::MatmulBiasGelu | Kind::MatmulEpilogue => {
+                format!("{:.1} TFLOP/s", m.tflops)
+            }
+        });
         let mut notes = Vec::new();
         for (list, name) in [
             (&case.alternatives, "alternatives"),
@@ -300,7 +340,7 @@ pub fn markdown(results: &Results) -> String {
         let shape: Vec<String> = case.shape.iter().map(|(_, n)| n.to_string()).collect();
         let _ = writeln!(
             out,
-            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
             case.name,
             case.dtype,
             shape.join("×"),
@@ -309,10 +349,12 @@ pub fn markdown(results: &Results) -> String {
             ms(&case.default),
             ms(&case.tuned),
             ms(&case.best),
+            ms(&case.alternative),
             ms(&case.searched),
             ratio(case.ratios.default_vs_baseline),
             ratio(case.ratios.tuned_vs_baseline),
             ratio(case.ratios.best_vs_baseline),
+            ratio(case.ratios.alternative_vs_baseline),
             ratio(case.ratios.searched_vs_baseline),
             rate,
             notes.join("; "),
@@ -324,7 +366,8 @@ pub fn markdown(results: &Results) -> String {
 
 /// The default's screened alternatives beside the default, where any
 /// was screened: `default ms / alternative ms` (> 1: the alternative is
-/// faster).
+/// faster), the default's time from its runs in turn with the
+/// alternative's where it has them, else from its full measurement.
 fn alternatives_table(out: &mut String, results: &Results) {
     let rows: Vec<(&CaseResult, &Screened, f64)> = results
         .cases
@@ -334,20 +377,17 @@ fn alternatives_table(out: &mut String, results: &Results) {
             case.alternatives
                 .screened
                 .iter()
-                .map(move |s| (case, s, default_ms))
+                .map(move |s| (case, s, s.default_ms.unwrap_or(default_ms)))
         })
         .collect();
     if rows.is_empty() {
         return;
     }
-    out.push_str("
-The default's alternatives (screened), as default time / alternative time (> 1: the alternative is faster):
-
-");
     out.push_str(
-        "| case | alternative | ms | default/alternative |
-|---|---|---|---|
-",
+        "\nThe default's alternatives (screened, in turn with the default), as default time / alternative time (> 1: the alternative is faster):\n\n",
+    );
+    out.push_str(
+        "| case | alternative | ms | default ms | default/alternative |\n|---|---|---|---|---|\n",
     );
     for (case, screened, default_ms) in rows {
         let (ms, ratio) = match screened.median_ms {
@@ -359,7 +399,7 @@ The default's alternatives (screened), as default time / alternative time (> 1: 
         };
         let _ = writeln!(
             out,
-            "| {} | {} | {ms} | {ratio} |",
+            "| {} | {} | {ms} | {default_ms:.3} | {ratio} |",
             case.name,
             screened.schedule.to_json()
         );
@@ -496,21 +536,35 @@ mod tests {
             Screened {
                 schedule: swizzled.clone(),
                 median_ms: Some(2.0),
+                default_ms: None,
+                excluded: None,
+            },
+            Screened {
+                schedule: swizzled.clone(),
+                median_ms: Some(2.0),
+                default_ms: Some(2.5),
                 excluded: None,
             },
             Screened {
                 schedule: swizzled,
                 median_ms: None,
+                default_ms: None,
                 excluded: Some("wrong output".to_owned()),
             },
         ];
         results.cases.push(case);
         let table = markdown(&results);
+        // Without runs of the default beside it, against the default's full
+        // measurement; with them, against those.
         assert!(
-            table.contains(r#","stages":3,"swizzle":1} | 2.000 | 1.50 |"#),
+            table.contains(r#","stages":3,"swizzle":1} | 2.000 | 3.000 | 1.50 |"#),
             "{table}"
         );
-        assert!(table.contains("| wrong output | — |"), "{table}");
+        assert!(
+            table.contains(r#","stages":3,"swizzle":1} | 2.000 | 2.500 | 1.25 |"#),
+            "{table}"
+        );
+        assert!(table.contains("| wrong output | 3.000 | — |"), "{table}");
         assert!(table.contains("1 alternatives excluded"), "{table}");
         results.cases[0].alternatives.screened.clear();
         assert!(!markdown(&results).contains("alternatives (screened)"));
@@ -528,6 +582,8 @@ mod tests {
         assert_eq!(r.best_vs_baseline, None);
         case.searched = Some(measured(0.5));
         assert_eq!(Ratios::of(&case).searched_vs_baseline, Some(4.0));
+        case.alternative = Some(measured(8.0));
+        assert_eq!(Ratios::of(&case).alternative_vs_baseline, Some(0.25));
         case.baseline = None;
         assert_eq!(Ratios::of(&case).default_vs_baseline, None);
     }

@@ -1,9 +1,11 @@
 //! One case on the GPU: inputs (rotated through enough copies to defeat
-//! the L2), the baseline, the default schedule, then the bounded search's
-//! candidates, the sample and `max-autotune`'s search
-//! ([`ktune_bench::search`]), each
-//! screened within the case's share of the time budget and its fastest
-//! re-measured.
+//! the L2), the baseline and the default schedule set up and checked, the
+//! default measured alone (the time screenings are scaled to), then the
+//! default's alternatives, the bounded search's candidates, the sample and
+//! `max-autotune`'s search ([`ktune_bench::search`]), each screened in
+//! turn with the default within the case's share of the time budget;
+//! last, the baseline, the default and each list's fastest measured in
+//! full, side by side ([`ktune_bench::turns`]).
 
 use std::time::Instant;
 
@@ -12,8 +14,11 @@ use cudarc::driver::CudaSlice;
 use ktune_bench::cases::{BIAS_GELU, Baseline, Case, Kind, parse, plain_product};
 use ktune_bench::check::{Check, HostTensor, Reference, random_inputs};
 use ktune_bench::plan::{Plan, Variant};
-use ktune_bench::report::{CaseResult, Measured, Ratios, Sampled, Screened, Settings, Times};
+use ktune_bench::report::{
+    CaseResult, Measured, Ratios, Sampled, Screen, Screened, Settings, Times,
+};
 use ktune_bench::search::search;
+use ktune_bench::turns;
 use ktune_core::ir::Kernel;
 use ktune_core::lower;
 use ktune_core::schedule::Schedule;
@@ -157,7 +162,55 @@ pub struct Runner<'g> {
     pub seed: u64,
 }
 
-impl Runner<'_> {
+/// The baseline set up and checked, ready to time: what its runs need
+/// besides the inputs and the buffers.
+enum Rig<'b> {
+    Copy,
+    Cublas(&'b Blas, Product),
+    CublasProduct(&'b Blas, Product),
+    /// cuBLAS's product, then ktune's bias-gelu kernel (its schedule, the
+    /// heuristic one) on it.
+    CublasThenBiasGelu(&'b Blas, Product, Loaded, Schedule),
+}
+
+impl Rig<'_> {
+    fn subject(&self) -> Subject<'_> {
+        match self {
+            Rig::Copy => Subject::Copy,
+            Rig::Cublas(blas, p) => Subject::Cublas(blas, *p),
+            Rig::CublasProduct(blas, p) => Subject::CublasProduct(blas, *p),
+            Rig::CublasThenBiasGelu(blas, p, loaded, _) => {
+                Subject::CublasThenBiasGelu(blas, *p, loaded)
+            }
+        }
+    }
+}
+
+/// A ktune schedule lowered, loaded and checked.
+struct Contender<'s> {
+    schedule: &'s Schedule,
+    loaded: Loaded,
+    check: Check,
+}
+
+/// The fastest of a list of screened schedules, its screening median as
+/// the default's full measurement puts it ([`turns::normalized`]).
+struct Fastest<'s> {
+    normalized_ms: f64,
+    contender: Contender<'s>,
+}
+
+/// What the final side-by-side measurement times, besides the baseline.
+#[derive(Clone, Copy)]
+enum Role {
+    Default,
+    Bounded,
+    Alternative,
+    Sampled,
+    Searched,
+}
+
+impl<'g> Runner<'g> {
     /// Measures `case`, screening sampled schedules only until `deadline`.
     /// Failures are recorded in the result, never returned.
     pub fn run(&mut self, case: &'static Case, deadline: Instant) -> CaseResult {
@@ -202,164 +255,204 @@ impl Runner<'_> {
         };
         let input_bytes: usize = host.iter().map(HostTensor::byte_len).sum();
         let l2 = usize::try_from(self.gpu.info.l2_bytes).unwrap_or(0);
-        let copies = (2 * l2).div_ceil(input_bytes.max(1)).max(2);
-        result.input_copies = copies;
+        // Enough copies that consecutive runs' inputs together exceed twice
+        // the L2, and a number a screening's two subjects take in turns.
+        let copies = turns::input_sets((2 * l2).div_ceil(input_bytes.max(1)), 2);
         let first = host
             .iter()
             .map(|t| self.gpu.upload(&t.bytes()))
             .collect::<Result<Vec<_>>>()?;
         drop(host);
-        let mut sets = Vec::with_capacity(copies);
-        for _ in 1..copies {
-            sets.push(
-                first
-                    .iter()
-                    .map(|b| self.gpu.copy(b))
-                    .collect::<Result<Vec<_>>>()?,
-            );
-        }
-        sets.push(first);
         let out_dtype = kernel.output.dtype;
         let out_len = kernel.len_of(&kernel.output) as usize;
         let mut bufs = Buffers {
-            sets,
+            sets: vec![first],
             output: self.gpu.alloc_poisoned(out_dtype, out_len)?,
             intermediate: None,
         };
+        self.rotate_over(copies, &mut bufs)?;
 
         let baseline_reference = product_reference.as_ref().unwrap_or(&reference);
-        match self.baseline(case, kernel, &mut bufs, baseline_reference) {
-            Ok(measured) => result.baseline = Some(measured),
-            Err(e) => result.errors.push(format!("baseline: {e:#}")),
-        }
-        match self.ktune(kernel, &plan.default, &mut bufs, &reference) {
-            Ok(measured) => result.default = Some(measured),
-            Err(e) => result.errors.push(format!("default schedule: {e:#}")),
-        }
-
-        let (alternatives, _) =
-            self.screen_all(kernel, &plan.alternatives, deadline, &mut bufs, &reference);
-        result.alternatives = alternatives;
-        let (bounded, fastest) =
-            self.screen_all(kernel, &plan.bounded, deadline, &mut bufs, &reference);
-        result.bounded = bounded;
-        result.tuned = match fastest {
-            Some((_, loaded, check, schedule)) => {
-                let times = self.measure(Subject::Ktune(&loaded), &mut bufs)?;
-                let candidate = measured(kernel, Some(schedule.clone()), times, Some(check));
-                let default_ms = result.default.as_ref().map(|d| d.times.median_ms);
-                if default_ms.is_some_and(|ms| ms <= candidate.times.median_ms) {
-                    result.default.clone()
-                } else {
-                    Some(candidate)
-                }
+        let rig = match self.rig(case, kernel, &mut bufs, baseline_reference) {
+            Ok(rig) => Some(rig),
+            Err(e) => {
+                result.errors.push(format!("baseline: {e:#}"));
+                None
             }
-            None => result.default.clone(),
         };
+        // The default, and its full measurement alone: the time screenings
+        // are scaled to.
+        let default = self
+            .contender(kernel, &plan.default, &mut bufs, &reference)
+            .and_then(|d| {
+                let alone = self.measure_together(&[Subject::Ktune(&d.loaded)], &mut bufs)?;
+                Ok((d, alone[0].median_ms))
+            });
+        let (default, default_ms) = match default {
+            Ok((d, ms)) => (Some(d), Some(ms)),
+            Err(e) => {
+                result.errors.push(format!("default schedule: {e:#}"));
+                (None, None)
+            }
+        };
+        let beside = default.as_ref().map(|d| &d.loaded);
+        let screening = (deadline, beside, default_ms);
 
-        let (sampled, fastest) =
-            self.screen_all(kernel, &plan.sample, deadline, &mut bufs, &reference);
+        let (alternatives, alternative) =
+            self.screen_all(kernel, &plan.alternatives, screening, &mut bufs, &reference);
+        result.alternatives = alternatives;
+        let (bounded, fastest_bounded) =
+            self.screen_all(kernel, &plan.bounded, screening, &mut bufs, &reference);
+        result.bounded = bounded;
+        let (sampled, fastest_sampled) =
+            self.screen_all(kernel, &plan.sample, screening, &mut bufs, &reference);
         result.sampled = sampled;
-        if let Some((_, loaded, check, schedule)) = fastest {
-            let times = self.measure(Subject::Ktune(&loaded), &mut bufs)?;
-            result.best = Some(measured(kernel, Some(schedule.clone()), times, Some(check)));
-        }
 
+        let mut found = None;
         if self.search > 0 {
             let info = self.gpu.info.clone();
             let allowance = (self.search, deadline);
-            let reps = self.policy.screen_reps;
-            let (found, evaluated) = search(&plan, &info, allowance, reps, |kernel, schedule| {
-                self.screen(kernel, schedule, &mut bufs, &reference)
-                    .map(|(ms, ..)| ms)
+            let screens = (self.policy.screen_reps, default_ms);
+            let (schedule, evaluated) = search(&plan, &info, allowance, screens, |kernel, s| {
+                self.screen(kernel, s, &mut bufs, &reference, beside)
+                    .map(|(screen, _)| screen)
                     .map_err(|e| format!("{e:#}"))
             });
             result.search = evaluated;
-            if let Some(schedule) = found {
-                result.searched = Some(self.ktune(kernel, &schedule, &mut bufs, &reference)?);
+            found = schedule;
+        }
+        let searched = match &found {
+            Some(schedule) => Some(self.contender(kernel, schedule, &mut bufs, &reference)?),
+            None => None,
+        };
+
+        // The baseline and the schedules measured in full, side by side.
+        let mut entrants: Vec<(Role, &Contender<'_>)> = Vec::new();
+        entrants.extend(default.as_ref().map(|c| (Role::Default, c)));
+        for (role, fastest) in [
+            (Role::Bounded, &fastest_bounded),
+            (Role::Alternative, &alternative),
+            (Role::Sampled, &fastest_sampled),
+        ] {
+            entrants.extend(fastest.as_ref().map(|f| (role, &f.contender)));
+        }
+        entrants.extend(searched.as_ref().map(|c| (Role::Searched, c)));
+        let mut subjects: Vec<Subject<'_>> = rig.iter().map(|(rig, _)| rig.subject()).collect();
+        subjects.extend(entrants.iter().map(|(_, c)| Subject::Ktune(&c.loaded)));
+        let mut times = self.measure_together(&subjects, &mut bufs)?.into_iter();
+        result.input_copies = bufs.sets.len();
+        if let Some((rig, check)) = &rig {
+            let times = times.next().context("the baseline's times")?;
+            let baseline = Self::baseline_measured(rig, *check, kernel, &bufs, times);
+            result.baseline = Some(baseline);
+        }
+        for ((role, contender), times) in entrants.iter().zip(times) {
+            let schedule = Some(contender.schedule.clone());
+            let m = measured(kernel, schedule, times, Some(contender.check));
+            match role {
+                Role::Default => result.default = Some(m),
+                Role::Bounded => result.tuned = Some(m),
+                Role::Alternative => result.alternative = Some(m),
+                Role::Sampled => result.best = Some(m),
+                Role::Searched => result.searched = Some(m),
             }
+        }
+        // What a build's bounded search keeps: the faster of the default
+        // and its fastest candidate.
+        if let Some(default) = &result.default
+            && result
+                .tuned
+                .as_ref()
+                .is_none_or(|t| default.times.median_ms <= t.times.median_ms)
+        {
+            result.tuned = Some(default.clone());
         }
         Ok(())
     }
 
-    /// Screens `schedules` in order until `deadline`; what became of them,
-    /// and the fastest correct one with its screening median.
+    /// Adds copies of the first input set until the inputs rotate over
+    /// `sets` of them.
+    fn rotate_over(&mut self, sets: usize, bufs: &mut Buffers) -> Result<()> {
+        while bufs.sets.len() < sets {
+            let copy = bufs.sets[0]
+                .iter()
+                .map(|b| self.gpu.copy(b))
+                .collect::<Result<Vec<_>>>()?;
+            bufs.sets.push(copy);
+        }
+        Ok(())
+    }
+
+    /// Screens `schedules` in order until the deadline, each in turn with
+    /// the default (`beside`) where it loaded; what became of them, and the
+    /// fastest correct one.
     fn screen_all<'s>(
         &mut self,
         kernel: &Kernel,
         schedules: &'s [Schedule],
-        deadline: Instant,
+        (deadline, beside, default_ms): (Instant, Option<&Loaded>, Option<f64>),
         bufs: &mut Buffers,
         reference: &Reference,
-    ) -> (Sampled, Option<(f64, Loaded, Check, &'s Schedule)>) {
+    ) -> (Sampled, Option<Fastest<'s>>) {
         let mut sampled = Sampled {
             planned: schedules.len(),
             ..Sampled::default()
         };
-        let mut fastest: Option<(f64, Loaded, Check, &Schedule)> = None;
+        let mut fastest: Option<Fastest<'s>> = None;
         for (i, schedule) in schedules.iter().enumerate() {
             if Instant::now() >= deadline {
                 sampled.skipped_for_budget = schedules.len() - i;
                 break;
             }
-            let (median_ms, excluded) = match self.screen(kernel, schedule, bufs, reference) {
-                Ok((median, loaded, check)) => {
-                    if fastest.as_ref().is_none_or(|b| median < b.0) {
-                        fastest = Some((median, loaded, check, schedule));
+            let screened = self.screen(kernel, schedule, bufs, reference, beside);
+            let screen = match screened {
+                Ok((screen, contender)) => {
+                    let normalized_ms =
+                        turns::normalized(screen.median_ms, screen.default_ms, default_ms);
+                    if fastest
+                        .as_ref()
+                        .is_none_or(|f| normalized_ms < f.normalized_ms)
+                    {
+                        fastest = Some(Fastest {
+                            normalized_ms,
+                            contender,
+                        });
                     }
-                    (Some(median), None)
+                    Ok(screen)
                 }
-                Err(e) => (None, Some(format!("{e:#}"))),
+                Err(e) => Err(format!("{e:#}")),
             };
-            sampled.screened.push(Screened {
-                schedule: schedule.clone(),
-                median_ms,
-                excluded,
-            });
+            sampled
+                .screened
+                .push(Screened::new(schedule.clone(), &screen));
         }
         (sampled, fastest)
     }
 
-    /// The baseline's measurement, its output checked where it computes the
-    /// kernel's result.
-    fn baseline(
+    /// Sets up the baseline and checks its output where it computes the
+    /// kernel's result (the check's figures returned); the intermediate
+    /// buffer it writes stays allocated.
+    fn rig(
         &mut self,
         case: &Case,
         kernel: &Kernel,
         bufs: &mut Buffers,
         reference: &Reference,
-    ) -> Result<Measured> {
+    ) -> Result<(Rig<'g>, Option<Check>)> {
         let blas = self.blas.clone();
         let blas = || blas.map_err(anyhow::Error::msg);
-        match case.kind.baseline() {
+        let rig = match case.kind.baseline() {
             Baseline::Copy => {
                 let input = kernel.inputs.first().context("no inputs")?;
                 let elements = kernel.len_of(input) as usize;
                 bufs.intermediate = Some(self.gpu.alloc_poisoned(input.dtype, elements)?);
-                let times = self.measure(Subject::Copy, bufs);
-                bufs.intermediate = None;
-                let times = times?;
-                let bytes = 2 * bufs.sets[0][0].len() as u64;
-                let median = times.median_ms;
-                let mut m = measured(kernel, None, times, None);
-                m.gbps = bytes as f64 / (median * 1e6);
-                Ok(m)
+                return Ok((Rig::Copy, None));
             }
-            Baseline::Cublas => {
-                let subject = Subject::Cublas(blas()?, product(kernel)?);
-                let check = self.check(subject, bufs, reference)?;
-                let times = self.measure(subject, bufs)?;
-                Ok(measured(kernel, None, times, Some(check)))
-            }
+            Baseline::Cublas => Rig::Cublas(blas()?, product(kernel)?),
             Baseline::CublasProduct => {
                 let p = product(kernel)?;
                 bufs.intermediate = Some(self.gpu.alloc_poisoned(p.dtype, p.batch * p.m * p.n)?);
-                let subject = Subject::CublasProduct(blas()?, p);
-                let check = self.check(subject, bufs, reference);
-                let times = check.and_then(|check| Ok((check, self.measure(subject, bufs)?)));
-                bufs.intermediate = None;
-                let (check, times) = times?;
-                Ok(measured(kernel, None, times, Some(check)))
+                Rig::CublasProduct(blas()?, p)
             }
             Baseline::CublasThenBiasGelu => {
                 let p = product(kernel)?;
@@ -369,47 +462,73 @@ impl Runner<'_> {
                 let variant = Variant::lower(&epilogue, &schedule, self.gpu.target)?;
                 let loaded = self.gpu.load(&epilogue, &variant)?;
                 bufs.intermediate = Some(self.gpu.alloc_poisoned(p.dtype, p.batch * p.m * p.n)?);
-                let subject = Subject::CublasThenBiasGelu(blas()?, p, &loaded);
-                let check = self.check(subject, bufs, reference)?;
-                let times = self.measure(subject, bufs)?;
-                bufs.intermediate = None;
-                Ok(measured(kernel, Some(schedule), times, Some(check)))
+                Rig::CublasThenBiasGelu(blas()?, p, loaded, schedule)
             }
+        };
+        let check = self.check(rig.subject(), bufs, reference)?;
+        Ok((rig, Some(check)))
+    }
+
+    /// The baseline's measurement from its times and its check.
+    fn baseline_measured(
+        rig: &Rig<'_>,
+        check: Option<Check>,
+        kernel: &Kernel,
+        bufs: &Buffers,
+        times: Times,
+    ) -> Measured {
+        let schedule = match rig {
+            Rig::CublasThenBiasGelu(.., schedule) => Some(schedule.clone()),
+            Rig::Copy | Rig::Cublas(..) | Rig::CublasProduct(..) => None,
+        };
+        let median = times.median_ms;
+        let mut m = measured(kernel, schedule, times, check);
+        if let Rig::Copy = rig {
+            // A copy's bandwidth counts the bytes it reads and writes.
+            let bytes = 2 * bufs.sets[0][0].len() as u64;
+            m.gbps = bytes as f64 / (median * 1e6);
         }
+        m
     }
 
-    /// Lowers, loads, checks and fully measures one schedule.
-    fn ktune(
+    /// Lowers, loads and checks one schedule.
+    fn contender<'s>(
         &mut self,
         kernel: &Kernel,
-        schedule: &Schedule,
+        schedule: &'s Schedule,
         bufs: &mut Buffers,
         reference: &Reference,
-    ) -> Result<Measured> {
+    ) -> Result<Contender<'s>> {
         let variant = Variant::lower(kernel, schedule, self.gpu.target)?;
         let loaded = self.gpu.load(kernel, &variant)?;
         let check = self.check(Subject::Ktune(&loaded), bufs, reference)?;
-        let times = self.measure(Subject::Ktune(&loaded), bufs)?;
-        Ok(measured(kernel, Some(schedule.clone()), times, Some(check)))
+        Ok(Contender {
+            schedule,
+            loaded,
+            check,
+        })
     }
 
-    /// Lowers, loads and checks one sampled schedule and times it briefly.
-    fn screen(
+    /// Lowers, loads and checks one schedule and times it briefly, in turn
+    /// with the default (`beside`) where there is one.
+    fn screen<'s>(
         &mut self,
         kernel: &Kernel,
-        schedule: &Schedule,
+        schedule: &'s Schedule,
         bufs: &mut Buffers,
         reference: &Reference,
-    ) -> Result<(f64, Loaded, Check)> {
-        let variant = Variant::lower(kernel, schedule, self.gpu.target)?;
-        let loaded = self.gpu.load(kernel, &variant)?;
-        let check = self.check(Subject::Ktune(&loaded), bufs, reference)?;
-        let subject = Subject::Ktune(&loaded);
-        let ms = self.gpu.time(1, self.policy.screen_reps, |gpu, i| {
-            subject.launch(gpu, bufs, i)
-        })?;
-        let times = Times::from_ms(&ms).context("no screening runs")?;
-        Ok((times.median_ms, loaded, check))
+        beside: Option<&Loaded>,
+    ) -> Result<(Screen, Contender<'s>)> {
+        let contender = self.contender(kernel, schedule, bufs, reference)?;
+        let mut subjects = vec![Subject::Ktune(&contender.loaded)];
+        subjects.extend(beside.map(Subject::Ktune));
+        let ms = self.in_turns(&subjects, bufs, self.policy.screen_reps)?;
+        let median = |ms: &[f32]| Times::from_ms(ms).map(|t| t.median_ms);
+        let screen = Screen {
+            median_ms: median(&ms[0]).context("no screening runs")?,
+            default_ms: ms.get(1).and_then(|ms| median(ms)),
+        };
+        Ok((screen, contender))
     }
 
     /// Runs `subject` once on a poisoned output and checks the result; a
@@ -433,15 +552,43 @@ impl Runner<'_> {
         Ok(check)
     }
 
-    /// Warm-up, then timed runs as the policy says, rotating input sets.
-    fn measure(&mut self, subject: Subject<'_>, bufs: &mut Buffers) -> Result<Times> {
-        let warm = self.gpu.time(0, 2, |gpu, i| subject.launch(gpu, bufs, i))?;
-        let probe = warm.iter().copied().fold(f32::INFINITY, f32::min);
-        let reps = self.policy.reps(f64::from(probe));
-        let ms = self
-            .gpu
-            .time(2, reps, |gpu, i| subject.launch(gpu, bufs, i))?;
-        Times::from_ms(&ms).context("no timed runs")
+    /// `reps` timed runs of each of `subjects`, taken in turns
+    /// ([`turns::turn`]); each subject's times.
+    fn in_turns(
+        &mut self,
+        subjects: &[Subject<'_>],
+        bufs: &mut Buffers,
+        reps: usize,
+    ) -> Result<Vec<Vec<f32>>> {
+        let n = subjects.len();
+        let sets = bufs.sets.len();
+        let ms = self.gpu.time(reps * n, n, |gpu, k| {
+            let (subject, set) = turns::turn(k, n, sets);
+            subjects[subject].launch(gpu, bufs, set)
+        })?;
+        Ok(turns::by_subject(&ms, n))
+    }
+
+    /// Measures `subjects` side by side: two warm-up runs each, then the
+    /// timed runs the policy gives their mean warm-up time, in turns, over
+    /// input sets as many as the turns need.
+    fn measure_together(
+        &mut self,
+        subjects: &[Subject<'_>],
+        bufs: &mut Buffers,
+    ) -> Result<Vec<Times>> {
+        self.rotate_over(turns::input_sets(bufs.sets.len(), subjects.len()), bufs)?;
+        let warm = self.in_turns(subjects, bufs, 2)?;
+        let probes: Vec<f64> = warm
+            .iter()
+            .map(|ms| f64::from(ms.iter().copied().fold(f32::INFINITY, f32::min)))
+            .collect();
+        let probe = probes.iter().sum::<f64>() / probes.len().max(1) as f64;
+        let reps = self.policy.reps(probe);
+        self.in_turns(subjects, bufs, reps)?
+            .iter()
+            .map(|ms| Times::from_ms(ms).context("no timed runs"))
+            .collect()
     }
 }
 

@@ -16,24 +16,27 @@ use ktune_core::schedule::Schedule;
 use ktune_search::measure::Rejection;
 
 use crate::plan::Plan;
-use crate::report::{GpuInfo, Sampled, Screened};
+use crate::report::{GpuInfo, Sampled, Screen, Screened};
+use crate::turns;
 
 /// Searches `plan`'s space within `evaluations` and `deadline`, screening
-/// each candidate with `screen` (its median time in milliseconds, or why
-/// it failed); the schedule found (the fastest screened) and every
-/// evaluation, in order. `screen_reps` is how many timed runs a screening
-/// takes, for the records.
+/// each candidate with `screen` (its times, or why it failed); the
+/// schedule found (the fastest screened) and every evaluation, in order.
+/// The search compares screenings as the default's full measurement,
+/// `default_ms`, puts them ([`turns::normalized`]). `screen_reps` is how
+/// many timed runs a screening takes, for the records.
 pub fn search(
     plan: &Plan,
     gpu: &GpuInfo,
     (evaluations, deadline): (usize, Instant),
-    screen_reps: usize,
-    screen: impl FnMut(&Kernel, &Schedule) -> Result<f64, String>,
+    (screen_reps, default_ms): (usize, Option<f64>),
+    screen: impl FnMut(&Kernel, &Schedule) -> Result<Screen, String>,
 ) -> (Option<Schedule>, Sampled) {
     let mut bench = Screening {
         gpu,
         target: plan.target,
         screen_reps,
+        default_ms,
         screen,
         screened: Vec::new(),
     };
@@ -62,12 +65,14 @@ struct Screening<'g, F> {
     gpu: &'g GpuInfo,
     target: SmVersion,
     screen_reps: usize,
+    /// The default's full measurement, which screenings are scaled to.
+    default_ms: Option<f64>,
     screen: F,
     /// Every evaluation, in order.
     screened: Vec<Screened>,
 }
 
-impl<F: FnMut(&Kernel, &Schedule) -> Result<f64, String>> Bench for Screening<'_, F> {
+impl<F: FnMut(&Kernel, &Schedule) -> Result<Screen, String>> Bench for Screening<'_, F> {
     fn gpu(&self) -> Gpu {
         Gpu {
             name: self.gpu.name.clone(),
@@ -98,12 +103,10 @@ impl<F: FnMut(&Kernel, &Schedule) -> Result<f64, String>> Bench for Screening<'_
         schedule: &Schedule,
     ) -> Result<Timing, Rejection> {
         let screened = (self.screen)(kernel, schedule);
-        self.screened.push(Screened {
-            schedule: schedule.clone(),
-            median_ms: screened.as_ref().ok().copied(),
-            excluded: screened.as_ref().err().cloned(),
-        });
-        let us = screened.map_err(Rejection::RuntimeFailed)? * 1e3;
+        self.screened
+            .push(Screened::new(schedule.clone(), &screened));
+        let screen = screened.map_err(Rejection::RuntimeFailed)?;
+        let us = turns::normalized(screen.median_ms, screen.default_ms, self.default_ms) * 1e3;
         Ok(Timing {
             median_us: us,
             low_us: us,
@@ -147,14 +150,17 @@ mod tests {
 
     /// A screening that answers the heuristic model's estimate, and fails
     /// every point with 256 threads per row.
-    fn fake(kernel: &Kernel, schedule: &Schedule) -> Result<f64, String> {
+    fn fake(kernel: &Kernel, schedule: &Schedule) -> Result<Screen, String> {
         match schedule {
             Schedule::Rows {
                 threads_per_row: 256,
                 ..
             } => Err("wrong output: injected".to_owned()),
             _ => model::estimate(kernel, schedule, SmVersion::Sm90)
-                .map(|e| e.seconds * 1e3)
+                .map(|e| Screen {
+                    median_ms: e.seconds * 1e3,
+                    default_ms: None,
+                })
                 .map_err(|e| e.to_string()),
         }
     }
@@ -163,7 +169,7 @@ mod tests {
     fn the_search_screens_in_order_and_finds_the_fastest_correct_point() {
         let plan = softmax_plan();
         let deadline = Instant::now() + Duration::from_secs(600);
-        let (found, evaluated) = search(&plan, &info(), (24, deadline), 3, fake);
+        let (found, evaluated) = search(&plan, &info(), (24, deadline), (3, None), fake);
         assert_eq!(evaluated.planned, 24);
         assert_eq!(evaluated.screened.len(), 24);
         assert_eq!(evaluated.skipped_for_budget, 0);
@@ -192,9 +198,42 @@ mod tests {
     }
 
     #[test]
+    fn a_drifting_clock_does_not_pick_the_schedule_found() {
+        // Each screening runs 10% faster than the one before (the clock
+        // recovering), the default's runs beside it alike: the search must
+        // compare them as the default's full measurement (1 ms) puts them.
+        let plan = softmax_plan();
+        let deadline = Instant::now() + Duration::from_secs(600);
+        let mut slowdown = 1.0;
+        let drifting = |kernel: &Kernel, schedule: &Schedule| {
+            slowdown *= 0.9;
+            fake(kernel, schedule).map(|s| Screen {
+                median_ms: s.median_ms * slowdown,
+                default_ms: Some(slowdown),
+            })
+        };
+        let (found, evaluated) = search(&plan, &info(), (24, deadline), (3, Some(1.0)), drifting);
+        let fastest_by = |time: fn(&Screened) -> Option<f64>| {
+            evaluated
+                .screened
+                .iter()
+                .filter_map(|s| Some((time(s)?, &s.schedule)))
+                .min_by(|a, b| a.0.total_cmp(&b.0))
+                .map(|(_, s)| s.clone())
+        };
+        let scaled = fastest_by(|s| Some(s.median_ms? / s.default_ms?));
+        assert_ne!(
+            scaled,
+            fastest_by(|s| s.median_ms),
+            "the drift reorders the screenings"
+        );
+        assert_eq!(found, scaled);
+    }
+
+    #[test]
     fn a_search_past_its_deadline_screens_nothing() {
         let plan = softmax_plan();
-        let (found, evaluated) = search(&plan, &info(), (24, Instant::now()), 3, fake);
+        let (found, evaluated) = search(&plan, &info(), (24, Instant::now()), (3, None), fake);
         assert_eq!(found, None);
         assert!(evaluated.screened.is_empty());
         assert_eq!(evaluated.skipped_for_budget, 24);
