@@ -6,7 +6,8 @@ use std::collections::HashSet;
 use std::time::{Duration, Instant};
 
 use ktune_build::tune::{
-    Bench, Campaign, Effort, Journal, Method, Progress, Settings, Task, Timing, search,
+    Bench, CONFIRM_MOST, CONFIRM_WITHIN, Campaign, Effort, Journal, Method, Progress, Settings,
+    Task, Timing, search,
 };
 use ktune_core::SmVersion;
 use ktune_core::db::{ComputeCapability, Gpu, MeasuredOn};
@@ -43,8 +44,36 @@ fn softmax_of(rows: u64) -> Kernel {
 #[derive(Default)]
 struct Fake {
     measured: Vec<Schedule>,
+    /// The rows of the kernel of each measurement.
+    rows: Vec<u32>,
     /// The batches announced before being measured.
     prepared: Vec<Vec<Schedule>>,
+    /// The schedules' differences in time 50 times smaller: many
+    /// candidates within a few percent of each other.
+    flat: bool,
+    /// How much slower each measurement runs than the one before, as a
+    /// fraction of the first's time: a clock falling (rising, below 0)
+    /// steadily.
+    drift: f64,
+}
+
+impl Fake {
+    /// What `schedule` takes on this device with the clock as at the first
+    /// measurement.
+    fn time_on(&self, kernel: &Kernel, schedule: &Schedule) -> Option<f64> {
+        Fake {
+            flat: self.flat,
+            ..Fake::default()
+        }
+        .measure(kernel, "", schedule)
+        .ok()
+        .map(|t| t.median_us)
+    }
+
+    /// What `schedule` takes on the default device.
+    fn time(kernel: &Kernel, schedule: &Schedule) -> Option<f64> {
+        Fake::default().time_on(kernel, schedule)
+    }
 }
 
 impl Bench for Fake {
@@ -73,7 +102,9 @@ impl Bench for Fake {
         _: &str,
         schedule: &Schedule,
     ) -> Result<Timing, Rejection> {
+        let slowdown = 1.0 + self.drift * self.measured.len() as f64;
         self.measured.push(schedule.clone());
+        self.rows.push(kernel.dims[0].size);
         let Schedule::Rows {
             threads_per_row,
             rows_per_block,
@@ -88,11 +119,11 @@ impl Bench for Fake {
         }
         // Proportional to the rows, as a real kernel's time would be.
         let rows = kernel.dims[0].size as f64 / 300.0;
-        let t = rows
-            * (10.0
-                + f64::from(threads_per_row.abs_diff(128)) / 8.0
-                + f64::from(4 - vector)
-                + f64::from(rows_per_block) / 16.0);
+        let differences = f64::from(threads_per_row.abs_diff(128)) / 8.0
+            + f64::from(4 - vector)
+            + f64::from(rows_per_block) / 16.0;
+        let scale = if self.flat { 0.02 } else { 1.0 };
+        let t = slowdown * rows * (10.0 + scale * differences);
         Ok(Timing {
             median_us: t,
             low_us: t * 0.99,
@@ -115,6 +146,48 @@ fn measured_as_prepared(bench: &Fake) -> bool {
         .iter()
         .flatten()
         .all(|p| measured.any(|m| m == p))
+}
+
+/// The candidates confirmed after a search's `searched` measurements: the
+/// measurements after them must be two rounds over the same distinct
+/// candidates, the second in reverse order, each within the confirmation's
+/// reach of the fastest (on an unchanging clock).
+fn confirmation(kernel: &Kernel, measured: &[Schedule], searched: usize) -> Vec<Schedule> {
+    confirmation_on(&Fake::default(), kernel, measured, searched)
+}
+
+/// [`confirmation`] on a device like `bench`.
+fn confirmation_on(
+    bench: &Fake,
+    kernel: &Kernel,
+    measured: &[Schedule],
+    searched: usize,
+) -> Vec<Schedule> {
+    let rounds = &measured[searched..];
+    assert_eq!(rounds.len() % 2, 0, "two rounds: {rounds:?}");
+    let (first, second) = rounds.split_at(rounds.len() / 2);
+    assert!(
+        first.iter().eq(second.iter().rev()),
+        "the second round reversed"
+    );
+    assert!(first.len() <= CONFIRM_MOST);
+    assert_ne!(first.len(), 1, "one candidate is not confirmed");
+    let distinct: HashSet<String> = first.iter().map(Schedule::to_json).collect();
+    assert_eq!(distinct.len(), first.len());
+    let fastest = measured[..searched]
+        .iter()
+        .filter_map(|s| bench.time_on(kernel, s))
+        .fold(f64::INFINITY, f64::min);
+    for s in first {
+        let t = bench
+            .time_on(kernel, s)
+            .expect("a confirmed candidate runs");
+        assert!(
+            t <= fastest * CONFIRM_WITHIN,
+            "{s:?}: {t} against {fastest}"
+        );
+    }
+    first.to_vec()
 }
 
 fn settings(effort: Effort) -> Settings {
@@ -141,22 +214,22 @@ fn bounded_search_measures_the_default_and_the_models_best() {
     )
     .expect("something measured");
     // The default, then 6 others (the default among the model's best
-    // does not take a candidate's place).
+    // does not take a candidate's place), then the fastest confirmed.
     assert_eq!(bench.measured[0], heuristic(&k, SmVersion::Sm90));
-    assert_eq!(bench.measured.len(), 7);
-    let mut unique = bench.measured.clone();
+    assert_eq!(tuned.evaluations, 7);
+    confirmation(&k, &bench.measured, 7);
+    let mut unique = bench.measured[..7].to_vec();
     unique.sort_by_key(Schedule::to_json);
     unique.dedup();
-    assert_eq!(unique.len(), bench.measured.len(), "a point measured twice");
-    let best = bench
-        .measured
+    assert_eq!(unique.len(), 7, "a point measured twice");
+    let best = bench.measured[..7]
         .iter()
-        .filter_map(|s| Fake::default().measure(&k, "", s).ok().map(|t| (s, t)))
-        .min_by(|a, b| a.1.median_us.total_cmp(&b.1.median_us))
+        .filter_map(|s| Some((s, Fake::time(&k, s)?)))
+        .min_by(|a, b| a.1.total_cmp(&b.1))
         .expect("a time");
     assert_eq!(&tuned.record.schedule, best.0);
     let stats = &tuned.record.stats;
-    assert_eq!(stats.median_us, best.1.median_us);
+    assert_eq!(stats.median_us, best.1);
     assert!(stats.baseline_us.is_some_and(|b| b >= stats.median_us));
     assert_eq!(tuned.record.gpu.name, "Fake GPU");
     assert_eq!(tuned.record.provenance.measured_on, MeasuredOn::Gpu);
@@ -190,6 +263,48 @@ fn on_hopper_a_large_bf16_products_default_and_bounded_candidates_lead_with_warp
 }
 
 #[test]
+fn a_clock_rising_through_the_search_does_not_choose_its_winner() {
+    let k = softmax();
+    let run = |drift| {
+        let mut bench = Fake {
+            drift,
+            flat: true,
+            ..Fake::default()
+        };
+        let tuned = search(
+            &k,
+            "",
+            &mut bench,
+            &settings(Effort::Bounded { candidates: 8 }),
+            &[],
+            &mut Journal::in_memory(),
+            &mut Progress::silent(),
+        )
+        .expect("something measured");
+        (tuned, bench)
+    };
+    let (steady, _) = run(0.0);
+    // Each measurement 1% of the first's time faster than the one before
+    // (the GPU's clock rising from idle): the candidates measured late
+    // look faster than they are.
+    let (drifting, bench) = run(-0.01);
+    let confirmed = confirmation_on(&bench, &k, &bench.measured, drifting.evaluations);
+    let fastest_measured = drifting
+        .history
+        .iter()
+        .filter_map(|s| Some((&s.schedule, s.result.as_ref().ok()?.median_us)))
+        .min_by(|a, b| a.1.total_cmp(&b.1))
+        .map(|(s, _)| s.clone())
+        .expect("a time");
+    assert_ne!(
+        fastest_measured, steady.record.schedule,
+        "the drift hides the fastest from the search"
+    );
+    assert!(confirmed.contains(&steady.record.schedule));
+    assert_eq!(drifting.record.schedule, steady.record.schedule);
+}
+
+#[test]
 fn full_search_rejects_wrong_candidates_with_their_reason_and_goes_on() {
     let k = softmax();
     let mut bench = Fake::default();
@@ -203,8 +318,9 @@ fn full_search_rejects_wrong_candidates_with_their_reason_and_goes_on() {
         &mut Progress::silent(),
     )
     .expect("something measured");
-    assert!(bench.measured.len() <= 40);
+    // A fresh journal: every evaluation was measured.
     assert!(tuned.evaluations <= 40);
+    confirmation(&k, &bench.measured, tuned.evaluations);
     for (schedule, why) in &tuned.rejected {
         assert!(matches!(
             schedule,
@@ -266,7 +382,8 @@ fn an_interrupted_search_resumes_from_its_journal() {
     // The same search again: every point comes from the journal.
     let mut again = Fake::default();
     let journal = Journal::open(dir.path(), &k, &gpu);
-    assert_eq!(journal.len(), first.measured.len());
+    assert_eq!(journal.len(), whole.evaluations);
+    let confirmed = confirmation(&k, &first.measured, whole.evaluations);
     let mut journal = journal;
     let resumed = search(
         &k,
@@ -278,7 +395,8 @@ fn an_interrupted_search_resumes_from_its_journal() {
         &mut Progress::silent(),
     )
     .expect("something measured");
-    assert!(again.measured.is_empty(), "{:?}", again.measured);
+    // Only the confirmation, which is not journaled, measures again.
+    assert_eq!(confirmation(&k, &again.measured, 0), confirmed);
     assert!(
         again.prepared.is_empty(),
         "points the journal answers are not prepared: {:?}",
@@ -309,7 +427,8 @@ fn an_interrupted_search_resumes_from_its_journal() {
         &mut Progress::silent(),
     )
     .expect("something measured");
-    assert_eq!(rest.measured.len(), first.measured.len() - kept);
+    let searched = whole.evaluations - kept;
+    assert_eq!(confirmation(&k, &rest.measured, searched), confirmed);
     assert_eq!(cut.record.schedule, whole.record.schedule);
     let earlier: HashSet<String> = first.measured.iter().map(Schedule::to_json).collect();
     assert!(rest.measured.iter().all(|s| earlier.contains(&s.to_json())));
@@ -338,12 +457,21 @@ fn a_campaign_spends_its_budget_where_the_time_is() {
     let mut bench = Fake::default();
     let hour = Instant::now() + Duration::from_secs(3600);
     let result = campaign(96, hour).run(&mut bench, &mut Progress::silent());
-    assert_eq!(
-        bench.measured.len(),
-        96,
-        "the whole budget, each point once"
-    );
-    let distinct: HashSet<String> = bench.measured.iter().map(Schedule::to_json).collect();
+    // The whole budget, then each kernel's fastest confirmed.
+    for kernel in [&small, &large] {
+        let of_kernel = |to: usize| -> Vec<Schedule> {
+            bench.measured[..to]
+                .iter()
+                .zip(&bench.rows)
+                .filter(|(_, rows)| **rows == kernel.dims[0].size)
+                .map(|(s, _)| s.clone())
+                .collect()
+        };
+        let searched = of_kernel(96).len();
+        confirmation(kernel, &of_kernel(bench.measured.len()), searched);
+    }
+    let budget = &bench.measured[..96];
+    let distinct: HashSet<String> = budget.iter().map(Schedule::to_json).collect();
     let per_kernel: Vec<usize> = result
         .runs
         .iter()

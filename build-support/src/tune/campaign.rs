@@ -104,6 +104,12 @@ impl Campaign<'_> {
                 Err(rejected) => scheduler.record(i, best_so_far(&rejected)),
             }
         }
+        for (run, (task, _)) in runs.iter_mut().zip(&self.tasks) {
+            if let Some(tuned) = run.tuned.take() {
+                observer.line(&run.kernel);
+                run.tuned = Some(task.confirm(bench, tuned, self.deadline, observer));
+            }
+        }
         CampaignResult {
             runs,
             elapsed: started.elapsed(),

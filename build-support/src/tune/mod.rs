@@ -18,6 +18,11 @@
 //!   [`SECONDS`] for the full one; [`VGPU_SECONDS`] on the virtual GPU).
 //!   The heuristic default is always measured first: it is the baseline of
 //!   the record.
+//! - **Confirming** (on a GPU): the fastest candidates, those within
+//!   [`CONFIRM_WITHIN`] of the fastest (at most [`CONFIRM_MOST`]), are
+//!   measured again in two rounds, the second reversed, before the winner
+//!   is recorded, so that a clock drifting through the search does not
+//!   choose it (`confirm`).
 //! - **Where results go**: the bounded search's to the per-user cache, the
 //!   full search's to the crate's database (`KTUNE_WRITE=crate` sends the
 //!   bounded search's there too).
@@ -32,6 +37,7 @@
 //!   before measuring them one at a time.
 
 mod campaign;
+mod confirm;
 mod journal;
 mod task;
 
@@ -47,6 +53,7 @@ use ktune_search::measure::Rejection;
 use serde::{Deserialize, Serialize};
 
 pub use campaign::{Campaign, CampaignResult, KernelRun};
+pub use confirm::{CONFIRM_MOST, CONFIRM_WITHIN};
 pub use journal::{Journal, Observer, Progress, measured_line};
 pub use task::{Method, Plan, Step, Task, Tuned, best_so_far};
 
@@ -222,7 +229,9 @@ pub trait Bench {
 /// Searches `kernel`'s space on `bench`'s device within `settings`, with
 /// `journal` holding what earlier, interrupted runs measured; the full
 /// search starts from `known` (the database's winners for other GPUs) and
-/// the model's best points. `None` when no candidate could be measured.
+/// the model's best points; its winner confirmed side by side with the
+/// other fastest ([`Task::confirm`]). `None` when no candidate could be
+/// measured.
 pub fn search(
     kernel: &Kernel,
     source: &str,
@@ -233,8 +242,9 @@ pub fn search(
     observer: &mut dyn Observer,
 ) -> Option<Tuned> {
     let task = Task::new(kernel, source, bench.target(), known);
-    task.search(bench, &settings.plan(Instant::now()), journal, observer)
-        .ok()
+    let plan = settings.plan(Instant::now());
+    let tuned = task.search(bench, &plan, journal, observer).ok()?;
+    Some(task.confirm(bench, tuned, plan.deadline, observer))
 }
 
 /// Where a build's search keeps its files.

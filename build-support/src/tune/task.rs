@@ -230,6 +230,15 @@ impl<'k> Task<'k> {
         self.kernel
     }
 
+    pub(super) fn source(&self) -> &'k str {
+        self.source
+    }
+
+    /// The heuristic default, which every search measures first.
+    pub(super) fn default_schedule(&self) -> Schedule {
+        self.mapping.schedule(&self.default)
+    }
+
     /// What a bounded search of `candidates` points measures after the
     /// default, in order (the default is not among them).
     pub fn bounded_candidates(&self, candidates: usize) -> Vec<Schedule> {
