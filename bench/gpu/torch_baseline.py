@@ -236,9 +236,11 @@ def main():
         return f"{m['times']['median_ms']:.3f}" if m else "—"
 
     def ratio(entry, which):
-        # ktune's fastest: its default, bounded, sampled or searched schedule.
+        # ktune's fastest: its default, bounded, sampled, alternative or
+        # searched schedule.
         case = ktune.get(entry["name"]) or {}
-        times = [case[k]["times"]["median_ms"] for k in ("default", "tuned", "best", "searched")
+        times = [case[k]["times"]["median_ms"]
+                 for k in ("default", "tuned", "best", "alternative", "searched")
                  if case.get(k)]
         m = entry[which]
         if not times or not m:

@@ -257,7 +257,7 @@ impl Gpu {
         let mut times = Vec::with_capacity(reps);
         let mut done = 0;
         while done < reps {
-            let batch = turns::batch(subjects, BATCH).min(reps - done);
+            let batch = turns::batch(subjects, reps / subjects.max(1), BATCH).min(reps - done);
             let events = (0..batch)
                 .map(|_| -> Result<(CudaEvent, CudaEvent)> {
                     let timing = Some(CUevent_flags::CU_EVENT_DEFAULT);

@@ -83,8 +83,10 @@ pub struct CaseResult {
     pub flops: u64,
     /// Bytes one run must read and write at least.
     pub bytes: u64,
-    /// Copies of the inputs the timed runs rotate through, so that the
-    /// inputs of consecutive runs together exceed twice the L2 cache.
+    /// Copies of the inputs the final, side-by-side measurement rotates
+    /// through, so that the inputs of consecutive runs together exceed
+    /// twice the L2 cache (screenings rotate through the first of them, an
+    /// odd number: [`crate::turns::input_sets`]).
     pub input_copies: usize,
     pub default: Option<Measured>,
     /// What a build's bounded search on this GPU keeps: the faster of the
@@ -228,7 +230,9 @@ impl Screened {
 #[derive(Debug, Clone, Serialize)]
 pub struct Screened {
     pub schedule: Schedule,
-    /// Median of the screening runs; absent when it failed.
+    /// Median of the screening runs, as timed; absent when it failed. (A
+    /// list's fastest, and the search's comparisons, scale it by the
+    /// default's drift: [`crate::turns::normalized`].)
     pub median_ms: Option<f64>,
     /// The default schedule's median over runs timed in turn with the
     /// screening runs ([`crate::turns`]); absent where the default failed,

@@ -285,11 +285,16 @@ impl<'g> Runner<'g> {
         let default = self
             .contender(kernel, &plan.default, &mut bufs, &reference)
             .and_then(|d| {
-                let alone = self.measure_together(&[Subject::Ktune(&d.loaded)], &mut bufs)?;
-                Ok((d, alone[0].median_ms))
+                let mut alone = self.measure_together(&[Subject::Ktune(&d.loaded)], &mut bufs)?;
+                Ok((d, alone.remove(0)))
             });
         let (default, default_ms) = match default {
-            Ok((d, ms)) => (Some(d), Some(ms)),
+            Ok((d, alone)) => {
+                // Kept should the side-by-side measurement fail.
+                let m = measured(kernel, Some(d.schedule.clone()), alone, Some(d.check));
+                result.default = Some(m);
+                (Some(d), Some(alone.median_ms))
+            }
             Err(e) => {
                 result.errors.push(format!("default schedule: {e:#}"));
                 (None, None)
@@ -321,10 +326,11 @@ impl<'g> Runner<'g> {
             result.search = evaluated;
             found = schedule;
         }
-        let searched = match &found {
-            Some(schedule) => Some(self.contender(kernel, schedule, &mut bufs, &reference)?),
-            None => None,
-        };
+        let searched = found.as_ref().and_then(|schedule| {
+            self.contender(kernel, schedule, &mut bufs, &reference)
+                .map_err(|e| result.errors.push(format!("searched schedule: {e:#}")))
+                .ok()
+        });
 
         // The baseline and the schedules measured in full, side by side.
         let mut entrants: Vec<(Role, &Contender<'_>)> = Vec::new();
@@ -339,6 +345,9 @@ impl<'g> Runner<'g> {
         entrants.extend(searched.as_ref().map(|c| (Role::Searched, c)));
         let mut subjects: Vec<Subject<'_>> = rig.iter().map(|(rig, _)| rig.subject()).collect();
         subjects.extend(entrants.iter().map(|(_, c)| Subject::Ktune(&c.loaded)));
+        if subjects.is_empty() {
+            return Ok(());
+        }
         let mut times = self.measure_together(&subjects, &mut bufs)?.into_iter();
         result.input_copies = bufs.sets.len();
         if let Some((rig, check)) = &rig {

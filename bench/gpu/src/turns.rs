@@ -8,7 +8,8 @@
 //! set `k % sets`: consecutive runs always read different copies of the
 //! inputs (so that no run finds its inputs left in L2 by the one before),
 //! and where the number of sets shares no factor with `n`, each subject
-//! reads every set equally often.
+//! reads every set about equally often (exactly, over a multiple of `n`
+//! times the sets runs).
 
 /// How many input sets a side-by-side measurement of `subjects` rotates
 /// through: the fewest, at least `minimum` and 2, that share no factor
@@ -25,13 +26,20 @@ pub fn turn(k: usize, subjects: usize, sets: usize) -> (usize, usize) {
 }
 
 /// How many runs to queue behind each of the clears that keep the GPU
-/// busy while runs are queued: about `preferred`, one more than a multiple
-/// of `subjects`, so that the run right after a clear (which evicted the
-/// L2's contents and left it dirty) is each subject's in turn.
-pub fn batch(subjects: usize, preferred: usize) -> usize {
+/// busy while runs are queued, for `reps` runs of each of `subjects`: one
+/// more than a multiple of `subjects`, so that the run right after a clear
+/// (which evicted the L2's contents and left it dirty) is each subject's in
+/// turn. Where `reps` itself is such a number, at most `preferred` (a
+/// screening's 3 runs of 2 subjects), batches of `reps`: each subject's
+/// run follows a clear exactly once. Else about `preferred`: over many
+/// batches, each subject's about equally often.
+pub fn batch(subjects: usize, reps: usize, preferred: usize) -> usize {
     let subjects = subjects.max(1);
     if subjects == 1 {
         return preferred.max(1);
+    }
+    if reps % subjects == 1 && reps <= preferred {
+        return reps;
     }
     subjects * (preferred.saturating_sub(1) / subjects).max(1) + 1
 }
@@ -107,25 +115,36 @@ mod tests {
         assert_eq!(input_sets(4, 3), 4);
     }
 
+    /// The subjects whose runs follow a clear, over `reps` runs of each.
+    fn after_clears(subjects: usize, reps: usize) -> Vec<usize> {
+        let batch = batch(subjects, reps, 16);
+        (0..reps * subjects)
+            .step_by(batch)
+            .map(|k| turn(k, subjects, 2).0)
+            .collect()
+    }
+
     #[test]
     fn the_run_after_each_clear_is_each_subjects_in_turn() {
-        assert_eq!(batch(1, 16), 16);
+        assert_eq!(batch(1, 200, 16), 16);
+        // A screening, 3 runs of the schedule and 3 of the default (1 and 1
+        // with `--quick`): each follows a clear once.
+        assert_eq!(after_clears(2, 3), [0, 1]);
+        assert_eq!(after_clears(2, 1), [0, 1]);
         for subjects in 2..=20 {
-            let batch = batch(subjects, 16);
-            assert!(
-                (subjects + 1..=16.max(subjects + 1)).contains(&batch),
-                "{subjects}: {batch}"
-            );
-            let firsts: Vec<usize> = (0..subjects)
-                .map(|b| turn(b * batch, subjects, 2).0)
-                .collect();
-            let mut sorted = firsts.clone();
-            sorted.sort_unstable();
-            assert_eq!(
-                sorted,
-                (0..subjects).collect::<Vec<_>>(),
-                "{subjects} subjects, batches of {batch}"
-            );
+            for reps in [2, 20, 200] {
+                let batch = batch(subjects, reps, 16);
+                assert!(batch <= 16.max(subjects + 1), "{subjects}: {batch}");
+                let mut counts = vec![0; subjects];
+                for s in after_clears(subjects, reps) {
+                    counts[s] += 1;
+                }
+                let (least, most) = (counts.iter().min(), counts.iter().max());
+                assert!(
+                    most.zip(least).is_some_and(|(m, l)| m - l <= 1),
+                    "{subjects} subjects, {reps} runs each, batches of {batch}: {counts:?}"
+                );
+            }
         }
     }
 
