@@ -51,6 +51,9 @@ struct Fake {
     /// The schedules' differences in time 50 times smaller: many
     /// candidates within a few percent of each other.
     flat: bool,
+    /// From this measurement on, the points of 128 threads a row fail: a
+    /// candidate that failed only once measured again.
+    fails_from: Option<usize>,
     /// How much slower each measurement runs than the one before, as a
     /// fraction of the first's time: a clock falling (rising, below 0)
     /// steadily.
@@ -117,6 +120,9 @@ impl Bench for Fake {
         if threads_per_row == 2 {
             return Err(Rejection::WrongResult("element 7 differs".into()));
         }
+        if threads_per_row == 128 && self.fails_from.is_some_and(|n| self.measured.len() > n) {
+            return Err(Rejection::WrongResult("element 9 differs".into()));
+        }
         // Proportional to the rows, as a real kernel's time would be.
         let rows = kernel.dims[0].size as f64 / 300.0;
         let differences = f64::from(threads_per_row.abs_diff(128)) / 8.0
@@ -170,15 +176,16 @@ fn confirmation_on(
         first.iter().eq(second.iter().rev()),
         "the second round reversed"
     );
-    assert!(first.len() <= CONFIRM_MOST);
+    assert!(first.len() <= CONFIRM_MOST + 1);
     assert_ne!(first.len(), 1, "one candidate is not confirmed");
+    let default = heuristic(kernel, SmVersion::Sm90);
     let distinct: HashSet<String> = first.iter().map(Schedule::to_json).collect();
     assert_eq!(distinct.len(), first.len());
     let fastest = measured[..searched]
         .iter()
         .filter_map(|s| bench.time_on(kernel, s))
         .fold(f64::INFINITY, f64::min);
-    for s in first {
+    for s in first.iter().filter(|s| **s != default) {
         let t = bench
             .time_on(kernel, s)
             .expect("a confirmed candidate runs");
@@ -305,6 +312,63 @@ fn a_clock_rising_through_the_search_does_not_choose_its_winner() {
 }
 
 #[test]
+fn a_winner_that_fails_when_confirmed_is_rejected() {
+    let k = softmax();
+    let mut bench = Fake {
+        fails_from: Some(9),
+        ..Fake::default()
+    };
+    let tuned = search(
+        &k,
+        "",
+        &mut bench,
+        &settings(Effort::Bounded { candidates: 8 }),
+        &[],
+        &mut Journal::in_memory(),
+        &mut Progress::silent(),
+    )
+    .expect("something measured");
+    assert_eq!(tuned.evaluations, 9);
+    let default = heuristic(&k, SmVersion::Sm90);
+    let fastest = bench.measured[..9]
+        .iter()
+        .min_by(|a, b| {
+            let time = |s| Fake::time(&k, s).unwrap_or(f64::INFINITY);
+            time(a).total_cmp(&time(b))
+        })
+        .expect("measured")
+        .clone();
+    assert!(
+        matches!(
+            fastest,
+            Schedule::Rows {
+                threads_per_row: 128,
+                ..
+            }
+        ),
+        "{fastest:?}"
+    );
+    // The search's fastest fails in the first round and is not measured
+    // in the second; the default, the only other in reach, wins.
+    assert_eq!(
+        bench.measured[9..],
+        [fastest.clone(), default.clone(), default.clone()]
+    );
+    assert_eq!(tuned.record.schedule, default);
+    assert!(
+        tuned
+            .rejected
+            .iter()
+            .any(|(s, why)| *s == fastest && why.contains("element 9 differs")),
+        "{:?}",
+        tuned.rejected
+    );
+    let default_us = Fake::time(&k, &default).expect("a time");
+    assert_eq!(tuned.record.stats.median_us, default_us);
+    assert_eq!(tuned.record.stats.baseline_us, Some(default_us));
+}
+
+#[test]
 fn full_search_rejects_wrong_candidates_with_their_reason_and_goes_on() {
     let k = softmax();
     let mut bench = Fake::default();
@@ -396,6 +460,7 @@ fn an_interrupted_search_resumes_from_its_journal() {
     )
     .expect("something measured");
     // Only the confirmation, which is not journaled, measures again.
+    assert!(!confirmed.is_empty());
     assert_eq!(confirmation(&k, &again.measured, 0), confirmed);
     assert!(
         again.prepared.is_empty(),
@@ -468,7 +533,8 @@ fn a_campaign_spends_its_budget_where_the_time_is() {
                 .collect()
         };
         let searched = of_kernel(96).len();
-        confirmation(kernel, &of_kernel(bench.measured.len()), searched);
+        let confirmed = confirmation(kernel, &of_kernel(bench.measured.len()), searched);
+        assert!(!confirmed.is_empty(), "each kernel's winner confirmed");
     }
     let budget = &bench.measured[..96];
     let distinct: HashSet<String> = budget.iter().map(Schedule::to_json).collect();

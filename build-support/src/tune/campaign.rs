@@ -106,8 +106,7 @@ impl Campaign<'_> {
         }
         for (run, (task, _)) in runs.iter_mut().zip(&self.tasks) {
             if let Some(tuned) = run.tuned.take() {
-                observer.line(&run.kernel);
-                run.tuned = Some(task.confirm(bench, tuned, self.deadline, observer));
+                run.tuned = task.confirm(bench, tuned, self.deadline, observer);
             }
         }
         CampaignResult {

@@ -4,7 +4,8 @@
 //! kernel up to 12% slower within one benchmark run). So the first
 //! candidates, the heuristic default among them, may have been timed at
 //! another clock than the last. Before a search's winner is
-//! recorded, the fastest candidates are measured again in two rounds, the
+//! recorded, the fastest candidates and the default are measured again in
+//! two rounds, the
 //! second in reverse order (`A B C`, then `C B A`): a clock drifting
 //! steadily then weighs on each of them alike, and the winner is the one
 //! whose rounds took the least time on average.
@@ -22,45 +23,53 @@ use super::{Bench, Timing};
 /// measured again before a winner is chosen.
 pub const CONFIRM_WITHIN: f64 = 1.10;
 
-/// The most candidates measured again, the fastest first.
+/// The most candidates measured again besides the default, the fastest
+/// first.
 pub const CONFIRM_MOST: usize = 3;
 
 impl Task<'_> {
     /// `tuned` with its winner confirmed on `bench`, against a clock that
-    /// drifted while the search measured: the candidates of its history within
-    /// [`CONFIRM_WITHIN`] of the fastest, at most [`CONFIRM_MOST`],
-    /// measured again in two rounds, the second reversed; the record takes
-    /// the one with the lowest mean of its two medians, with that mean as
-    /// its time (and the default's mean as the baseline, where the default
-    /// was among them). A candidate rejected now is dropped. `tuned` as it
-    /// is where there is nothing to confirm: on the virtual GPU, whose
-    /// times are estimates without noise, with one candidate in reach of
-    /// the fastest, or where `deadline` passes before both rounds end.
+    /// drifted while the search measured: the candidates of its history
+    /// within [`CONFIRM_WITHIN`] of the fastest, at most [`CONFIRM_MOST`],
+    /// and the default, measured again in two rounds, the second reversed.
+    /// The record takes the one with the lowest mean of its two medians,
+    /// with that mean as its time and the default's mean as the baseline
+    /// of its speed-up. A candidate that fails now is rejected (added to
+    /// `tuned.rejected`), and where the search's winner is, the fastest of
+    /// the rest takes its place; `None` when every candidate the search
+    /// measured has failed. Nothing is measured on the virtual GPU, whose
+    /// times are estimates without noise, where the default is the only
+    /// candidate in reach, or once `deadline` passes (the rounds stop
+    /// there; unfinished, they choose nothing).
     pub fn confirm(
         &self,
         bench: &mut dyn Bench,
         mut tuned: Tuned,
         deadline: Instant,
         observer: &mut dyn Observer,
-    ) -> Tuned {
-        let contenders = contenders(&tuned);
+    ) -> Option<Tuned> {
+        let default = self.default_schedule();
+        let contenders = contenders(&tuned, &default);
         if bench.measured_on() == MeasuredOn::Vgpu || contenders.len() < 2 {
-            return tuned;
+            return Some(tuned);
         }
         let started = Instant::now();
         observer.line(&format!(
-            "  the {} fastest measured again, in turns",
+            "  {}: {} candidates measured again, in turns",
+            self.kernel().name,
             contenders.len()
         ));
         let order = (0..contenders.len()).chain((0..contenders.len()).rev());
         let mut rounds: Vec<Vec<Timing>> = vec![Vec::new(); contenders.len()];
-        let mut dropped = vec![false; contenders.len()];
+        let mut failed: Vec<Option<String>> = vec![None; contenders.len()];
+        let mut finished = true;
         for i in order {
             if Instant::now() >= deadline {
                 observer.line("  not confirmed: the search's time is up");
-                return tuned;
+                finished = false;
+                break;
             }
-            if dropped[i] {
+            if failed[i].is_some() {
                 continue;
             }
             let result = bench
@@ -69,52 +78,60 @@ impl Task<'_> {
             observer.line(&measured_line(&contenders[i], &result));
             match result {
                 Ok(timing) => rounds[i].push(timing),
-                Err(_) => dropped[i] = true,
+                Err(why) => failed[i] = Some(why),
+            }
+        }
+        tuned.elapsed += started.elapsed();
+        for (schedule, why) in contenders.iter().zip(&failed) {
+            if let Some(why) = why {
+                tuned.rejected.push((schedule.clone(), why.clone()));
             }
         }
         let confirmed: Vec<(&Schedule, Timing)> = contenders
             .iter()
             .zip(&rounds)
-            .zip(&dropped)
-            .filter(|(_, dropped)| !**dropped)
+            .zip(&failed)
+            .filter(|(_, failed)| failed.is_none())
             .map(|((schedule, rounds), _)| (schedule, combined(rounds)))
             .collect();
-        let Some((winner, timing)) = confirmed
-            .iter()
-            .min_by(|a, b| a.1.median_us.total_cmp(&b.1.median_us))
-        else {
-            return tuned;
+        let winner = if finished {
+            confirmed
+                .iter()
+                .min_by(|a, b| a.1.median_us.total_cmp(&b.1.median_us))
+                .map(|(s, t)| ((*s).clone(), *t))
+        } else {
+            None
         };
-        let default = self.default_schedule();
-        if let Some((_, default_timing)) = confirmed.iter().find(|(s, _)| **s == default) {
-            tuned.record.stats.baseline_us = Some(default_timing.median_us);
-        }
+        let (schedule, timing) = match winner {
+            Some(winner) => {
+                let default_timing = confirmed.iter().find(|(s, _)| **s == default);
+                tuned.record.stats.baseline_us = default_timing.map(|(_, t)| t.median_us);
+                winner
+            }
+            // Unconfirmed: the search's own fastest, of those that have not
+            // failed since.
+            None => fastest_standing(&tuned, &failed, &contenders)?,
+        };
         let stats = &mut tuned.record.stats;
         stats.median_us = timing.median_us;
         stats.low_us = timing.low_us;
         stats.high_us = timing.high_us;
         stats.samples = timing.samples;
-        tuned.record.schedule = (*winner).clone();
-        tuned.elapsed += started.elapsed();
-        tuned
+        tuned.record.schedule = schedule;
+        Some(tuned)
     }
 }
 
 /// The distinct schedules of `tuned`'s history measured within
 /// [`CONFIRM_WITHIN`] of the fastest, at most [`CONFIRM_MOST`], fastest
-/// first.
-fn contenders(tuned: &Tuned) -> Vec<Schedule> {
-    let mut measured: Vec<(&Schedule, f64)> = tuned
-        .history
-        .iter()
-        .filter_map(|step| Some((&step.schedule, step.result.as_ref().ok()?.median_us)))
-        .collect();
-    measured.sort_by(|a, b| a.1.total_cmp(&b.1));
+/// first, and `default` after them where the search measured it.
+fn contenders(tuned: &Tuned, default: &Schedule) -> Vec<Schedule> {
+    let measured = measured(tuned);
     let Some(&(_, fastest)) = measured.first() else {
         return Vec::new();
     };
     let mut contenders: Vec<Schedule> = Vec::new();
-    for (schedule, us) in measured {
+    for &(schedule, us) in &measured {
         if us > fastest * CONFIRM_WITHIN || contenders.len() == CONFIRM_MOST {
             break;
         }
@@ -122,7 +139,44 @@ fn contenders(tuned: &Tuned) -> Vec<Schedule> {
             contenders.push(schedule.clone());
         }
     }
+    if !contenders.contains(default) && measured.iter().any(|(s, _)| *s == default) {
+        contenders.push(default.clone());
+    }
     contenders
+}
+
+/// The schedules `tuned`'s search measured, with their times, fastest
+/// first.
+fn measured(tuned: &Tuned) -> Vec<(&Schedule, f64)> {
+    let mut measured: Vec<(&Schedule, f64)> = tuned
+        .history
+        .iter()
+        .filter_map(|step| Some((&step.schedule, step.result.as_ref().ok()?.median_us)))
+        .collect();
+    measured.sort_by(|a, b| a.1.total_cmp(&b.1));
+    measured
+}
+
+/// The fastest schedule of `tuned`'s search, with its time then, that did
+/// not fail when measured again (`failed`, beside `contenders`).
+fn fastest_standing(
+    tuned: &Tuned,
+    failed: &[Option<String>],
+    contenders: &[Schedule],
+) -> Option<(Schedule, Timing)> {
+    let fell = |s: &Schedule| {
+        contenders
+            .iter()
+            .zip(failed)
+            .any(|(c, why)| c == s && why.is_some())
+    };
+    tuned
+        .history
+        .iter()
+        .filter(|step| !fell(&step.schedule))
+        .filter_map(|step| Some((&step.schedule, *step.result.as_ref().ok()?)))
+        .min_by(|a, b| a.1.median_us.total_cmp(&b.1.median_us))
+        .map(|(s, t)| (s.clone(), t))
 }
 
 /// One time from a candidate's rounds: the mean of their medians, the

@@ -18,11 +18,13 @@
 //!   [`SECONDS`] for the full one; [`VGPU_SECONDS`] on the virtual GPU).
 //!   The heuristic default is always measured first: it is the baseline of
 //!   the record.
-//! - **Confirming** (on a GPU): the fastest candidates, those within
-//!   [`CONFIRM_WITHIN`] of the fastest (at most [`CONFIRM_MOST`]), are
-//!   measured again in two rounds, the second reversed, before the winner
-//!   is recorded, so that a clock drifting through the search does not
-//!   choose it (`confirm`).
+//! - **Confirming** (on a GPU, within the search's time): the fastest
+//!   candidates, those within [`CONFIRM_WITHIN`] of the fastest (at most
+//!   [`CONFIRM_MOST`]), and the default are measured again in two rounds,
+//!   the second reversed, before the winner is recorded, so that a clock
+//!   drifting through the search does not choose it; the record then
+//!   keeps the confirmed times, the default's as its baseline
+//!   ([`Task::confirm`]).
 //! - **Where results go**: the bounded search's to the per-user cache, the
 //!   full search's to the crate's database (`KTUNE_WRITE=crate` sends the
 //!   bounded search's there too).
@@ -244,7 +246,7 @@ pub fn search(
     let task = Task::new(kernel, source, bench.target(), known);
     let plan = settings.plan(Instant::now());
     let tuned = task.search(bench, &plan, journal, observer).ok()?;
-    Some(task.confirm(bench, tuned, plan.deadline, observer))
+    task.confirm(bench, tuned, plan.deadline, observer)
 }
 
 /// Where a build's search keeps its files.

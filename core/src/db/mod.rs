@@ -105,7 +105,11 @@ pub struct Clocks {
     pub memory: u32,
 }
 
-/// What was measured: a confidence interval of the kernel's time.
+/// What was measured: a confidence interval of the kernel's time. (A
+/// winner confirmed on a GPU after its search, `ktune_build::tune`'s
+/// `Task::confirm`, records the mean of two measurements' medians, the
+/// union of their intervals and their samples together, and the default's
+/// mean likewise.)
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Stats {
     pub median_us: f64,
