@@ -197,6 +197,20 @@ fn confirmation_on(
     first.to_vec()
 }
 
+/// The bounded search of `candidates` on `bench`, with a fresh journal.
+fn bounded(kernel: &Kernel, bench: &mut Fake, candidates: usize) -> ktune_build::tune::Tuned {
+    search(
+        kernel,
+        "",
+        bench,
+        &settings(Effort::Bounded { candidates }),
+        &[],
+        &mut Journal::in_memory(),
+        &mut Progress::silent(),
+    )
+    .expect("something measured")
+}
+
 fn settings(effort: Effort) -> Settings {
     Settings {
         device: Some(ktune_measure::DeviceKind::Vgpu),
@@ -210,16 +224,7 @@ fn settings(effort: Effort) -> Settings {
 fn bounded_search_measures_the_default_and_the_models_best() {
     let k = softmax();
     let mut bench = Fake::default();
-    let tuned = search(
-        &k,
-        "",
-        &mut bench,
-        &settings(Effort::Bounded { candidates: 6 }),
-        &[],
-        &mut Journal::in_memory(),
-        &mut Progress::silent(),
-    )
-    .expect("something measured");
+    let tuned = bounded(&k, &mut bench, 6);
     // The default, then 6 others (the default among the model's best
     // does not take a candidate's place), then the fastest confirmed.
     assert_eq!(bench.measured[0], heuristic(&k, SmVersion::Sm90));
@@ -278,17 +283,7 @@ fn a_clock_rising_through_the_search_does_not_choose_its_winner() {
             flat: true,
             ..Fake::default()
         };
-        let tuned = search(
-            &k,
-            "",
-            &mut bench,
-            &settings(Effort::Bounded { candidates: 8 }),
-            &[],
-            &mut Journal::in_memory(),
-            &mut Progress::silent(),
-        )
-        .expect("something measured");
-        (tuned, bench)
+        (bounded(&k, &mut bench, 8), bench)
     };
     let (steady, _) = run(0.0);
     // Each measurement 1% of the first's time faster than the one before
@@ -318,16 +313,7 @@ fn a_winner_that_fails_when_confirmed_is_rejected() {
         fails_from: Some(9),
         ..Fake::default()
     };
-    let tuned = search(
-        &k,
-        "",
-        &mut bench,
-        &settings(Effort::Bounded { candidates: 8 }),
-        &[],
-        &mut Journal::in_memory(),
-        &mut Progress::silent(),
-    )
-    .expect("something measured");
+    let tuned = bounded(&k, &mut bench, 8);
     assert_eq!(tuned.evaluations, 9);
     let default = heuristic(&k, SmVersion::Sm90);
     let fastest = bench.measured[..9]
