@@ -27,7 +27,7 @@ use ktune_vgpu::{POISON_16, POISON_F32};
 /// at the pace the CPU launches them.
 const QUEUE_AHEAD_BYTES: usize = 2 << 30;
 
-/// Timed runs queued behind one scratch clear, about.
+/// About how many timed runs are queued behind one scratch clear.
 const BATCH: usize = 16;
 
 /// Why the GPU could not be opened.
@@ -256,8 +256,9 @@ impl Gpu {
     ) -> Result<Vec<f32>> {
         let mut times = Vec::with_capacity(reps);
         let mut done = 0;
+        let batch = turns::batch(subjects, reps / subjects.max(1), BATCH);
         while done < reps {
-            let batch = turns::batch(subjects, reps / subjects.max(1), BATCH).min(reps - done);
+            let batch = batch.min(reps - done);
             let events = (0..batch)
                 .map(|_| -> Result<(CudaEvent, CudaEvent)> {
                     let timing = Some(CUevent_flags::CU_EVENT_DEFAULT);

@@ -215,18 +215,6 @@ pub struct Screen {
     pub default_ms: Option<f64>,
 }
 
-impl Screened {
-    /// The record of `schedule`'s screening, or of why it failed.
-    pub fn new(schedule: Schedule, screen: &Result<Screen, String>) -> Screened {
-        Screened {
-            schedule,
-            median_ms: screen.as_ref().ok().map(|s| s.median_ms),
-            default_ms: screen.as_ref().ok().and_then(|s| s.default_ms),
-            excluded: screen.as_ref().err().cloned(),
-        }
-    }
-}
-
 #[derive(Debug, Clone, Serialize)]
 pub struct Screened {
     pub schedule: Schedule,
@@ -241,6 +229,18 @@ pub struct Screened {
     pub default_ms: Option<f64>,
     /// Why it was excluded (wrong output, failed to load or launch).
     pub excluded: Option<String>,
+}
+
+impl Screened {
+    /// The record of `schedule`'s screening, or of why it failed.
+    pub fn new(schedule: Schedule, screen: &Result<Screen, String>) -> Screened {
+        Screened {
+            schedule,
+            median_ms: screen.as_ref().ok().map(|s| s.median_ms),
+            default_ms: screen.as_ref().ok().and_then(|s| s.default_ms),
+            excluded: screen.as_ref().err().cloned(),
+        }
+    }
 }
 
 /// Speed ratios against the baseline (`baseline / ktune`, median times).

@@ -3,12 +3,11 @@
 //! rises from idle, and falls under sustained load (the H200 ran the same
 //! kernel up to 12% slower within one benchmark run). So the first
 //! candidates, the heuristic default among them, may have been timed at
-//! another clock than the last. Before a search's winner is
-//! recorded, the fastest candidates and the default are measured again in
-//! two rounds, the
-//! second in reverse order (`A B C`, then `C B A`): a clock drifting
-//! steadily then weighs on each of them alike, and the winner is the one
-//! whose rounds took the least time on average.
+//! another clock than the last. Before a search's winner is recorded,
+//! the fastest candidates and the default are measured again in two
+//! rounds, the second in reverse order (`A B C`, then `C B A`): a clock
+//! drifting steadily then weighs on each of them alike, and the winner is
+//! the one whose rounds took the least time on average.
 
 use std::time::Instant;
 
@@ -127,16 +126,16 @@ impl Task<'_> {
 /// first, and `default` after them where the search measured it.
 fn contenders(tuned: &Tuned, default: &Schedule) -> Vec<Schedule> {
     let measured = measured(tuned);
-    let Some(&(_, fastest)) = measured.first() else {
+    let Some(fastest) = measured.first().map(|(_, t)| t.median_us) else {
         return Vec::new();
     };
     let mut contenders: Vec<Schedule> = Vec::new();
-    for &(schedule, us) in &measured {
-        if us > fastest * CONFIRM_WITHIN || contenders.len() == CONFIRM_MOST {
+    for (schedule, timing) in &measured {
+        if timing.median_us > fastest * CONFIRM_WITHIN || contenders.len() == CONFIRM_MOST {
             break;
         }
         if !contenders.contains(schedule) {
-            contenders.push(schedule.clone());
+            contenders.push((*schedule).clone());
         }
     }
     if !contenders.contains(default) && measured.iter().any(|(s, _)| *s == default) {
@@ -147,13 +146,13 @@ fn contenders(tuned: &Tuned, default: &Schedule) -> Vec<Schedule> {
 
 /// The schedules `tuned`'s search measured, with their times, fastest
 /// first.
-fn measured(tuned: &Tuned) -> Vec<(&Schedule, f64)> {
-    let mut measured: Vec<(&Schedule, f64)> = tuned
+fn measured(tuned: &Tuned) -> Vec<(&Schedule, Timing)> {
+    let mut measured: Vec<(&Schedule, Timing)> = tuned
         .history
         .iter()
-        .filter_map(|step| Some((&step.schedule, step.result.as_ref().ok()?.median_us)))
+        .filter_map(|step| Some((&step.schedule, *step.result.as_ref().ok()?)))
         .collect();
-    measured.sort_by(|a, b| a.1.total_cmp(&b.1));
+    measured.sort_by(|a, b| a.1.median_us.total_cmp(&b.1.median_us));
     measured
 }
 
@@ -170,12 +169,9 @@ fn fastest_standing(
             .zip(failed)
             .any(|(c, why)| c == s && why.is_some())
     };
-    tuned
-        .history
-        .iter()
-        .filter(|step| !fell(&step.schedule))
-        .filter_map(|step| Some((&step.schedule, *step.result.as_ref().ok()?)))
-        .min_by(|a, b| a.1.median_us.total_cmp(&b.1.median_us))
+    measured(tuned)
+        .into_iter()
+        .find(|(s, _)| !fell(s))
         .map(|(s, t)| (s.clone(), t))
 }
 
