@@ -49,7 +49,7 @@ pub fn write_kernel(
         let launch = &v.lowered.launch;
         let _ = writeln!(
             table,
-            "    ::ktune::__private::Variant {{\n        gpu: {:?},\n        sm: ({major}, {minor}),\n        arch_specific: {},\n        schedule: {:?},\n        entry: {:?},\n        ptx: include_str!({:?}),\n        grid: {:?},\n        block: {:?},\n        dynamic_shared_bytes: {},\n        workspace_bytes: {},\n    }},",
+            "    ::ktune::__private::Variant {{\n        gpu: {:?},\n        sm: ({major}, {minor}),\n        arch_specific: {},\n        schedule: {:?},\n        entry: {:?},\n        ptx: include_str!({:?}),\n        grid: {:?},\n        block: {:?},\n        dynamic_shared_bytes: {},\n        workspace_bytes: {},\n        persistent: {},\n    }},",
             v.gpu,
             v.arch_specific(),
             v.schedule.to_json(),
@@ -59,6 +59,7 @@ pub fn write_kernel(
             launch.block,
             launch.dynamic_shared_bytes,
             launch.workspace_bytes,
+            launch.persistent,
         );
         files.push(path);
     }

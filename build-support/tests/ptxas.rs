@@ -223,6 +223,7 @@ fn suite() -> Vec<(Kernel, Vec<Schedule>)> {
             prefetch: 0,
             wgmma: 0,
             tail_split: 1,
+            persistent: 0,
         })
     };
     let tf32_points = vec![
@@ -320,6 +321,7 @@ fn suite() -> Vec<(Kernel, Vec<Schedule>)> {
                 prefetch: 0,
                 wgmma: 0,
                 tail_split: 1,
+                persistent: 0,
             }),
         ],
     ));

@@ -669,6 +669,7 @@ fn warpgroup_tiles_run_on_hgmma() {
         prefetch: 0,
         wgmma: 1,
         tail_split: 1,
+        persistent: 0,
     };
     let schedule = Schedule::Mma(tiles);
     let lowered = lower::lower(&kernel, &schedule, target)

@@ -81,6 +81,11 @@
 //!   wave's tiles: the whole tiles' waves take their full steps, then the
 //!   split tiles' slices run in waves of their own, a slice's steps and
 //!   split-K's serial tail each, with split-K's traffic for those tiles.
+//! - **A tensor-core ring's fill**: a block waits a memory latency for
+//!   its ring's first copies before its first step (rings of several
+//!   slots; one slot waits every step). A persistent block
+//!   (`persistent = 1`) copies them for its next tile during the epilogue
+//!   of the one before, so only its first tile waits.
 //! - **DRAM traffic of contractions**: an operand larger than half of L2
 //!   is re-read from DRAM by every wave, as much of it as the wave's
 //!   blocks cover: row by row (`group_m = 1`) a wave covers all of B, in
@@ -577,6 +582,8 @@ fn contraction(
             group_m: tiles.group_m,
             split: layout.split,
             k_tiles: layout.k_tiles(),
+            fill: false,
+            persistent: false,
         },
     );
     let (hw, resident) = (&block.hw, block.resident);
@@ -646,6 +653,12 @@ struct Walk {
     group_m: u32,
     split: Option<Split>,
     k_tiles: u32,
+    /// Whether a block waits for its ring's first copies before its first
+    /// step, a memory latency (counted for tensor-core rings of several
+    /// slots, which persistent blocks fill ahead).
+    fill: bool,
+    /// Whether blocks loop over tiles (`persistent = 1`).
+    persistent: bool,
 }
 
 /// What both contraction estimates (SIMT and tensor-core) share: a block's
@@ -719,14 +732,23 @@ impl Block {
         let waves = self.blocks as f64 / f64::from(wave);
         let steps = f64::from(self.walk.k_tiles);
         let tail = split_tail(self.walk.split, self.memory_cycles());
+        // A ring of several slots waits for its first tiles' copies before
+        // its first step. A persistent block copies them for its next
+        // tile while the epilogue of the one before runs: only its first
+        // tile waits.
+        let fill = match self.walk.fill {
+            true => self.memory_cycles(),
+            false => 0.0,
+        };
         let compute_s = match self.walk.split {
             Some(split) if split.whole > 0 => {
                 let whole = f64::from(split.whole) / f64::from(wave);
                 let sliced = (self.blocks - u64::from(split.whole)) as f64 / f64::from(wave);
-                whole.ceil() * steps * step_cycles
-                    + sliced.ceil() * (f64::from(split.tiles) * step_cycles + tail)
+                whole.ceil() * (steps * step_cycles + fill)
+                    + sliced.ceil() * (f64::from(split.tiles) * step_cycles + tail + fill)
             }
-            _ => waves.ceil() * (steps * step_cycles + tail),
+            _ if self.walk.persistent => waves.ceil() * (steps * step_cycles + tail) + fill,
+            _ => waves.ceil() * (steps * step_cycles + tail + fill),
         } / self.clock;
         let grid = Grid {
             block_m: self.walk.block_m,
@@ -915,6 +937,8 @@ fn tensor_core(
             group_m: tiles.group_m,
             split: layout.split,
             k_tiles: layout.k_tiles(),
+            fill: tiles.stages > 1,
+            persistent: tiles.persistent == 1,
         },
     );
     let hw = &block.hw;
@@ -1310,6 +1334,7 @@ mod tests {
             prefetch: 0,
             wgmma: 0,
             tail_split: 1,
+            persistent: 0,
         })
     }
 
@@ -1379,23 +1404,42 @@ mod tests {
         assert_eq!(ratio(SmVersion::Sm80), 1.0);
     }
 
+    /// Warpgroup tiles of 128 × 256, one block an SM on sm_90: 4 slots of
+    /// 64-deep tiles, two warpgroups of 64 × 128.
+    const WIDE_WARPGROUPS: MmaTiles = MmaTiles {
+        block_m: 128,
+        block_n: 256,
+        block_k: 64,
+        warp_m: 64,
+        warp_n: 128,
+        stages: 4,
+        group_m: 1,
+        split_k: 1,
+        min_blocks: 0,
+        swizzle: 1,
+        prefetch: 0,
+        wgmma: 1,
+        tail_split: 1,
+        persistent: 0,
+    };
+
+    fn wide_warpgroups(k: &Kernel, t: MmaTiles) -> Estimate {
+        estimate(k, &Schedule::Mma(t), SmVersion::Sm90).expect("valid")
+    }
+
     #[test]
     fn a_tail_split_shortens_the_last_wave_of_a_grid_bound_by_its_steps() {
         // 17 × 8 warpgroup tiles of 128 × 256, one block an SM, over a long
         // K: 132 whole tiles, then 4 on 4 of the 132 SMs.
         let k = bf16_matmul(17 * 128, 8 * 256, 16384);
         let point = |tail_split| {
-            let t = MmaTiles {
-                block_n: 256,
-                block_k: 64,
-                warp_n: 128,
-                stages: 4,
-                swizzle: 1,
-                wgmma: 1,
-                tail_split,
-                ..MmaTiles::from_schedule(&tc(128, 64, 3)).expect("an mma point")
-            };
-            estimate(&k, &Schedule::Mma(t), SmVersion::Sm90).expect("valid")
+            wide_warpgroups(
+                &k,
+                MmaTiles {
+                    tail_split,
+                    ..WIDE_WARPGROUPS
+                },
+            )
         };
         let [whole, two, four] = [1, 2, 4].map(point);
         // Bound by its steps, which come in waves (not by traffic).
@@ -1410,6 +1454,31 @@ mod tests {
         let (r2, r4) = (whole.seconds / two.seconds, whole.seconds / four.seconds);
         assert!((1.2..1.34).contains(&r2), "{r2}");
         assert!(r4 > r2 && r4 < 1.6, "{r4}");
+    }
+
+    #[test]
+    fn persistent_blocks_wait_for_their_rings_first_copies_once() {
+        // 34 × 16 warpgroup tiles of 128 × 256, one block an SM: 5 waves
+        // over 132 SMs of 8 steps of 64 each.
+        let k = bf16_matmul(34 * 128, 16 * 256, 512);
+        let point = |persistent| {
+            wide_warpgroups(
+                &k,
+                MmaTiles {
+                    persistent,
+                    ..WIDE_WARPGROUPS
+                },
+            )
+        };
+        let [tile_each, looping] = [0, 1].map(point);
+        assert!(
+            !matches!(tile_each.bound, Bound::L2 | Bound::Memory),
+            "{tile_each:?}"
+        );
+        assert_eq!((tile_each.blocks, looping.blocks), (544, 544));
+        // Four of five fills hidden: about a latency a wave of 8 steps.
+        let saved = tile_each.seconds / looping.seconds;
+        assert!((1.02..1.15).contains(&saved), "{saved}");
     }
 
     #[test]
@@ -1460,6 +1529,7 @@ mod tests {
                 prefetch: 0,
                 wgmma: 0,
                 tail_split: 1,
+                persistent: 0,
             })
         };
         let narrow = estimate(&k, &tile(16, 4), SmVersion::Sm90).unwrap();

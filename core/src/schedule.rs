@@ -184,6 +184,14 @@ pub struct MmaTiles {
     /// tile's. Only with `split_k` 1. Absent from the JSON form when 1.
     #[serde(default = "one", skip_serializing_if = "is_one")]
     pub tail_split: u32,
+    /// How blocks take their output tiles (`wgmma = 1`): 0, a block per
+    /// tile; 1, as many blocks as the GPU holds at once, each walking the
+    /// tiles `ctaid.x, ctaid.x + nctaid.x, …` in a loop, the next tile's
+    /// first copies issued before the current tile's epilogue, so that
+    /// the ring fills while the epilogue computes and stores. Only with
+    /// `split_k` and `tail_split` 1. Absent from the JSON form when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub persistent: u32,
 }
 
 fn one() -> u32 {
@@ -252,6 +260,7 @@ impl Class {
                 "prefetch",
                 "wgmma",
                 "tail_split",
+                "persistent",
             ],
         }
     }
@@ -337,6 +346,7 @@ impl Class {
                     prefetch,
                     wgmma,
                     tail_split,
+                    persistent,
                 ],
             ) => Schedule::Mma(MmaTiles {
                 block_m,
@@ -352,6 +362,7 @@ impl Class {
                 prefetch,
                 wgmma,
                 tail_split,
+                persistent,
             }),
             _ => return None,
         })
@@ -425,9 +436,10 @@ impl Schedule {
                 prefetch,
                 wgmma,
                 tail_split,
+                persistent,
             }) => vec![
                 block_m, block_n, block_k, warp_m, warp_n, stages, group_m, split_k, min_blocks,
-                swizzle, prefetch, wgmma, tail_split,
+                swizzle, prefetch, wgmma, tail_split, persistent,
             ],
         }
     }
@@ -565,59 +577,65 @@ mod tests {
         let parsed = Schedule::from_json(old).expect("a schedule written before split_k");
         assert_eq!(
             parsed.knob_values(),
-            [64, 64, 32, 32, 32, 3, 8, 1, 0, 0, 0, 0, 1]
+            [64, 64, 32, 32, 32, 3, 8, 1, 0, 0, 0, 0, 1, 0]
         );
         assert_eq!(parsed.to_json(), old);
         let split = Class::Mma
-            .schedule(&[64, 64, 32, 32, 32, 3, 1, 4, 0, 0, 0, 0, 1])
-            .expect("thirteen knobs");
+            .schedule(&[64, 64, 32, 32, 32, 3, 1, 4, 0, 0, 0, 0, 1, 0])
+            .expect("fourteen knobs");
         let json = split.to_json();
         assert!(json.ends_with(r#","stages":3,"split_k":4}"#), "{json}");
         assert_eq!(Schedule::from_json(&json).expect("round trip"), split);
     }
 
-    /// `min_blocks`, `swizzle`, `prefetch` and `wgmma` default to 0 in schedules
-    /// written before them, `tail_split` to 1, and each is written only when
-    /// set.
+    /// `min_blocks`, `swizzle`, `prefetch`, `wgmma` and `persistent` default
+    /// to 0 in schedules written before them, `tail_split` to 1, and each is
+    /// written only when set.
     #[test]
     fn register_and_layout_knobs_default_to_zero_and_are_written_only_when_set() {
         let cases = [
             (
                 r#"{"class":"mma","block_m":128,"block_n":128,"block_k":32,"warp_m":64,"warp_n":64,"stages":3,"split_k":2}"#,
-                [128, 128, 32, 64, 64, 3, 1, 2, 0, 0, 0, 0, 1],
-                [128, 128, 32, 64, 64, 3, 1, 1, 1, 0, 0, 0, 1],
+                [128, 128, 32, 64, 64, 3, 1, 2, 0, 0, 0, 0, 1, 0],
+                [128, 128, 32, 64, 64, 3, 1, 1, 1, 0, 0, 0, 1, 0],
                 r#","stages":3,"min_blocks":1}"#,
             ),
             (
                 r#"{"class":"mma","block_m":128,"block_n":128,"block_k":32,"warp_m":64,"warp_n":64,"stages":3,"min_blocks":1}"#,
-                [128, 128, 32, 64, 64, 3, 1, 1, 1, 0, 0, 0, 1],
-                [128, 128, 32, 64, 64, 3, 1, 1, 0, 1, 0, 0, 1],
+                [128, 128, 32, 64, 64, 3, 1, 1, 1, 0, 0, 0, 1, 0],
+                [128, 128, 32, 64, 64, 3, 1, 1, 0, 1, 0, 0, 1, 0],
                 r#","stages":3,"swizzle":1}"#,
             ),
             (
                 r#"{"class":"mma","block_m":128,"block_n":128,"block_k":32,"warp_m":64,"warp_n":64,"stages":3,"swizzle":1}"#,
-                [128, 128, 32, 64, 64, 3, 1, 1, 0, 1, 0, 0, 1],
-                [128, 128, 32, 64, 64, 3, 1, 1, 0, 1, 1, 0, 1],
+                [128, 128, 32, 64, 64, 3, 1, 1, 0, 1, 0, 0, 1, 0],
+                [128, 128, 32, 64, 64, 3, 1, 1, 0, 1, 1, 0, 1, 0],
                 r#","stages":3,"swizzle":1,"prefetch":1}"#,
             ),
             (
                 r#"{"class":"mma","block_m":128,"block_n":128,"block_k":64,"warp_m":64,"warp_n":128,"stages":3,"swizzle":1}"#,
-                [128, 128, 64, 64, 128, 3, 1, 1, 0, 1, 0, 0, 1],
-                [128, 128, 64, 64, 128, 3, 1, 1, 0, 1, 0, 1, 1],
+                [128, 128, 64, 64, 128, 3, 1, 1, 0, 1, 0, 0, 1, 0],
+                [128, 128, 64, 64, 128, 3, 1, 1, 0, 1, 0, 1, 1, 0],
                 r#","stages":3,"swizzle":1,"wgmma":1}"#,
             ),
             (
                 r#"{"class":"mma","block_m":128,"block_n":128,"block_k":64,"warp_m":64,"warp_n":128,"stages":3,"swizzle":1,"wgmma":1}"#,
-                [128, 128, 64, 64, 128, 3, 1, 1, 0, 1, 0, 1, 1],
-                [128, 128, 64, 64, 128, 3, 1, 1, 0, 1, 0, 1, 2],
+                [128, 128, 64, 64, 128, 3, 1, 1, 0, 1, 0, 1, 1, 0],
+                [128, 128, 64, 64, 128, 3, 1, 1, 0, 1, 0, 1, 2, 0],
                 r#","swizzle":1,"wgmma":1,"tail_split":2}"#,
+            ),
+            (
+                r#"{"class":"mma","block_m":128,"block_n":128,"block_k":64,"warp_m":64,"warp_n":128,"stages":3,"swizzle":1,"wgmma":1}"#,
+                [128, 128, 64, 64, 128, 3, 1, 1, 0, 1, 0, 1, 1, 0],
+                [128, 128, 64, 64, 128, 3, 1, 1, 0, 1, 0, 1, 1, 1],
+                r#","swizzle":1,"wgmma":1,"persistent":1}"#,
             ),
         ];
         for (old, knobs, set, suffix) in cases {
             let parsed = Schedule::from_json(old).expect("a schedule written before the knob");
             assert_eq!(parsed.knob_values(), knobs);
             assert_eq!(parsed.to_json(), old);
-            let with = Class::Mma.schedule(&set).expect("thirteen knobs");
+            let with = Class::Mma.schedule(&set).expect("fourteen knobs");
             let json = with.to_json();
             assert!(json.ends_with(suffix), "{json}");
             assert_eq!(Schedule::from_json(&json).expect("round trip"), with);

@@ -283,6 +283,7 @@ fn contraction_knobs_out_of_range_are_reported_not_trusted() {
         prefetch: 0,
         wgmma: 0,
         tail_split: 1,
+        persistent: 0,
     };
     let schedules = [
         Schedule::Matmul(simt),
@@ -326,6 +327,7 @@ fn tensor_core_records_pass_with_or_without_the_register_hint_the_swizzle_or_the
             prefetch,
             wgmma: 0,
             tail_split: 1,
+            persistent: 0,
         });
         let db = Database::parse(&db_of(vec![r]).to_text()).unwrap();
         assert_eq!(

@@ -418,8 +418,23 @@ impl Gpu {
                 .map_err(driver("allowing the kernel's dynamic shared memory"))
                 .map_err(compile)?;
         }
-        let [gx, gy, gz] = lowered.launch.grid;
         let [bx, by, bz] = lowered.launch.block;
+        let resident = if lowered.launch.persistent {
+            let sms = context
+                .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+                .map_err(driver("reading the GPU's SM count"))
+                .map_err(compile)?;
+            let per_sm = function
+                .occupancy_max_active_blocks_per_multiprocessor(bx * by * bz, shared as usize, None)
+                .map_err(driver(
+                    "reading how many of the kernel's blocks an SM holds",
+                ))
+                .map_err(compile)?;
+            u32::try_from(sms).unwrap_or(0).saturating_mul(per_sm)
+        } else {
+            0
+        };
+        let [gx, gy, gz] = lowered.launch.grid_for(resident);
         Ok(Program {
             function,
             config: LaunchConfig {

@@ -101,6 +101,9 @@ pub struct Variant {
     /// pointer parameter after the output (split-K's partial sums and
     /// arrival counters); 0 for most variants, which take none.
     pub workspace_bytes: u64,
+    /// Whether the kernel's blocks loop over `grid[0]` tiles: launched
+    /// with at most as many blocks as the GPU holds at once.
+    pub persistent: bool,
 }
 
 impl Variant {

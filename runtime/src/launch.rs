@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 
-use cudarc::driver::sys::{CUdeviceptr, CUfunction_attribute};
+use cudarc::driver::sys::{CUdevice_attribute, CUdeviceptr, CUfunction_attribute};
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig,
     PushKernelArg, SyncOnDrop,
@@ -90,6 +90,9 @@ impl<T: Element> DeviceArgMut for CudaSlice<T> {
 struct Loaded {
     variant: &'static Variant,
     function: CudaFunction,
+    /// The grid it is launched with: the variant's, or for a persistent
+    /// variant as many blocks as the GPU holds at once.
+    grid: [u32; 3],
     /// Split-K's workspaces, when the variant takes one.
     workspaces: Pool,
 }
@@ -170,7 +173,7 @@ pub fn launch(
     let loaded = loaded(context, kernel, variants)?;
     let variant = loaded.variant;
     let config = LaunchConfig {
-        grid_dim: variant.grid.into(),
+        grid_dim: loaded.grid.into(),
         block_dim: variant.block.into(),
         shared_mem_bytes: variant.dynamic_shared_bytes,
     };
@@ -379,10 +382,31 @@ fn load(
                 )
             })?;
     }
+    let grid = if variant.persistent {
+        let threads = variant.block.iter().product();
+        let resident = context
+            .bind_to_thread()
+            .and_then(|()| {
+                context.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            })
+            .and_then(|sms| {
+                let per_sm = function.occupancy_max_active_blocks_per_multiprocessor(
+                    threads,
+                    variant.dynamic_shared_bytes as usize,
+                    None,
+                )?;
+                Ok(u32::try_from(sms).unwrap_or(0).saturating_mul(per_sm))
+            })
+            .map_err(|e| Error::driver(what("sizing the grid of persistent"), e))?;
+        [variant.grid[0].min(resident.max(1)), 1, 1]
+    } else {
+        variant.grid
+    };
     MODULE_LOADS.fetch_add(1, Ordering::Relaxed);
     Ok(Loaded {
         variant,
         function,
+        grid,
         workspaces: Pool::default(),
     })
 }

@@ -151,6 +151,7 @@ fn the_variant_tuned_on_this_gpu_model_is_launched() {
             block: [32, 1, 1],
             dynamic_shared_bytes: 0,
             workspace_bytes: 0,
+            persistent: false,
         },
         Variant {
             gpu: Some(name),
@@ -163,6 +164,7 @@ fn the_variant_tuned_on_this_gpu_model_is_launched() {
             block: [32, 1, 1],
             dynamic_shared_bytes: 0,
             workspace_bytes: 0,
+            persistent: false,
         },
     ]));
     let stream = device.stream().unwrap();

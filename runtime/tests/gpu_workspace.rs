@@ -73,6 +73,7 @@ static VARIANTS: LazyLock<Vec<Variant>> = LazyLock::new(|| {
         block: lowered.launch.block,
         dynamic_shared_bytes: lowered.launch.dynamic_shared_bytes,
         workspace_bytes: lowered.launch.workspace_bytes,
+        persistent: lowered.launch.persistent,
     }]
 });
 

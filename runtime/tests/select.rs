@@ -31,6 +31,7 @@ const fn variant(gpu: Option<&'static str>, sm: (u32, u32), entry: &'static str)
         block: [32, 1, 1],
         dynamic_shared_bytes: 0,
         workspace_bytes: 0,
+        persistent: false,
     }
 }
 

@@ -91,6 +91,7 @@ fn main() {
         block: [1024, 1, 1],
         dynamic_shared_bytes: 0,
         workspace_bytes: 0,
+        persistent: false,
     };
     measure("shuffle butterfly 8x1024", || {
         ktune_vgpu::run(&shuffles, &launch, &mut []).expect("shuffles run")

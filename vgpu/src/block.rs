@@ -2,7 +2,7 @@
 //! next `bar.sync` or `shfl.sync`, then completes the barriers and
 //! shuffles that can complete, until every thread has exited.
 
-mod warpgroup;
+pub(crate) mod warpgroup;
 
 use ktune_core::lower::Launch;
 use ktune_core::ptx::Kernel;
@@ -66,7 +66,7 @@ pub(crate) fn run_grid(
     let mut blocks: Vec<Block<'_>> = (0..cluster_blocks)
         .map(|_| Block::new(kernel, &program, ntid))
         .collect();
-    let grid = launch.grid;
+    let grid = launch.grid_for(config.resident_blocks);
     let mut serial = 0u32;
     memory.begin_launch(grid);
     for origin in block_order(grid, cluster_blocks, config.block_order) {

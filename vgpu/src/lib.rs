@@ -27,7 +27,7 @@
 //! b.store(Space::Global, DType::F32, Addr { base: dst, offset: 0 }, y);
 //! let kernel = b.finish("double".into(), 2, 64, 0);
 //!
-//! let launch = Launch { grid: [1, 1, 1], block: [32, 1, 1], dynamic_shared_bytes: 0, workspace_bytes: 0 };
+//! let launch = Launch { grid: [1, 1, 1], block: [32, 1, 1], dynamic_shared_bytes: 0, workspace_bytes: 0, persistent: false };
 //! let input: Vec<f32> = (0..32).map(|i| i as f32).collect();
 //! let (out, stats) = ktune_vgpu::run_f32(&kernel, &launch, &[&input], 32)?;
 //! assert_eq!(out[5], 10.0);
@@ -208,6 +208,10 @@ pub struct Config {
     pub step_limit: u64,
     /// The order blocks run in.
     pub block_order: BlockOrder,
+    /// The blocks a persistent kernel ([`Launch::persistent`]) is launched
+    /// with, where its grid has more tiles: few, so that each block loops
+    /// over several tiles, and blocks end up with different counts.
+    pub resident_blocks: u32,
 }
 
 /// The order a grid's blocks run in, one after another.
@@ -226,6 +230,7 @@ impl Default for Config {
         Config {
             step_limit: 100_000_000,
             block_order: BlockOrder::Index,
+            resident_blocks: 3,
         }
     }
 }
@@ -240,6 +245,12 @@ impl Config {
     /// Sets the order blocks run in.
     pub fn block_order(mut self, order: BlockOrder) -> Config {
         self.block_order = order;
+        self
+    }
+
+    /// Sets the blocks a persistent kernel is launched with.
+    pub fn resident_blocks(mut self, blocks: u32) -> Config {
+        self.resident_blocks = blocks;
         self
     }
 }

@@ -38,6 +38,7 @@
 
 use ktune_core::ptx::inst::Space;
 
+use crate::block::warpgroup::WARPGROUP;
 use crate::fault::{Access, ClusterProblem, FaultKind};
 
 /// The address `mov.u32 %r, ktune_smem` yields: a fake base, so a shared
@@ -62,6 +63,11 @@ struct ByteState {
     write_number: u64,
     /// In-flight `wgmma.mma_async`s reading the byte.
     async_readers: u16,
+    /// The first thread of the last warpgroup whose `wgmma.mma_async`
+    /// read the byte, and the epoch of that read: another warpgroup's
+    /// thread may write the byte only after a barrier.
+    async_reader: u32,
+    async_read_epoch: u32,
     /// The cluster barrier that publishes the last write (see the module
     /// comment).
     release: u32,
@@ -83,6 +89,8 @@ const FRESH: ByteState = ByteState {
     copy_pc: 0,
     write_number: 0,
     async_readers: 0,
+    async_reader: NOBODY,
+    async_read_epoch: 0,
     release: 0,
     remote_read: 0,
     remote_reader: NOBODY,
@@ -357,7 +365,12 @@ impl Shared {
     /// them: written before this barrier interval, visible to the async
     /// proxy, and then held until [`Shared::release_async_read`]. Returns
     /// the window offset and the bytes.
-    pub(crate) fn async_read(&mut self, addr: u64, size: u32) -> Result<(u32, &[u8]), FaultKind> {
+    pub(crate) fn async_read(
+        &mut self,
+        addr: u64,
+        size: u32,
+        group_first: u32,
+    ) -> Result<(u32, &[u8]), FaultKind> {
         let start = self.offset(addr, size, Access::Load)?;
         let end = start + size as usize;
         for i in start..end {
@@ -376,8 +389,11 @@ impl Shared {
                 });
             }
         }
+        let epoch = self.epoch;
         for s in &mut self.state[start..end] {
             s.async_readers += 1;
+            s.async_reader = group_first;
+            s.async_read_epoch = epoch;
         }
         Ok((start as u32, &self.data[start..end]))
     }
@@ -405,6 +421,12 @@ impl Shared {
                     addr: u64::from(SHARED_BASE) + u64::from(offset),
                     offset,
                 });
+            }
+            if s.async_reader != NOBODY
+                && s.async_read_epoch == self.epoch
+                && thread as usize / WARPGROUP != s.async_reader as usize / WARPGROUP
+            {
+                return Err(self.race(offset, s.async_reader, false, true));
             }
             if s.remote_reader != NOBODY
                 && s.remote_read_epoch >= self.block_start

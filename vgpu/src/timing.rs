@@ -41,7 +41,13 @@ pub fn estimate(stats: &Stats, launch: &Launch, target: SmVersion, compulsory_by
     let hw = target.hardware();
     let limits = target.limits();
     let clock = f64::from(hw.clock_mhz) * 1e6;
-    let blocks = stats.blocks.max(1) as f64;
+    // A persistent kernel's blocks stand for its tiles, spread as a
+    // block per tile would be.
+    let blocks = match launch.persistent {
+        true => u64::from(launch.grid[0]),
+        false => stats.blocks,
+    }
+    .max(1) as f64;
     let threads = launch.block.iter().product::<u32>().max(1);
     let by_threads = limits.max_threads_per_sm / threads;
     let by_shared = match launch.dynamic_shared_bytes {
@@ -85,6 +91,7 @@ mod tests {
             block: [threads, 1, 1],
             dynamic_shared_bytes: 0,
             workspace_bytes: 0,
+            persistent: false,
         }
     }
 

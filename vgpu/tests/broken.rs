@@ -585,6 +585,7 @@ fn tf32_tiles() -> Schedule {
         prefetch: 0,
         wgmma: 0,
         tail_split: 1,
+        persistent: 0,
     })
 }
 

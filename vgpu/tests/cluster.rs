@@ -155,6 +155,7 @@ fn launch(blocks: u32) -> Launch {
         block: [THREADS, 1, 1],
         dynamic_shared_bytes: THREADS * 4,
         workspace_bytes: 0,
+        persistent: false,
     }
 }
 

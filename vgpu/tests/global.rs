@@ -51,6 +51,7 @@ fn launch(blocks: u32) -> Launch {
         block: [32, 1, 1],
         dynamic_shared_bytes: 0,
         workspace_bytes: 0,
+        persistent: false,
     }
 }
 

@@ -605,6 +605,7 @@ fn special_registers() {
         block: [8, 4, 1],
         dynamic_shared_bytes: 0,
         workspace_bytes: 0,
+        persistent: false,
     };
     let mut b = Builder::new();
     let regs: Vec<Reg> = [

@@ -34,6 +34,7 @@ fn tiles(
         prefetch: 0,
         wgmma,
         tail_split,
+        persistent: 0,
     }
 }
 

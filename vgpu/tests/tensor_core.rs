@@ -25,6 +25,7 @@ fn run(text: &str, blocks: u32, buffers: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>, k
         block: [kernel.block_threads, 1, 1],
         dynamic_shared_bytes: kernel.dynamic_shared_bytes,
         workspace_bytes: 0,
+        persistent: false,
     };
     let mut buffers = buffers;
     ktune_vgpu::run(&kernel, &launch, &mut buffers)?;
@@ -173,6 +174,7 @@ fn the_wavefront_count_sees_bank_conflicts() {
             block: [32, 1, 1],
             dynamic_shared_bytes: kernel.dynamic_shared_bytes,
             workspace_bytes: 0,
+            persistent: false,
         };
         let mut buffers = vec![vec![1u8; 512], vec![0u8; 512]];
         let stats =

@@ -401,6 +401,7 @@ fn launch(kernel: &Kernel, threads: u32) -> Launch {
         block: [threads, 1, 1],
         dynamic_shared_bytes: kernel.dynamic_shared_bytes,
         workspace_bytes: 0,
+        persistent: false,
     }
 }
 

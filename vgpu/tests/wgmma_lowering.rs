@@ -37,6 +37,7 @@ fn tiles(
         prefetch: 0,
         wgmma: 1,
         tail_split: 1,
+        persistent: 0,
     }
 }
 

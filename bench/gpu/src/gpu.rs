@@ -189,10 +189,20 @@ impl Gpu {
             0 => None,
             bytes => Some(self.stream.alloc_zeros::<u8>(bytes as usize)?),
         };
+        let resident = if launch.persistent {
+            self.ctx.bind_to_thread()?;
+            let threads = launch.block.iter().product();
+            let shared = launch.dynamic_shared_bytes as usize;
+            let per_sm =
+                function.occupancy_max_active_blocks_per_multiprocessor(threads, shared, None)?;
+            self.info.sm_count.saturating_mul(per_sm)
+        } else {
+            0
+        };
         Ok(Loaded {
             function,
             config: LaunchConfig {
-                grid_dim: launch.grid.into(),
+                grid_dim: launch.grid_for(resident).into(),
                 block_dim: launch.block.into(),
                 shared_mem_bytes: launch.dynamic_shared_bytes,
             },

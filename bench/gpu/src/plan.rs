@@ -172,7 +172,8 @@ impl Plan {
 /// For a tensor-core `default`: it with `prefetch` flipped between 0 and
 /// 1, then with `swizzle`, `min_blocks` or both flipped, then twice as
 /// deep (`block_k`, up to 64) in either layout: whole 128-byte rows of
-/// 16-bit `k`-contiguous operands per copy. For a rows `default`: its row read once per pass, with two
+/// 16-bit `k`-contiguous operands per copy; then with its last partial
+/// wave split 2 and 4 ways, and with `persistent` flipped. For a rows `default`: its row read once per pass, with two
 /// reductions in one pass where they pair (`online = 1`) or not, or kept
 /// in shared memory (`cache = 2`), at its own threads per row and, one row
 /// a block, at a block's most (1024) and half of it (512: the fastest of
@@ -253,10 +254,16 @@ fn alternatives(default: &Schedule) -> Vec<Schedule> {
         .flatten();
     // The last wave split, where the grid leaves one to split.
     let tails = [2, 4].map(|tail_split| MmaTiles { tail_split, ..t });
+    // Blocks looping over tiles, or a block per tile, for warpgroups.
+    let persistent = MmaTiles {
+        persistent: flip(t.persistent),
+        ..t
+    };
     std::iter::once(prefetch)
         .chain(flips)
         .chain(deeper)
         .chain(tails)
+        .chain(std::iter::once(persistent))
         .map(Schedule::Mma)
         .collect()
 }
@@ -380,6 +387,7 @@ fn check_schedule(
         block,
         dynamic_shared_bytes,
         workspace_bytes,
+        persistent,
     } = variant.launch;
     let mut launch = format!(
         "grid {}×{}×{} block {}×{}×{} smem {dynamic_shared_bytes}",
@@ -387,6 +395,9 @@ fn check_schedule(
     );
     if workspace_bytes > 0 {
         launch.push_str(&format!(" workspace {workspace_bytes}"));
+    }
+    if persistent {
+        launch.push_str(" persistent");
     }
     let Some(ptxas) = ptxas else {
         return launch;

@@ -128,6 +128,7 @@ pub fn read_kernel(bytes: u64, passes: u32, blocks: u32, target: SmVersion) -> P
             block: [THREADS, 1, 1],
             dynamic_shared_bytes: 0,
             workspace_bytes: 0,
+            persistent: false,
         },
         bytes_read: bytes * u64::from(passes),
     }

@@ -162,6 +162,7 @@ pub(super) fn lower(
             block: [block, 1, 1],
             dynamic_shared_bytes: 0,
             workspace_bytes: 0,
+            persistent: false,
         },
     })
 }

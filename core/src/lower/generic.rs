@@ -51,6 +51,7 @@ pub(super) fn lower(kernel: &Kernel, block: u32, target: SmVersion) -> Result<Lo
             block: [block, 1, 1],
             dynamic_shared_bytes: 0,
             workspace_bytes: 0,
+            persistent: false,
         },
     })
 }

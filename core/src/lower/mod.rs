@@ -28,6 +28,24 @@ pub struct Launch {
     /// must be (its counters), so one buffer serves any number of launches
     /// run one after another, but not two running at once.
     pub workspace_bytes: u64,
+    /// Whether the kernel's blocks loop over the grid's `grid[0]` tiles
+    /// (`ctaid.x`, then `nctaid.x` on, …): any grid of 1 to `grid[0]`
+    /// blocks computes the whole output, and it is launched with as many
+    /// as the GPU holds at once ([`Launch::grid_for`]).
+    pub persistent: bool,
+}
+
+impl Launch {
+    /// The grid to launch where `resident` blocks of this kernel run at
+    /// once (the SMs times the blocks each holds): `grid`, or for a
+    /// persistent kernel at most `resident` blocks (at least one).
+    pub fn grid_for(&self, resident: u32) -> [u32; 3] {
+        if self.persistent {
+            [self.grid[0].min(resident.max(1)), 1, 1]
+        } else {
+            self.grid
+        }
+    }
 }
 
 /// A lowered kernel: its instruction list and how to launch it.

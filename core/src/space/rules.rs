@@ -101,6 +101,15 @@
 //!   contiguous along `k` from the start of a 128-byte panel (a
 //!   [`Constraint::Range`](crate::lower::Constraint) or
 //!   [`Constraint::Tiling`](crate::lower::Constraint) rejection otherwise).
+//! - **Persistent blocks** (`persistent`, where warpgroups are offered and
+//!   64 × 16 tiles outnumber the SMs): 0, a block per output tile, and 1,
+//!   as many blocks as the GPU holds at once, each looping over tiles and
+//!   filling its ring for the next one before the current one's
+//!   epilogue. A point with `split_k` or `tail_split`, without `wgmma`,
+//!   or whose tiles do not outnumber the SMs is a
+//!   [`Constraint::Split`](crate::lower::Constraint),
+//!   [`Constraint::Range`](crate::lower::Constraint) or
+//!   [`Constraint::Tiling`](crate::lower::Constraint) rejection.
 
 use super::{Coverage, Family, Knob, Space};
 use crate::dtype::DType;
@@ -220,6 +229,7 @@ fn matmul(kernel: &Kernel, plan: &MatmulPlan, target: SmVersion) -> Space {
     }];
     if mma::applies(kernel, plan) {
         let warpgroups = wgmmas(kernel, plan, target);
+        let persistent = persistents(kernel, plan, target, &warpgroups);
         // Tensor-core tiles are at least one 16-wide fragment.
         let tile = |extent: u32, high: u32| powers(16, extent.next_power_of_two().clamp(16, high));
         families.push(Family {
@@ -242,12 +252,32 @@ fn matmul(kernel: &Kernel, plan: &MatmulPlan, target: SmVersion) -> Space {
                 knob("prefetch", prefetches(&stages)),
                 knob("wgmma", warpgroups),
                 knob("tail_split", tail_split_values(kernel, plan, target)),
+                knob("persistent", persistent),
             ],
         });
     }
     Space {
         families,
         coverage: Coverage::Tiles { n },
+    }
+}
+
+/// How blocks take their tiles: a block per tile (0), and where
+/// warpgroups are offered and the finest warpgroup tiles (64 × 16)
+/// outnumber the target's SMs, blocks looping over tiles (1).
+fn persistents(
+    kernel: &Kernel,
+    plan: &MatmulPlan,
+    target: SmVersion,
+    warpgroups: &[u32],
+) -> Vec<u32> {
+    let tiles = u64::from(plan.m_extent(kernel).div_ceil(64))
+        * u64::from(plan.n_extent(kernel).div_ceil(16))
+        * plan.batch_count(kernel);
+    if warpgroups.contains(&1) && tiles > u64::from(target.limits().sm_count) {
+        vec![0, 1]
+    } else {
+        vec![0]
     }
 }
 

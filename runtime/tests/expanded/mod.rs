@@ -47,6 +47,7 @@ pub mod softmax {
                 block: [32, 1, 1],
                 dynamic_shared_bytes: 0,
                 workspace_bytes: 0,
+                persistent: false,
             },
             ::ktune::__private::Variant {
                 gpu: None,
@@ -59,6 +60,7 @@ pub mod softmax {
                 block: [32, 1, 1],
                 dynamic_shared_bytes: 0,
                 workspace_bytes: 0,
+                persistent: false,
             },
         ];
     }
@@ -191,6 +193,7 @@ pub mod scale_add {
             block: [256, 1, 1],
             dynamic_shared_bytes: 64 * 1024,
             workspace_bytes: 0,
+            persistent: false,
         }];
     }
 

@@ -33,7 +33,7 @@ use crate::fault::{Fault, FaultKind, LaneState};
 use crate::fragment;
 use ktune_core::ptx::inst::MmaKind;
 
-pub(super) const WARPGROUP: usize = 128;
+pub(crate) const WARPGROUP: usize = 128;
 
 /// The `wgmma` state of each warpgroup of a block.
 #[derive(Debug, Default)]
@@ -235,16 +235,17 @@ impl Block<'_> {
             for mn in 0..rows {
                 for kk in 0..k {
                     let addr = desc.address(mn as u64, kk as u64, elem, major);
-                    let (offset, bits) = match self.shared.async_read(addr, elem as u32) {
-                        Ok((offset, bytes)) => (
-                            offset,
-                            bytes
-                                .iter()
-                                .rev()
-                                .fold(0u32, |acc, b| acc << 8 | u32::from(*b)),
-                        ),
-                        Err(kind) => return Err(self.fault(env, first, kind)),
-                    };
+                    let (offset, bits) =
+                        match self.shared.async_read(addr, elem as u32, first as u32) {
+                            Ok((offset, bytes)) => (
+                                offset,
+                                bytes
+                                    .iter()
+                                    .rev()
+                                    .fold(0u32, |acc, b| acc << 8 | u32::from(*b)),
+                            ),
+                            Err(kind) => return Err(self.fault(env, first, kind)),
+                        };
                     let value = fragment::value(kind, bits);
                     if matrix == 0 {
                         am[mn * k + kk] = value;

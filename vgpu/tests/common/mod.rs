@@ -108,6 +108,7 @@ pub fn one_block(threads: u32, shared: u32) -> Launch {
         block: [threads, 1, 1],
         dynamic_shared_bytes: shared,
         workspace_bytes: 0,
+        persistent: false,
     }
 }
 

@@ -94,6 +94,7 @@ pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &Layout) -> Lower
             shared_bytes: layout.shared_bytes,
             split: layout.split,
             min_blocks: 0,
+            persistent: false,
         },
     )
 }

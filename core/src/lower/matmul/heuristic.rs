@@ -263,6 +263,7 @@ fn warpgroup_options(
                     prefetch: 0,
                     wgmma: 1,
                     tail_split: 1,
+                    persistent: 0,
                 };
                 MmaLayout::new(kernel, plan, tiles, target)
                     .is_ok()
@@ -607,6 +608,7 @@ fn tensor_core(
             prefetch: u32::from(stages > 1),
             wgmma: 0,
             tail_split: 1,
+            persistent: 0,
         })
         .find(|t| MmaLayout::new(kernel, plan, *t, target).is_ok())
 }

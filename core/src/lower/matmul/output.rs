@@ -60,32 +60,44 @@ pub(super) fn check_group(group_m: u32, block_m: u32, m_extent: u32) -> Result<(
 
 impl Tile {
     /// Decodes `ctaid.x` (with a tail split, the index of the block's
-    /// tile, [`Split::tail_part`]): the batch element varies slowest;
-    /// within it, tiles along `n` vary fastest, then along `m` (`group_m`
-    /// 1), or tiles run down each group of `group_m` block rows, then along
-    /// `n`, then to the next group.
+    /// tile, [`Split::tail_part`]) as [`Tile::at`] does.
     pub fn decode(
         b: &mut Builder,
-        kernel: &Kernel,
-        plan: &MatmulPlan,
-        (block_m, block_n): (u32, u32),
+        (kernel, plan): (&Kernel, &MatmulPlan),
+        blocks: (u32, u32),
         group_m: u32,
         k_split: Option<&Split>,
     ) -> Tile {
         let tid = b.special(Special::TidX);
         let ctaid = b.special(Special::CtaidX);
-        let (tail, ctaid) = match k_split.and_then(|s| s.tail_part(b, ctaid)) {
-            Some((part, index)) => (Some(part), index),
-            None => (None, ctaid),
-        };
+        match k_split.and_then(|s| s.tail_part(b, ctaid)) {
+            Some((part, index)) => Tile {
+                tail: Some(part),
+                ..Tile::at(b, (kernel, plan), blocks, group_m, (tid, index))
+            },
+            None => Tile::at(b, (kernel, plan), blocks, group_m, (tid, ctaid)),
+        }
+    }
+
+    /// The tile numbered `index` in the grid's walk: the batch element
+    /// varies slowest; within it, tiles along `n` vary fastest, then along
+    /// `m` (`group_m` 1), or tiles run down each group of `group_m` block
+    /// rows, then along `n`, then to the next group.
+    pub fn at(
+        b: &mut Builder,
+        (kernel, plan): (&Kernel, &MatmulPlan),
+        (block_m, block_n): (u32, u32),
+        group_m: u32,
+        (tid, index): (Reg, Reg),
+    ) -> Tile {
         let tiles_n = plan.n_extent(kernel).div_ceil(block_n);
         let tiles_m = plan.m_extent(kernel).div_ceil(block_m);
         let (m_tile, n_tile, batch) = if group_m == 1 {
-            let (n_tile, rest) = split(b, ctaid, tiles_n);
+            let (n_tile, rest) = split(b, index, tiles_n);
             let (m_tile, batch) = split(b, rest, tiles_m);
             (m_tile, n_tile, batch)
         } else {
-            let (pid, batch) = split(b, ctaid, tiles_m * tiles_n);
+            let (pid, batch) = split(b, index, tiles_m * tiles_n);
             let (m_tile, n_tile) = grouped(b, pid, tiles_m, tiles_n, group_m);
             (m_tile, n_tile, batch)
         };
@@ -116,7 +128,7 @@ impl Tile {
             env,
             out,
             grid: u64::from(tiles_m) * u64::from(tiles_n) * plan.batch_count(kernel),
-            tail,
+            tail: None,
             count: None,
         }
     }
@@ -133,7 +145,7 @@ pub(super) fn begin(
     group_m: u32,
     k_split: Option<&Split>,
 ) -> (Tile, Reg, Option<Reg>) {
-    let mut tile = Tile::decode(b, kernel, plan, (block_m, block_n), group_m, k_split);
+    let mut tile = Tile::decode(b, (kernel, plan), (block_m, block_n), group_m, k_split);
     let smem = b.shared_base();
     let k0 = k_split.map(|split| split.k0(b, tile.tail.as_ref(), block_k));
     let k_tiles = plan.k_extent(kernel).div_ceil(block_k);
@@ -187,6 +199,8 @@ pub(super) struct BlockShape {
     pub split: Option<Split>,
     /// Blocks per SM ptxas leaves room for (`.minnctapersm`; 0: it chooses).
     pub min_blocks: u32,
+    /// Whether each block loops over tiles ([`Launch::persistent`]).
+    pub persistent: bool,
 }
 
 /// Ends a contraction kernel: the epilogue, then the label where the
@@ -204,6 +218,12 @@ pub(super) fn finish(
     if let Some(exit) = reduced {
         b.place(exit);
     }
+    assemble(b, kernel, tile.grid, block)
+}
+
+/// The kernel of a body that is complete, over a grid of `tiles` output
+/// tiles, and its launch configuration.
+pub(super) fn assemble(b: Builder, kernel: &Kernel, tiles: u64, block: BlockShape) -> Lowered {
     let params = kernel.inputs.len() + 1 + usize::from(block.split.is_some());
     let mut ptx = b.finish(
         entry_name(kernel),
@@ -219,12 +239,13 @@ pub(super) fn finish(
             // tile of at least 16 × 16 at most four ways), and lowering
             // checked that the output has fewer than 2^31 elements.
             grid: match block.split {
-                Some(split) => [split.blocks_x(tile.grid) as u32, split.blocks_y(), 1],
-                None => [tile.grid as u32, 1, 1],
+                Some(split) => [split.blocks_x(tiles) as u32, split.blocks_y(), 1],
+                None => [tiles as u32, 1, 1],
             },
             block: [block.threads, 1, 1],
             dynamic_shared_bytes: block.shared_bytes,
             workspace_bytes: block.split.map_or(0, |s| s.workspace_bytes),
+            persistent: block.persistent,
         },
     }
 }

@@ -115,29 +115,39 @@ impl Ring {
         self.count.map_or(imm(self.tiles), Operand::Reg)
     }
 
-    /// The registers, and the copies of the first [`Ring::ahead`] tiles,
-    /// one commit group each.
-    fn prologue(self, b: &mut Builder, issue: &impl Fn(&mut Builder, Reg)) -> Cursor {
-        let read = b.u32_imm(0);
-        let write = b.u32_imm(self.ahead() * self.slot_bytes);
-        if self.stages > 1 {
-            let slot = b.u32_imm(0);
-            for s in 0..self.ahead() {
-                if s < self.tiles {
-                    issue(b, slot);
-                }
-                b.cp_async_commit();
-                if s + 1 < self.ahead() {
-                    self.next_slot(b, slot);
-                }
+    /// The copies of the first [`Ring::ahead`] tiles into the slots from
+    /// the first on, one commit group each (none with one stage, whose
+    /// loop copies each tile itself).
+    pub(super) fn fill(self, b: &mut Builder, issue: &impl Fn(&mut Builder, Reg)) {
+        if self.stages == 1 {
+            return;
+        }
+        let slot = b.u32_imm(0);
+        for s in 0..self.ahead() {
+            if s < self.tiles {
+                issue(b, slot);
+            }
+            b.cp_async_commit();
+            if s + 1 < self.ahead() {
+                self.next_slot(b, slot);
             }
         }
-        let counter = b.u32_imm(0);
+    }
+
+    /// The registers of a ring whose first tiles have been copied: reading
+    /// the first slot, writing the one after those copies, at tile 0.
+    fn cursor(self, b: &mut Builder) -> Cursor {
         Cursor {
-            read,
-            write,
-            counter,
+            read: b.u32_imm(0),
+            write: b.u32_imm(self.ahead() * self.slot_bytes),
+            counter: b.u32_imm(0),
         }
+    }
+
+    /// [`Ring::fill`], then the registers.
+    fn prologue(self, b: &mut Builder, issue: &impl Fn(&mut Builder, Reg)) -> Cursor {
+        self.fill(b, issue);
+        self.cursor(b)
     }
 
     /// The copies of tile `kt + ahead` into the write slot, when there is
@@ -195,13 +205,27 @@ pub(super) fn ring(
     b: &mut Builder,
     ring: Ring,
     issue: impl Fn(&mut Builder, Reg),
+    compute: impl FnMut(&mut Builder, Reg),
+) {
+    ring.fill(b, &issue);
+    filled(b, ring, issue, compute);
+}
+
+/// The loop of [`ring`] once the ring's first tiles have been copied
+/// ([`Ring::fill`], which may run well before: a persistent block fills
+/// the ring for its next output tile before the current one's epilogue).
+/// `issue` then copies the tiles after those.
+pub(super) fn filled(
+    b: &mut Builder,
+    ring: Ring,
+    issue: impl Fn(&mut Builder, Reg),
     mut compute: impl FnMut(&mut Builder, Reg),
 ) {
     assert!(
         ring.held == 0 || ring.stages >= 3,
         "a held slot needs a third"
     );
-    let cursor = ring.prologue(b, &issue);
+    let cursor = ring.cursor(b);
     let top = b.label();
     b.place(top);
     if ring.stages == 1 {

@@ -539,6 +539,7 @@ pub(super) fn lower(
             block: [shape.block(), 1, 1],
             dynamic_shared_bytes: shared,
             workspace_bytes: 0,
+            persistent: false,
         },
     })
 }

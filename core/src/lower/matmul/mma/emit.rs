@@ -102,32 +102,46 @@ pub(super) fn store(
     b: Builder,
     (kernel, plan, layout): (&Kernel, &MatmulPlan, &MmaLayout),
     tile: &Tile,
-    (sums, ms, ns): (&[Vec<Reg>], &[Reg], &[Reg]),
+    accumulated: (&[Vec<Reg>], &[Reg], &[Reg]),
     reduced: Option<Label>,
 ) -> Lowered {
+    finish(
+        b,
+        kernel,
+        plan,
+        (tile, &outputs(layout, accumulated)),
+        reduced,
+        block_shape(layout),
+    )
+}
+
+/// The thread's sums with their output rows and columns, checked against
+/// the extents their tiles overhang, stored two columns at a time.
+pub(super) fn outputs<'r>(
+    layout: &MmaLayout,
+    (sums, ms, ns): (&'r [Vec<Reg>], &'r [Reg], &'r [Reg]),
+) -> Outputs<'r> {
     let t = layout.tiles;
     let bound = |extent: u32, block: u32| (!extent.is_multiple_of(block)).then_some(extent);
-    let outputs = Outputs {
+    Outputs {
         acc: sums,
         ms,
         ns,
         m_bound: bound(layout.m_extent, t.block_m),
         n_bound: bound(layout.n_extent, t.block_n),
         run: 2,
-    };
-    finish(
-        b,
-        kernel,
-        plan,
-        (tile, &outputs),
-        reduced,
-        BlockShape {
-            threads: layout.threads,
-            shared_bytes: layout.shared_bytes,
-            split: layout.split,
-            min_blocks: t.min_blocks,
-        },
-    )
+    }
+}
+
+/// The block the layout was checked for.
+pub(super) fn block_shape(layout: &MmaLayout) -> BlockShape {
+    BlockShape {
+        threads: layout.threads,
+        shared_bytes: layout.shared_bytes,
+        split: layout.split,
+        min_blocks: layout.tiles.min_blocks,
+        persistent: layout.tiles.persistent == 1,
+    }
 }
 
 /// The shared addresses (slot 0) this lane hands `ldmatrix.x4`, for the

@@ -189,6 +189,7 @@ impl MmaLayout {
             prefetch,
             wgmma,
             tail_split,
+            persistent: _,
         } = tiles;
         let warpgroups = wgmma == 1;
         // A warpgroup's `wgmma`s are 64 rows by up to 256 columns.
@@ -301,6 +302,7 @@ impl MmaLayout {
                 ));
             }
         };
+        check_persistent(tiles, grid, target)?;
         if warp_m > block_m || warp_n > block_n {
             return Err(Violation::new(
                 Constraint::Tiling,
@@ -407,6 +409,46 @@ impl MmaLayout {
 /// The period of the widest swizzle `wgmma` reads (128-byte rows, 8 of
 /// them), which tiles and ring slots start at multiples of.
 pub(crate) const WGMMA_SWIZZLE_PERIOD: u32 = 1024;
+
+/// Checks `persistent`: 0, or 1 for warpgroups whose tiles are neither
+/// split along `K` (each block's ring runs whole tiles) nor fewer than
+/// the target's SMs (where every block would compute one).
+fn check_persistent(tiles: MmaTiles, grid: u64, target: SmVersion) -> Result<(), Violation> {
+    match (tiles.persistent, tiles.wgmma) {
+        (0, _) => Ok(()),
+        (1, 1) => {
+            if tiles.split_k > 1 || tiles.tail_split > 1 {
+                return Err(Violation::new(
+                    Constraint::Split,
+                    format!(
+                        "persistent = 1 runs each tile's whole K in one block; split_k = {} and tail_split = {} split tiles across blocks",
+                        tiles.split_k, tiles.tail_split
+                    ),
+                ));
+            }
+            let sms = target.limits().sm_count;
+            if grid <= u64::from(sms) {
+                return Err(Violation::new(
+                    Constraint::Tiling,
+                    format!(
+                        "persistent = 1 loops over a block's tiles; a grid of {grid} tiles gives each of {target}'s {sms} SMs one at most"
+                    ),
+                ));
+            }
+            Ok(())
+        }
+        (1, _) => Err(Violation::new(
+            Constraint::Range,
+            "persistent = 1 is implemented for warpgroups (wgmma = 1); wgmma = 0".to_owned(),
+        )),
+        (other, _) => Err(Violation::new(
+            Constraint::Range,
+            format!(
+                "persistent = {other}; expected 0 (a block per tile) or 1 (blocks looping over tiles)"
+            ),
+        )),
+    }
+}
 
 /// The knobs `wgmma = 1` needs: sm_90's instruction, 16-bit operands in
 /// swizzled rows (its canonical layouts), and none of the `mma.sync`

@@ -95,7 +95,9 @@
 //! layouts when a row is at most 128 bytes, which `k`-contiguous tiles
 //! always are; a tile contiguous along `m` or `n` and wider is stored in
 //! 128-byte column panels (`layout::MmaStaging::panels`), each
-//! warpgroup's part starting on one (see `warpgroup`).
+//! warpgroup's part starting on one (see `warpgroup`). There, with
+//! `persistent = 1`, blocks loop over the grid's tiles, each filling its
+//! ring for the next tile before the current one's epilogue.
 //!
 //! The code is split by pass: `layout` (checking a schedule), `copy`
 //! (global → shared with `cp.async`), `emit` (the rest; its `k` loop is

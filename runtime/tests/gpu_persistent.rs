@@ -1,0 +1,126 @@
+//! A persistent warpgroup variant (`persistent = 1`) on a Hopper GPU: the
+//! launcher sizes its grid to the blocks the GPU holds at once, fewer than
+//! the variant's tiles, and every tile is still computed. The kernel is a
+//! bf16 product with edges along `M`, `N` and `K`, lowered here by
+//! ktune-core for `sm_90a`. GPU-only and ignored without one, as explained
+//! in `gpu.rs`, except the check that the variant is what the GPU test
+//! needs.
+
+use std::sync::LazyLock;
+
+use ktune::__private::{KernelInfo, TensorInfo, Variant, launch};
+use ktune::prelude::*;
+use ktune_core::lower::lower;
+use ktune_core::ptx;
+use ktune_core::schedule::Schedule;
+use ktune_core::syntax::parse_kernel;
+use ktune_core::target::SmVersion;
+
+const M: usize = 760;
+const N: usize = 184;
+const K: usize = 88;
+
+/// 12 × 12 warpgroup tiles of 64 × 16, the last row and column partial;
+/// `K`'s 6 tiles of 16 through a ring of 3 slots, one held.
+const SCHEDULE: &str = r#"{"class":"mma","block_m":64,"block_n":16,"block_k":16,"warp_m":64,"warp_n":16,"stages":3,"swizzle":1,"wgmma":1,"persistent":1}"#;
+
+static KERNEL: KernelInfo = KernelInfo {
+    name: "matmul",
+    checksum: "0123456789abcdef",
+    dims: &[("M", M as u32), ("N", N as u32), ("K", K as u32)],
+    inputs: &[
+        TensorInfo {
+            name: "a",
+            dtype: "bf16",
+            dims: &["M", "K"],
+            len: M * K,
+        },
+        TensorInfo {
+            name: "b",
+            dtype: "bf16",
+            dims: &["K", "N"],
+            len: K * N,
+        },
+    ],
+    output: TensorInfo {
+        name: "c",
+        dtype: "f32",
+        dims: &["M", "N"],
+        len: M * N,
+    },
+    flops: (2 * M * N * K) as u64,
+    bytes: (2 * (M * K + K * N) + 4 * M * N) as u64,
+};
+
+static VARIANTS: LazyLock<Vec<Variant>> = LazyLock::new(|| {
+    let source =
+        "fn matmul(a: Tensor<bf16, (M, K)>, b: Tensor<bf16, (K, N)>) -> Tensor<f32, (M, N)> {
+        compute(|m, n| sum(K, |k| a[m][k] * b[k][n]))
+    }";
+    let attr = format!("shape(M = {M}, N = {N}, K = {K})");
+    let kernel = parse_kernel(attr.parse().unwrap(), source.parse().unwrap()).unwrap();
+    let schedule = Schedule::from_json(SCHEDULE).unwrap();
+    let target = SmVersion::Sm90;
+    let lowered = lower(&kernel, &schedule, target).unwrap();
+    vec![Variant {
+        gpu: None,
+        sm: (9, 0),
+        arch_specific: true,
+        schedule: SCHEDULE,
+        entry: Box::leak(lowered.ptx.entry.clone().into_boxed_str()),
+        ptx: Box::leak(ptx::print(&lowered.ptx, target).into_boxed_str()),
+        grid: lowered.launch.grid,
+        block: lowered.launch.block,
+        dynamic_shared_bytes: lowered.launch.dynamic_shared_bytes,
+        workspace_bytes: lowered.launch.workspace_bytes,
+        persistent: lowered.launch.persistent,
+    }]
+});
+
+/// Small integers, so that the product is exact in f32 whatever the order
+/// of summation.
+fn inputs(seed: usize) -> (Vec<bf16>, Vec<bf16>) {
+    let value =
+        |i: usize, salt: usize| bf16::from_f32(((i * 7 + seed * 13 + salt) % 9) as f32 - 4.0);
+    let a = (0..M * K).map(|i| value(i, 1)).collect();
+    let b = (0..K * N).map(|i| value(i, 5)).collect();
+    (a, b)
+}
+
+fn reference(a: &[bf16], b: &[bf16]) -> Vec<f32> {
+    let mut c = vec![0.0; M * N];
+    for m in 0..M {
+        for n in 0..N {
+            c[m * N + n] = (0..K)
+                .map(|k| a[m * K + k].to_f32() * b[k * N + n].to_f32())
+                .sum();
+        }
+    }
+    c
+}
+
+#[test]
+fn the_variant_loops_over_more_tiles_than_a_gpu_has_sms() {
+    let variant = &VARIANTS[0];
+    assert!(variant.persistent, "{variant}");
+    assert_eq!(variant.grid, [144, 1, 1], "{variant}");
+}
+
+#[test]
+#[ignore = "needs a GPU: cargo test -p ktune -- --include-ignored"]
+fn a_persistent_variant_computes_every_tile() {
+    let device = Device::cuda(0).unwrap_or_else(|e| panic!("this test needs a GPU: {e}"));
+    let cc = device.compute_capability().unwrap();
+    assert_eq!(cc, (9, 0), "this test needs a Hopper GPU (sm_90): {device}");
+    let stream = device.stream().unwrap();
+    for seed in 0..3 {
+        let (a, b) = inputs(seed);
+        let a_gpu = stream.clone_htod(&a).unwrap();
+        let b_gpu = stream.clone_htod(&b).unwrap();
+        let mut out = stream.alloc_zeros::<f32>(M * N).unwrap();
+        let variant = launch(stream, &KERNEL, &VARIANTS, &[&a_gpu, &b_gpu], &mut out).unwrap();
+        assert!(variant.persistent);
+        let got = stream.clone_dtoh(&out).unwrap();
+        assert_eq!(got, reference(&a, &b), "launch {seed}");
+    }
+}

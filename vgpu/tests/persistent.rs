@@ -1,0 +1,164 @@
+//! Persistent warpgroup blocks (`persistent = 1`) on the virtual GPU: each
+//! block walks the grid's tiles `ctaid.x`, `ctaid.x + nctaid.x`, …,
+//! filling the ring for its next tile before the current one's epilogue.
+//! Checked against the CPU reference with edges along `M`, `N` and `K`,
+//! every ring depth (a held slot included), a grouped walk, a batch and a
+//! fused epilogue, and launched with any number of blocks from one to a
+//! block per tile; and the points it cannot run rejected by their
+//! constraint.
+
+mod common;
+
+use common::gemm;
+use ktune_core::lower::{Constraint, LowerError, lower, validate};
+use ktune_core::schedule::{MmaTiles, Schedule};
+use ktune_core::syntax::parse_kernel;
+use ktune_core::target::SmVersion;
+use ktune_vgpu::verify::Reference;
+use ktune_vgpu::{Config, poisoned, run_bytes_with};
+use quote::quote;
+
+fn tiles((block_m, block_n, block_k): (u32, u32, u32), warp_n: u32, stages: u32) -> MmaTiles {
+    MmaTiles {
+        block_m,
+        block_n,
+        block_k,
+        warp_m: 64,
+        warp_n,
+        stages,
+        group_m: 1,
+        split_k: 1,
+        min_blocks: 0,
+        swizzle: 1,
+        prefetch: 0,
+        wgmma: 1,
+        tail_split: 1,
+        persistent: 1,
+    }
+}
+
+/// Verifies `t` against `reference` (the virtual GPU launches a
+/// persistent kernel with 3 blocks) and checks that it ran as few blocks
+/// over `grid` tiles.
+fn check(reference: &Reference, t: MmaTiles, grid: u32) {
+    let schedule = Schedule::Mma(t);
+    let what = format!("{t:?}");
+    let lowered = lower(reference.kernel(), &schedule, SmVersion::Sm90)
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(lowered.launch.persistent, "{what}");
+    assert_eq!(lowered.launch.grid, [grid, 1, 1], "{what}");
+    assert_eq!(lowered.launch.grid_for(132), [132, 1, 1], "{what}");
+    let verified = reference
+        .check(&schedule, SmVersion::Sm90)
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert_eq!(verified.stats.blocks, 3, "{what}");
+    assert!(verified.stats.mma_flops > 0, "{what}");
+}
+
+#[test]
+fn persistent_blocks_compute_every_tile() {
+    // 12 × 12 tiles of 64 × 16, the last row and column partial; K's 6
+    // tiles of 16, the last partial.
+    for (a_t, b_t) in [(false, false), (true, true)] {
+        let reference = Reference::new(&gemm("bf16", a_t, b_t, (760, 184, 88)), 7);
+        for stages in 1..=4 {
+            check(&reference, tiles((64, 16, 16), 16, stages), 144);
+        }
+    }
+    // Two warpgroups a block, K shallower than the ring (2 tiles of 64 in
+    // 4 slots); rows walked in groups of 4.
+    let reference = Reference::new(&gemm("f16", false, true, (1000, 280, 72)), 7);
+    check(&reference, tiles((128, 16, 64), 16, 4), 8 * 18);
+    let grouped = MmaTiles {
+        group_m: 4,
+        ..tiles((64, 32, 32), 32, 3)
+    };
+    check(&reference, grouped, 16 * 9);
+}
+
+#[test]
+fn a_fused_epilogue_over_a_batch_runs_persistent() {
+    let kernel = parse_kernel(
+        quote!(shape(B = 4, M = 200, N = 136, K = 72)),
+        quote! {
+            fn fused(x: Tensor<bf16, (B, M, K)>, w: Tensor<bf16, (K, N)>, bias: Tensor<f32, (N,)>) -> Tensor<bf16, (B, M, N)> {
+                compute(|b, m, n| gelu(sum(K, |k| x[b][m][k] * w[k][n]) + bias[n]))
+            }
+        },
+    )
+    .expect("valid kernel");
+    // 4 batch elements of 4 × 9 tiles of 64 × 16, the last row and column
+    // partial; K's 3 tiles of 32, the last partial.
+    check(
+        &Reference::new(&kernel, 7),
+        tiles((64, 16, 32), 16, 3),
+        4 * 4 * 9,
+    );
+}
+
+#[test]
+fn any_number_of_blocks_computes_the_whole_output() {
+    let kernel = gemm("bf16", false, true, (760, 184, 88));
+    let t = tiles((64, 16, 16), 16, 3);
+    let lowered = lower(&kernel, &Schedule::Mma(t), SmVersion::Sm90).expect("lowers");
+    let reference = Reference::new(&kernel, 3);
+    let inputs: Vec<&[u8]> = reference.buffers().iter().map(Vec::as_slice).collect();
+    for blocks in [1, 2, 5, 143, 144, 1000] {
+        let config = Config::default().resident_blocks(blocks);
+        let output = poisoned(kernel.output.dtype, reference.output().len());
+        let (bytes, stats) =
+            run_bytes_with(&lowered.ptx, &lowered.launch, &inputs, output, &config)
+                .unwrap_or_else(|f| panic!("{blocks} blocks: {f}"));
+        assert_eq!(stats.blocks, u64::from(blocks.min(144)));
+        reference
+            .compare(&bytes)
+            .unwrap_or_else(|e| panic!("{blocks} blocks: {e}"));
+    }
+}
+
+#[test]
+fn points_that_cannot_loop_over_tiles_are_rejected_by_their_constraint() {
+    let kernel = gemm("bf16", false, false, (760, 184, 88));
+    let good = tiles((64, 16, 16), 16, 2);
+    assert!(validate(&kernel, &Schedule::Mma(good), SmVersion::Sm90).is_ok());
+    let rejected = |kernel: &ktune_core::ir::Kernel, t: MmaTiles, want: Constraint| match validate(
+        kernel,
+        &Schedule::Mma(t),
+        SmVersion::Sm90,
+    ) {
+        Err(LowerError::Invalid {
+            constraint, reason, ..
+        }) if constraint == want => reason,
+        other => panic!("{t:?}: {other:?}, expected a {want:?} rejection"),
+    };
+    let reason = rejected(
+        &kernel,
+        MmaTiles {
+            persistent: 2,
+            ..good
+        },
+        Constraint::Range,
+    );
+    assert!(reason.contains("persistent = 2"), "{reason}");
+    let warps = MmaTiles {
+        wgmma: 0,
+        warp_m: 16,
+        ..good
+    };
+    let reason = rejected(&kernel, warps, Constraint::Range);
+    assert!(reason.contains("wgmma = 1"), "{reason}");
+    for split in [
+        MmaTiles { split_k: 2, ..good },
+        MmaTiles {
+            tail_split: 2,
+            ..good
+        },
+    ] {
+        let reason = rejected(&kernel, split, Constraint::Split);
+        assert!(reason.contains("whole K"), "{reason}");
+    }
+    // 2 × 12 tiles: fewer than the 132 SMs.
+    let small = gemm("bf16", false, false, (128, 184, 88));
+    let reason = rejected(&small, good, Constraint::Tiling);
+    assert!(reason.contains("132 SMs"), "{reason}");
+}
