@@ -1,8 +1,9 @@
 //! A persistent warpgroup variant (`persistent = 1`) on a Hopper GPU: the
 //! launcher sizes its grid to the blocks the GPU holds at once, fewer than
-//! the variant's tiles, and every tile is still computed. The kernel is a
-//! bf16 product with edges along `M`, `N` and `K`, lowered here by
-//! ktune-core for `sm_90a`. GPU-only and ignored without one, as explained
+//! the variant's tiles (each block's 40 KiB of shared memory lets an SM
+//! hold 5 at most, 660 on 132 SMs, against 1,408 tiles), and every tile is
+//! still computed. The kernel is a bf16 product with edges along `M`, `N`
+//! and `K`, lowered here by ktune-core for `sm_90a`. GPU-only and ignored without one, as explained
 //! in `gpu.rs`, except the check that the variant is what the GPU test
 //! needs.
 
@@ -16,13 +17,14 @@ use ktune_core::schedule::Schedule;
 use ktune_core::syntax::parse_kernel;
 use ktune_core::target::SmVersion;
 
-const M: usize = 760;
-const N: usize = 184;
+const M: usize = 1000;
+const N: usize = 1400;
 const K: usize = 88;
 
-/// 12 × 12 warpgroup tiles of 64 × 16, the last row and column partial;
-/// `K`'s 6 tiles of 16 through a ring of 3 slots, one held.
-const SCHEDULE: &str = r#"{"class":"mma","block_m":64,"block_n":16,"block_k":16,"warp_m":64,"warp_n":16,"stages":3,"swizzle":1,"wgmma":1,"persistent":1}"#;
+/// 16 × 88 warpgroup tiles of 64 × 16, the last row and column partial;
+/// `K`'s 2 tiles of 64 (the last partial) through a ring of 4 slots, one
+/// held.
+const SCHEDULE: &str = r#"{"class":"mma","block_m":64,"block_n":16,"block_k":64,"warp_m":64,"warp_n":16,"stages":4,"swizzle":1,"wgmma":1,"persistent":1}"#;
 
 static KERNEL: KernelInfo = KernelInfo {
     name: "matmul",
@@ -100,10 +102,15 @@ fn reference(a: &[bf16], b: &[bf16]) -> Vec<f32> {
 }
 
 #[test]
-fn the_variant_loops_over_more_tiles_than_a_gpu_has_sms() {
+fn the_variant_has_more_tiles_than_an_h100_or_h200_holds_blocks() {
     let variant = &VARIANTS[0];
     assert!(variant.persistent, "{variant}");
-    assert_eq!(variant.grid, [144, 1, 1], "{variant}");
+    assert_eq!(variant.grid, [16 * 88, 1, 1], "{variant}");
+    let limits = SmVersion::Sm90.limits();
+    let per_sm =
+        limits.shared_per_sm / (variant.dynamic_shared_bytes + limits.reserved_shared_per_block);
+    assert_eq!(per_sm, 5, "{variant}");
+    assert!(variant.grid[0] > 2 * per_sm * limits.sm_count, "{variant}");
 }
 
 #[test]

@@ -21,7 +21,10 @@
 //! `fence.proxy.async` of its writer after the write (each write is
 //! numbered, and each thread remembers the number current at its last such
 //! fence). While the instruction is in flight its bytes must not be
-//! written.
+//! written, and until the next barrier no thread of another warpgroup may
+//! write them: the read is unordered with such a write, whichever the
+//! interpreter runs first (each byte keeps the warpgroups that read it in
+//! the current interval).
 //!
 //! Other blocks of a thread-block cluster read the window too
 //! ([`Shared::remote_load`]), ordered by the cluster's barriers, which are
@@ -63,10 +66,10 @@ struct ByteState {
     write_number: u64,
     /// In-flight `wgmma.mma_async`s reading the byte.
     async_readers: u16,
-    /// The first thread of the last warpgroup whose `wgmma.mma_async`
-    /// read the byte, and the epoch of that read: another warpgroup's
-    /// thread may write the byte only after a barrier.
-    async_reader: u32,
+    /// The warpgroups whose `wgmma.mma_async`s read the byte in
+    /// `async_read_epoch`, one bit each (a block has at most 8): a thread
+    /// of another warpgroup may write the byte only after a barrier.
+    async_read_groups: u8,
     async_read_epoch: u32,
     /// The cluster barrier that publishes the last write (see the module
     /// comment).
@@ -89,7 +92,7 @@ const FRESH: ByteState = ByteState {
     copy_pc: 0,
     write_number: 0,
     async_readers: 0,
-    async_reader: NOBODY,
+    async_read_groups: 0,
     async_read_epoch: 0,
     release: 0,
     remote_read: 0,
@@ -206,6 +209,7 @@ impl Shared {
         for s in &mut self.state {
             s.write_epoch = renumber(s.write_epoch);
             s.read_epoch = if s.read_epoch == epoch { 2 } else { 0 };
+            s.async_read_epoch = if s.async_read_epoch == epoch { 2 } else { 0 };
             s.remote_read_epoch = renumber(s.remote_read_epoch);
         }
         self.epoch = 2;
@@ -369,7 +373,7 @@ impl Shared {
         &mut self,
         addr: u64,
         size: u32,
-        group_first: u32,
+        group: usize,
     ) -> Result<(u32, &[u8]), FaultKind> {
         let start = self.offset(addr, size, Access::Load)?;
         let end = start + size as usize;
@@ -392,8 +396,10 @@ impl Shared {
         let epoch = self.epoch;
         for s in &mut self.state[start..end] {
             s.async_readers += 1;
-            s.async_reader = group_first;
-            s.async_read_epoch = epoch;
+            if s.async_read_epoch != epoch {
+                (s.async_read_groups, s.async_read_epoch) = (0, epoch);
+            }
+            s.async_read_groups |= 1 << group;
         }
         Ok((start as u32, &self.data[start..end]))
     }
@@ -422,11 +428,10 @@ impl Shared {
                     offset,
                 });
             }
-            if s.async_reader != NOBODY
-                && s.async_read_epoch == self.epoch
-                && thread as usize / WARPGROUP != s.async_reader as usize / WARPGROUP
-            {
-                return Err(self.race(offset, s.async_reader, false, true));
+            let others = s.async_read_groups & !(1 << (thread as usize / WARPGROUP));
+            if s.async_read_epoch == self.epoch && others != 0 {
+                let reader = others.trailing_zeros() as usize * WARPGROUP;
+                return Err(self.race(offset, reader as u32, false, true));
             }
             if s.remote_reader != NOBODY
                 && s.remote_read_epoch >= self.block_start
@@ -540,6 +545,62 @@ impl Shared {
             first_thread: self.coords(first),
             first_was_write,
             second_is_write,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const AT: u64 = SHARED_BASE as u64;
+
+    /// A window of 16 bytes for two warpgroups, written by thread 0 and
+    /// handed to the async proxy behind a barrier; then the warpgroups in
+    /// `readers` read it through the async proxy, and their `wgmma`s
+    /// complete.
+    fn read_by(readers: &[usize]) -> Shared {
+        let mut shared = Shared::new(16, [256, 1, 1]);
+        shared.begin_block();
+        shared.store(0, AT, 16).expect("a fresh window");
+        shared.fence_proxy(0);
+        shared.barrier();
+        for &group in readers {
+            let (offset, _) = shared.async_read(AT, 16, group).expect("fenced");
+            shared.release_async_read(offset, 16);
+        }
+        shared
+    }
+
+    fn race_with(fault: Result<&mut [u8], FaultKind>) -> [u32; 3] {
+        match fault {
+            Err(FaultKind::SharedRace {
+                first_thread,
+                first_was_write: false,
+                second_is_write: true,
+                ..
+            }) => first_thread,
+            other => panic!("{other:?}: expected a race with a read"),
+        }
+    }
+
+    #[test]
+    fn a_wgmma_read_orders_other_warpgroups_writes_until_the_next_barrier() {
+        // Warpgroup 0 read: its own threads may write once its group
+        // completed, warpgroup 1's only after a barrier.
+        let mut shared = read_by(&[0]);
+        assert!(shared.store(5, AT, 4).is_ok());
+        assert_eq!(race_with(shared.store(130, AT + 4, 4)), [0, 0, 0]);
+        shared.barrier();
+        assert!(shared.store(130, AT + 4, 4).is_ok());
+    }
+
+    #[test]
+    fn every_warpgroup_that_read_is_remembered_whatever_the_order() {
+        for readers in [[0, 1], [1, 0]] {
+            let mut shared = read_by(&readers);
+            assert_eq!(race_with(shared.store(7, AT, 4)), [128, 0, 0]);
+            assert_eq!(race_with(shared.store(200, AT + 8, 4)), [0, 0, 0]);
         }
     }
 }

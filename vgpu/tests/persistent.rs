@@ -2,7 +2,7 @@
 //! block walks the grid's tiles `ctaid.x`, `ctaid.x + nctaid.x`, …,
 //! filling the ring for its next tile before the current one's epilogue.
 //! Checked against the CPU reference with edges along `M`, `N` and `K`,
-//! every ring depth (a held slot included), a grouped walk, a batch and a
+//! rings of 2 to 4 slots (a held slot included), a grouped walk, a batch and a
 //! fused epilogue, and launched with any number of blocks from one to a
 //! block per tile; and the points it cannot run rejected by their
 //! constraint.
@@ -61,7 +61,7 @@ fn persistent_blocks_compute_every_tile() {
     // tiles of 16, the last partial.
     for (a_t, b_t) in [(false, false), (true, true)] {
         let reference = Reference::new(&gemm("bf16", a_t, b_t, (760, 184, 88)), 7);
-        for stages in 1..=4 {
+        for stages in 2..=4 {
             check(&reference, tiles((64, 16, 16), 16, stages), 144);
         }
     }
@@ -140,6 +140,8 @@ fn points_that_cannot_loop_over_tiles_are_rejected_by_their_constraint() {
         Constraint::Range,
     );
     assert!(reason.contains("persistent = 2"), "{reason}");
+    let reason = rejected(&kernel, MmaTiles { stages: 1, ..good }, Constraint::Range);
+    assert!(reason.contains("stages = 1"), "{reason}");
     let warps = MmaTiles {
         wgmma: 0,
         warp_m: 16,

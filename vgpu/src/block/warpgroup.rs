@@ -7,9 +7,10 @@
 //! - a `wgmma.mma_async` computes its result when issued, from shared
 //!   memory as it is then; the bytes it read stay held by it until the
 //!   `wgmma.wait_group` that completes its group, and a write to them
-//!   before is a fault ([`crate::shared::Shared::async_read`] also checks
-//!   that they were written before the last barrier and made visible to
-//!   the async proxy);
+//!   before is a fault, as is a write by another warpgroup's thread
+//!   before the next barrier ([`crate::shared::Shared::async_read`] also
+//!   checks that they were written before the last barrier and made
+//!   visible to the async proxy);
 //! - its accumulator registers belong to it until then: the result lands in
 //!   them when the group completes, and another instruction reading them
 //!   before is a fault, as is one writing them (found when the result
@@ -235,17 +236,16 @@ impl Block<'_> {
             for mn in 0..rows {
                 for kk in 0..k {
                     let addr = desc.address(mn as u64, kk as u64, elem, major);
-                    let (offset, bits) =
-                        match self.shared.async_read(addr, elem as u32, first as u32) {
-                            Ok((offset, bytes)) => (
-                                offset,
-                                bytes
-                                    .iter()
-                                    .rev()
-                                    .fold(0u32, |acc, b| acc << 8 | u32::from(*b)),
-                            ),
-                            Err(kind) => return Err(self.fault(env, first, kind)),
-                        };
+                    let (offset, bits) = match self.shared.async_read(addr, elem as u32, group) {
+                        Ok((offset, bytes)) => (
+                            offset,
+                            bytes
+                                .iter()
+                                .rev()
+                                .fold(0u32, |acc, b| acc << 8 | u32::from(*b)),
+                        ),
+                        Err(kind) => return Err(self.fault(env, first, kind)),
+                    };
                     let value = fragment::value(kind, bits);
                     if matrix == 0 {
                         am[mn * k + kk] = value;

@@ -105,8 +105,9 @@ impl Ring {
         b.u32_select(past, wrapped, further)
     }
 
-    /// Tiles whose copies are in flight while one is computed.
-    fn ahead(self) -> u32 {
+    /// Tiles whose copies are in flight while one is computed: those
+    /// [`Ring::fill`] copies.
+    pub(super) fn ahead(self) -> u32 {
         self.stages - 1 - self.held
     }
 

@@ -410,13 +410,21 @@ impl MmaLayout {
 /// them), which tiles and ring slots start at multiples of.
 pub(crate) const WGMMA_SWIZZLE_PERIOD: u32 = 1024;
 
-/// Checks `persistent`: 0, or 1 for warpgroups whose tiles are neither
-/// split along `K` (each block's ring runs whole tiles) nor fewer than
-/// the target's SMs (where every block would compute one).
+/// Checks `persistent`: 0, or 1 for warpgroups with a ring of several
+/// slots (the one filled ahead), whose tiles are neither split along `K`
+/// (each block's ring runs whole tiles) nor fewer than the target's SMs
+/// (where every block would compute one; with fewer than the SMs hold at
+/// once, the launcher gives each its own block).
 fn check_persistent(tiles: MmaTiles, grid: u64, target: SmVersion) -> Result<(), Violation> {
     match (tiles.persistent, tiles.wgmma) {
         (0, _) => Ok(()),
         (1, 1) => {
+            if tiles.stages == 1 {
+                return Err(Violation::new(
+                    Constraint::Range,
+                    "persistent = 1 fills the next tile's ring during the current one's epilogue; stages = 1 copies each K tile in its own step".to_owned(),
+                ));
+            }
             if tiles.split_k > 1 || tiles.tail_split > 1 {
                 return Err(Violation::new(
                     Constraint::Split,

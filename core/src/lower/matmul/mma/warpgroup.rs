@@ -122,13 +122,19 @@ fn persistent(kernel: &Kernel, plan: &MatmulPlan, layout: &MmaLayout) -> Lowered
         [Side::A, Side::B].map(|side| Copier::new(b, kernel, plan, layout, side, tile, (smem, k0)))
     };
     let first = tile_at(&mut b, index);
+    let tiles = Operand::Int(first.grid as i64);
+    // Launchers give a persistent kernel at most a block per tile; a
+    // block past them has nothing to do.
+    let done = b.label();
+    let any = b.setp(Cmp::Lt, Ty::U32, index, tiles);
+    b.bra_if(any, true, done);
     let [a, bs] = copiers(&mut b, &first, None);
     ring.fill(&mut b, &issuer(&a, &bs));
 
     let top = b.label();
     b.place(top);
     let tile = tile_at(&mut b, index);
-    let past = b.u32_imm(t.tiles_in_flight() * t.block_k);
+    let past = b.u32_imm(ring.ahead() * t.block_k);
     let [a, bs] = copiers(&mut b, &tile, Some(past));
     let acc = accumulators(&mut b, layout);
     pipeline::filled(&mut b, ring, issuer(&a, &bs), group.compute(layout, &acc));
@@ -136,7 +142,7 @@ fn persistent(kernel: &Kernel, plan: &MatmulPlan, layout: &MmaLayout) -> Lowered
     let next = b.u32_op(ArithOp::Add, index, stride);
     b.push(Op::BarSync);
     let last = b.label();
-    let more = b.setp(Cmp::Lt, Ty::U32, next, Operand::Int(tile.grid as i64));
+    let more = b.setp(Cmp::Lt, Ty::U32, next, tiles);
     b.bra_if(more, true, last);
     let following = tile_at(&mut b, next);
     let [a, bs] = copiers(&mut b, &following, None);
@@ -156,8 +162,9 @@ fn persistent(kernel: &Kernel, plan: &MatmulPlan, layout: &MmaLayout) -> Lowered
         dst: index,
         src: next.into(),
     });
-    let more = b.setp(Cmp::Lt, Ty::U32, index, Operand::Int(tile.grid as i64));
+    let more = b.setp(Cmp::Lt, Ty::U32, index, tiles);
     b.bra_if(more, false, top);
+    b.place(done);
     assemble(b, kernel, tile.grid, block_shape(layout))
 }
 
