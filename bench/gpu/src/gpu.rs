@@ -206,6 +206,7 @@ impl Gpu {
                 block_dim: launch.block.into(),
                 shared_mem_bytes: launch.dynamic_shared_bytes,
             },
+            persistent: launch.persistent,
             tensor_bytes,
             workspace,
         })
@@ -298,6 +299,7 @@ impl Gpu {
 pub struct Loaded {
     function: CudaFunction,
     config: LaunchConfig,
+    persistent: bool,
     tensor_bytes: Vec<usize>,
     /// Split-K's workspace, zeroed when allocated; the kernel leaves it
     /// ready for its next launch.
@@ -305,6 +307,11 @@ pub struct Loaded {
 }
 
 impl Loaded {
+    /// The blocks a persistent kernel is launched with.
+    pub fn persistent_blocks(&self) -> Option<u32> {
+        self.persistent.then_some(self.config.grid_dim.0)
+    }
+
     /// Queues one launch: the inputs in the kernel's order, then the output.
     pub fn launch(
         &self,

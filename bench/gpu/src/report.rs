@@ -213,6 +213,8 @@ pub struct Sampled {
 pub struct Screen {
     pub median_ms: f64,
     pub default_ms: Option<f64>,
+    /// The blocks a persistent schedule was launched with.
+    pub blocks: Option<u32>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -229,6 +231,11 @@ pub struct Screened {
     pub default_ms: Option<f64>,
     /// Why it was excluded (wrong output, failed to load or launch).
     pub excluded: Option<String>,
+    /// The blocks a persistent schedule (`persistent = 1`) was launched
+    /// with: the GPU's SMs times the blocks the driver says one holds, at
+    /// most the tiles.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub blocks: Option<u32>,
 }
 
 impl Screened {
@@ -239,6 +246,7 @@ impl Screened {
             median_ms: screen.as_ref().ok().map(|s| s.median_ms),
             default_ms: screen.as_ref().ok().and_then(|s| s.default_ms),
             excluded: screen.as_ref().err().cloned(),
+            blocks: screen.as_ref().ok().and_then(|s| s.blocks),
         }
     }
 }
@@ -401,9 +409,12 @@ fn alternatives_table(out: &mut String, results: &Results) {
                 "—".to_owned(),
             ),
         };
+        let blocks = screened
+            .blocks
+            .map_or(String::new(), |blocks| format!(" ({blocks} blocks)"));
         let _ = writeln!(
             out,
-            "| {} | {} | {ms} | {default_ms:.3} | {ratio} |",
+            "| {} | {}{blocks} | {ms} | {default_ms:.3} | {ratio} |",
             case.name,
             screened.schedule.to_json()
         );
@@ -542,18 +553,21 @@ mod tests {
                 median_ms: Some(2.0),
                 default_ms: None,
                 excluded: None,
+                blocks: None,
             },
             Screened {
                 schedule: swizzled.clone(),
                 median_ms: Some(2.0),
                 default_ms: Some(2.5),
                 excluded: None,
+                blocks: Some(132),
             },
             Screened {
                 schedule: swizzled,
                 median_ms: None,
                 default_ms: None,
                 excluded: Some("wrong output".to_owned()),
+                blocks: None,
             },
         ];
         results.cases.push(case);
@@ -564,8 +578,9 @@ mod tests {
             table.contains(r#","stages":3,"swizzle":1} | 2.000 | 3.000 | 1.50 |"#),
             "{table}"
         );
+        // A persistent schedule's blocks beside it.
         assert!(
-            table.contains(r#","stages":3,"swizzle":1} | 2.000 | 2.500 | 1.25 |"#),
+            table.contains(r#","stages":3,"swizzle":1} (132 blocks) | 2.000 | 2.500 | 1.25 |"#),
             "{table}"
         );
         assert!(table.contains("| wrong output | 3.000 | — |"), "{table}");

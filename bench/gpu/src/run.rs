@@ -536,6 +536,7 @@ impl<'g> Runner<'g> {
         let screen = Screen {
             median_ms: median(&ms[0]).context("no screening runs")?,
             default_ms: ms.get(1).and_then(|ms| median(ms)),
+            blocks: contender.loaded.persistent_blocks(),
         };
         Ok((screen, contender))
     }

@@ -160,6 +160,7 @@ mod tests {
                 .map(|e| Screen {
                     median_ms: e.seconds * 1e3,
                     default_ms: None,
+                    blocks: None,
                 })
                 .map_err(|e| e.to_string()),
         }
@@ -210,6 +211,7 @@ mod tests {
             fake(kernel, schedule).map(|s| Screen {
                 median_ms: s.median_ms * slowdown,
                 default_ms: Some(slowdown),
+                blocks: None,
             })
         };
         let (found, evaluated) = search(&plan, &info(), (24, deadline), (3, Some(1.0)), drifting);
