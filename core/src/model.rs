@@ -1404,27 +1404,20 @@ mod tests {
         assert_eq!(ratio(SmVersion::Sm80), 1.0);
     }
 
-    /// Warpgroup tiles of 128 × 256, one block an SM on sm_90: 4 slots of
-    /// 64-deep tiles, two warpgroups of 64 × 128.
-    const WIDE_WARPGROUPS: MmaTiles = MmaTiles {
-        block_m: 128,
-        block_n: 256,
-        block_k: 64,
-        warp_m: 64,
-        warp_n: 128,
-        stages: 4,
-        group_m: 1,
-        split_k: 1,
-        min_blocks: 0,
-        swizzle: 1,
-        prefetch: 0,
-        wgmma: 1,
-        tail_split: 1,
-        persistent: 0,
-    };
-
-    fn wide_warpgroups(k: &Kernel, t: MmaTiles) -> Estimate {
-        estimate(k, &Schedule::Mma(t), SmVersion::Sm90).expect("valid")
+    /// `edit` of warpgroup tiles of 128 × 256 (two warpgroups of 64 × 128,
+    /// 4 slots of 64-deep tiles: one block an SM), estimated on `k` on
+    /// sm_90.
+    fn wide_warpgroups(k: &Kernel, edit: impl FnOnce(MmaTiles) -> MmaTiles) -> Estimate {
+        let t = MmaTiles {
+            block_n: 256,
+            block_k: 64,
+            warp_n: 128,
+            stages: 4,
+            swizzle: 1,
+            wgmma: 1,
+            ..MmaTiles::from_schedule(&tc(128, 64, 3)).expect("an mma point")
+        };
+        estimate(k, &Schedule::Mma(edit(t)), SmVersion::Sm90).expect("valid")
     }
 
     #[test]
@@ -1432,15 +1425,7 @@ mod tests {
         // 17 × 8 warpgroup tiles of 128 × 256, one block an SM, over a long
         // K: 132 whole tiles, then 4 on 4 of the 132 SMs.
         let k = bf16_matmul(17 * 128, 8 * 256, 16384);
-        let point = |tail_split| {
-            wide_warpgroups(
-                &k,
-                MmaTiles {
-                    tail_split,
-                    ..WIDE_WARPGROUPS
-                },
-            )
-        };
+        let point = |tail_split| wide_warpgroups(&k, |t| MmaTiles { tail_split, ..t });
         let [whole, two, four] = [1, 2, 4].map(point);
         // Bound by its steps, which come in waves (not by traffic).
         assert!(
@@ -1461,15 +1446,7 @@ mod tests {
         // 34 × 16 warpgroup tiles of 128 × 256, one block an SM: 5 waves
         // over 132 SMs of 8 steps of 64 each.
         let k = bf16_matmul(34 * 128, 16 * 256, 512);
-        let point = |persistent| {
-            wide_warpgroups(
-                &k,
-                MmaTiles {
-                    persistent,
-                    ..WIDE_WARPGROUPS
-                },
-            )
-        };
+        let point = |persistent| wide_warpgroups(&k, |t| MmaTiles { persistent, ..t });
         let [tile_each, looping] = [0, 1].map(point);
         assert!(
             !matches!(tile_each.bound, Bound::L2 | Bound::Memory),

@@ -7,14 +7,12 @@
 //! in `gpu.rs`, except the check that the variant is what the GPU test
 //! needs.
 
+mod lowered;
+
 use std::sync::LazyLock;
 
 use ktune::__private::{KernelInfo, TensorInfo, Variant, launch};
 use ktune::prelude::*;
-use ktune_core::lower::lower;
-use ktune_core::ptx;
-use ktune_core::schedule::Schedule;
-use ktune_core::syntax::parse_kernel;
 use ktune_core::target::SmVersion;
 
 const M: usize = 1000;
@@ -59,24 +57,8 @@ static VARIANTS: LazyLock<Vec<Variant>> = LazyLock::new(|| {
         "fn matmul(a: Tensor<bf16, (M, K)>, b: Tensor<bf16, (K, N)>) -> Tensor<f32, (M, N)> {
         compute(|m, n| sum(K, |k| a[m][k] * b[k][n]))
     }";
-    let attr = format!("shape(M = {M}, N = {N}, K = {K})");
-    let kernel = parse_kernel(attr.parse().unwrap(), source.parse().unwrap()).unwrap();
-    let schedule = Schedule::from_json(SCHEDULE).unwrap();
-    let target = SmVersion::Sm90;
-    let lowered = lower(&kernel, &schedule, target).unwrap();
-    vec![Variant {
-        gpu: None,
-        sm: (9, 0),
-        arch_specific: true,
-        schedule: SCHEDULE,
-        entry: Box::leak(lowered.ptx.entry.clone().into_boxed_str()),
-        ptx: Box::leak(ptx::print(&lowered.ptx, target).into_boxed_str()),
-        grid: lowered.launch.grid,
-        block: lowered.launch.block,
-        dynamic_shared_bytes: lowered.launch.dynamic_shared_bytes,
-        workspace_bytes: lowered.launch.workspace_bytes,
-        persistent: lowered.launch.persistent,
-    }]
+    let shape = format!("shape(M = {M}, N = {N}, K = {K})");
+    vec![lowered::variant(source, &shape, SCHEDULE, SmVersion::Sm90)]
 });
 
 /// Small integers, so that the product is exact in f32 whatever the order

@@ -5,15 +5,13 @@
 //! and ignored without one, as explained in `gpu.rs`, except the check
 //! that the kernel is what the GPU test needs.
 
+mod lowered;
+
 use std::sync::{Arc, LazyLock};
 
 use ktune::__private::cudarc::driver::{CudaSlice, CudaStream};
 use ktune::__private::{KernelInfo, TensorInfo, Variant, launch, workspace_allocations};
 use ktune::prelude::*;
-use ktune_core::lower::lower;
-use ktune_core::ptx;
-use ktune_core::schedule::Schedule;
-use ktune_core::syntax::parse_kernel;
 use ktune_core::target::SmVersion;
 
 const M: usize = 3;
@@ -57,24 +55,8 @@ static VARIANTS: LazyLock<Vec<Variant>> = LazyLock::new(|| {
         "fn matmul(a: Tensor<f32, (M, K)>, b: Tensor<f32, (K, N)>) -> Tensor<f32, (M, N)> {
         compute(|m, n| sum(K, |k| a[m][k] * b[k][n]))
     }";
-    let attr = format!("shape(M = {M}, N = {N}, K = {K})");
-    let kernel = parse_kernel(attr.parse().unwrap(), source.parse().unwrap()).unwrap();
-    let schedule = Schedule::from_json(SCHEDULE).unwrap();
-    let target = SmVersion::Sm80;
-    let lowered = lower(&kernel, &schedule, target).unwrap();
-    vec![Variant {
-        gpu: None,
-        sm: (8, 0),
-        arch_specific: false,
-        schedule: SCHEDULE,
-        entry: Box::leak(lowered.ptx.entry.clone().into_boxed_str()),
-        ptx: Box::leak(ptx::print(&lowered.ptx, target).into_boxed_str()),
-        grid: lowered.launch.grid,
-        block: lowered.launch.block,
-        dynamic_shared_bytes: lowered.launch.dynamic_shared_bytes,
-        workspace_bytes: lowered.launch.workspace_bytes,
-        persistent: lowered.launch.persistent,
-    }]
+    let shape = format!("shape(M = {M}, N = {N}, K = {K})");
+    vec![lowered::variant(source, &shape, SCHEDULE, SmVersion::Sm80)]
 });
 
 fn variants() -> &'static [Variant] {
