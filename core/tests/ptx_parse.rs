@@ -563,3 +563,44 @@ fn warpgroup_kernels_target_sm90a() {
     let err = parse(&text).unwrap_err();
     assert!(err.message.contains("`.target sm_90`)"), "{err}");
 }
+
+/// Named barriers print as `bar.sync` and `bar.arrive` with their number
+/// and thread count, and parse back; the whole block's `bar.sync 0` keeps
+/// its own form.
+#[test]
+fn named_barriers_round_trip() {
+    use ktune_core::ptx::Builder;
+    use ktune_core::ptx::inst::Op;
+
+    let mut b = Builder::new();
+    b.push(Op::NamedBar {
+        id: 1,
+        threads: 256,
+        wait: false,
+    });
+    b.push(Op::NamedBar {
+        id: 15,
+        threads: 32,
+        wait: true,
+    });
+    b.push(Op::BarSync);
+    let kernel = b.finish("named".into(), 1, 256, 0);
+    for target in [SmVersion::Sm80, SmVersion::Sm90] {
+        round_trip(&kernel, target);
+    }
+    let text = print(&kernel, SmVersion::Sm80);
+    for line in [
+        "\tbar.arrive 1, 256;",
+        "\tbar.sync 15, 32;",
+        "\tbar.sync 0;",
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "missing `{line}` in\n{text}"
+        );
+    }
+    let err = parse(&text.replace("bar.arrive 1, 256", "bar.arrive 1")).unwrap_err();
+    assert!(err.message.contains("operand"), "{err}");
+    let err = parse(&text.replace("bar.sync 15, 32", "bar.sync 15, all")).unwrap_err();
+    assert!(err.message.contains("`all` is not a thread count"), "{err}");
+}

@@ -1,6 +1,8 @@
 //! Blocks and their synchronisation: runs every thread of a block to its
 //! next `bar.sync` or `shfl.sync`, then completes the barriers and
-//! shuffles that can complete, until every thread has exited.
+//! shuffles that can complete (a named barrier's phase completes at its
+//! last arrival, [`crate::order`]; its waiting threads are released here),
+//! until every thread has exited.
 
 pub(crate) mod warpgroup;
 
@@ -12,7 +14,7 @@ use crate::async_copy::AsyncCopies;
 use crate::cluster::{self, Target};
 use crate::decode::{Exec, Program, Slot};
 use crate::exec::{self, BlockEnv, Cell, Reach, State, Thread};
-use crate::fault::{ClusterProblem, Fault, FaultKind, LaneState};
+use crate::fault::{ClusterProblem, Fault, FaultKind, LaneState, NamedProblem};
 use crate::fragment::{self, WARP};
 use crate::memory::Memory;
 use crate::numeric::shfl_source;
@@ -277,7 +279,9 @@ fn cluster_waits(
             .iter()
             .find(|t| block.shared.cluster_counts(t.id).0 < barrier)?;
         let other_pc = match t.state {
-            State::Barrier => Some(block.program.origin[t.pc as usize] as u32),
+            State::Barrier | State::NamedWait { .. } => {
+                Some(block.program.origin[t.pc as usize] as u32)
+            }
             _ => None,
         };
         Some(ClusterProblem::Deadlock {
@@ -405,7 +409,7 @@ impl<'a> Block<'a> {
                 })
                 .collect(),
             regs: vec![Cell::default(); threads as usize * program.slots as usize],
-            shared: Shared::new(kernel.dynamic_shared_bytes, ntid),
+            shared: Shared::new(kernel.dynamic_shared_bytes, ntid, program.named_barriers),
             copies: AsyncCopies::new(threads as usize),
             warpgroups: warpgroup::Warpgroups::default(),
         }
@@ -479,6 +483,9 @@ impl<'a> Block<'a> {
             }
             let warp = self.collectives(env, stats)?;
             if warp | (self.program.warpgroups && self.warpgroup_collectives(env, stats)?) {
+                continue;
+            }
+            if self.program.named_barriers && self.release_named() {
                 continue;
             }
             if self
@@ -626,7 +633,7 @@ impl<'a> Block<'a> {
                 State::Exited | State::Ready | State::Parked { .. } | State::Remote { .. } => {
                     LaneState::Exited
                 }
-                State::Barrier | State::ClusterWait => {
+                State::Barrier | State::NamedWait { .. } | State::ClusterWait => {
                     let kind = FaultKind::BarrierDeadlock {
                         other_thread: t.tid,
                         other_pc: self.program.origin[t.pc as usize],
@@ -734,9 +741,45 @@ impl<'a> Block<'a> {
         };
     }
 
-    /// Completes the `bar.sync` every live thread waits at; false when
-    /// every thread has exited.
+    /// Releases the threads waiting at named barriers whose phase has
+    /// completed; whether any.
+    fn release_named(&mut self) -> bool {
+        let mut any = false;
+        for t in &mut self.threads {
+            if let State::NamedWait { id, phase } = t.state
+                && self.shared.order.completed(id) > phase
+            {
+                t.pc += 1;
+                t.state = State::Ready;
+                any = true;
+            }
+        }
+        any
+    }
+
+    /// Completes the `bar.sync 0` every live thread waits at; false when
+    /// every thread has exited, or waits for the cluster. A thread still at
+    /// a named barrier then never gets past it.
     fn barrier(&mut self, env: &BlockEnv<'_>, stats: &mut Stats) -> Result<bool, Fault> {
+        let stuck = self
+            .threads
+            .iter()
+            .enumerate()
+            .find_map(|(i, t)| match t.state {
+                State::NamedWait { id, .. } => Some((i, id)),
+                _ => None,
+            });
+        if let Some((i, id)) = stuck {
+            if self.threads.iter().any(|t| t.state == State::ClusterWait) {
+                return Ok(false);
+            }
+            let (threads, arrived) = self.shared.order.pending(id);
+            let problem = NamedProblem::Deadlock {
+                threads,
+                arrived: arrived as u32,
+            };
+            return Err(self.fault(env, i, FaultKind::NamedBarrier { id, problem }));
+        }
         let Some(first) = self.threads.iter().position(|t| t.state == State::Barrier) else {
             return Ok(false);
         };

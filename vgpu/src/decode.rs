@@ -11,6 +11,7 @@ use ktune_core::ptx::inst::{
 };
 
 use crate::memory::Memory;
+use crate::order::NAMED_BARRIERS;
 use crate::shared::SHARED_BASE;
 
 /// Index of a register in a thread's flat register file.
@@ -259,6 +260,12 @@ pub(crate) enum Exec {
     /// Orders the block's global accesses (see [`crate::memory`]).
     Fence,
     Bar,
+    /// A named barrier (see [`crate::order`]).
+    NamedBar {
+        id: u32,
+        threads: u32,
+        wait: bool,
+    },
     /// `mapa.shared::cluster`: the cluster-window address of a shared
     /// address in block `rank`'s shared memory (see [`crate::cluster`]).
     Mapa {
@@ -318,6 +325,8 @@ pub(crate) struct Program {
     /// Whether any instruction is warpgroup-collective: blocks of other
     /// kernels keep no warpgroup state.
     pub warpgroups: bool,
+    /// Whether any instruction is a named barrier's.
+    pub named_barriers: bool,
     class_base: [u32; 5],
     class_count: [u32; 5],
 }
@@ -344,6 +353,7 @@ impl Program {
             wgmma: Vec::new(),
             wgmma_accumulators: Vec::new(),
             warpgroups: false,
+            named_barriers: false,
             class_base,
             class_count,
         };
@@ -392,6 +402,9 @@ impl Program {
         program.wgmma = wgmma;
         program.wgmma_accumulators = accumulators;
         program.warpgroups = insts.iter().any(|i| i.exec.is_warpgroup());
+        program.named_barriers = insts
+            .iter()
+            .any(|i| matches!(i.exec, Exec::NamedBar { .. }));
         program.insts = insts;
         program.origin = origin;
         Ok(program)
@@ -882,6 +895,24 @@ impl Decoder<'_> {
             }
             Op::Fence => Exec::Fence,
             Op::BarSync => Exec::Bar,
+            Op::NamedBar { id, threads, wait } => {
+                if !(1..NAMED_BARRIERS as u32).contains(id) {
+                    return Err(format!(
+                        "named barrier {id}: barriers are numbered 1 to {} (0 is the block's bar.sync 0)",
+                        NAMED_BARRIERS - 1
+                    ));
+                }
+                if *threads == 0 || threads % 32 != 0 {
+                    return Err(format!(
+                        "named barrier {id} for {threads} threads: whole warps arrive, a positive multiple of 32"
+                    ));
+                }
+                Exec::NamedBar {
+                    id: *id,
+                    threads: *threads,
+                    wait: *wait,
+                }
+            }
             Op::Mapa { dst, src, rank } => Exec::Mapa {
                 dst: self.reg(*dst, Width::W32)?,
                 src: self.reg(*src, Width::W32)?,

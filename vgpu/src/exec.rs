@@ -16,8 +16,14 @@ use crate::shared::Shared;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum State {
     Ready,
-    /// Waiting at the `bar.sync` at its pc.
+    /// Waiting at the `bar.sync 0` at its pc.
     Barrier,
+    /// Waiting at the named barrier `id` at its pc, for the phase it
+    /// arrived in to complete (see [`crate::order`]).
+    NamedWait {
+        id: u32,
+        phase: u32,
+    },
     /// Waiting at the `shfl.sync` at its pc, with its operands read.
     Shuffle {
         a: u32,
@@ -480,6 +486,18 @@ fn step(
         }
         Exec::Fence => reach.global.fence(),
         Exec::Bar => return Ok(Flow::Stop(State::Barrier)),
+        Exec::NamedBar { id, threads, wait } => {
+            let at = program.origin[pc] as u32;
+            let order = &mut reach.shared.order;
+            let completed = order.completed(id);
+            let phase = order.arrive(t.id, at, id, threads, wait)?;
+            if order.completed(id) > completed {
+                reach.stats.barriers += 1;
+            }
+            if wait {
+                return Ok(Flow::Stop(State::NamedWait { id, phase }));
+            }
+        }
         Exec::Mapa { dst, src, rank } => {
             let mapped = cluster::map(
                 get!(src),

@@ -233,6 +233,8 @@ pub enum FaultKind {
     /// A misuse of the thread's cluster (sm_90): of another block's shared
     /// memory, or of the cluster's barrier.
     Cluster { problem: ClusterProblem },
+    /// A misuse of named barrier `id` (`bar.sync id, n`, `bar.arrive id, n`).
+    NamedBarrier { id: u32, problem: NamedProblem },
     /// A thread executed more instructions than the configured limit.
     StepLimit { limit: u64 },
     /// The instruction list is malformed (undefined label, register out of
@@ -241,6 +243,60 @@ pub enum FaultKind {
     /// The launch does not fit the kernel (parameter count, block size,
     /// shared memory).
     InvalidLaunch { reason: String },
+}
+
+/// What went wrong at a named barrier. Threads are named by their linear
+/// index in the block.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NamedProblem {
+    /// An arrival expecting `got` threads in a phase that expects
+    /// `expected`.
+    Count { expected: u32, got: u32 },
+    /// A second arrival of the thread before the phase it arrived in
+    /// completed.
+    Twice,
+    /// The phase completed with only `lanes` lanes of warp `warp` arrived
+    /// (the barrier is `.aligned`: whole warps arrive).
+    PartialWarp { warp: u32, lanes: u32 },
+    /// Two lanes of one warp, `thread` and `other`, arrived at the phase
+    /// at different instructions (body indices `pcs`).
+    Divergence {
+        thread: u32,
+        other: u32,
+        pcs: [u32; 2],
+    },
+    /// No thread can run on, and the phase waits for `threads` threads of
+    /// which `arrived` have arrived.
+    Deadlock { threads: u32, arrived: u32 },
+}
+
+impl fmt::Display for NamedProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NamedProblem::Count { expected, got } => write!(
+                f,
+                "an arrival expecting {got} threads in a phase that expects {expected}"
+            ),
+            NamedProblem::Twice => write!(
+                f,
+                "the thread arrives again before the phase it arrived in completed"
+            ),
+            NamedProblem::PartialWarp { warp, lanes } => write!(
+                f,
+                "the phase completed with {lanes} lanes of warp {warp} arrived; whole warps arrive at a barrier"
+            ),
+            NamedProblem::Divergence { thread, other, pcs } => write!(
+                f,
+                "threads {thread} and {other} of one warp arrived at different instructions (pc {} and {})",
+                pcs[0], pcs[1]
+            ),
+            NamedProblem::Deadlock { threads, arrived } => write!(
+                f,
+                "deadlock: the barrier waits for {threads} threads, {arrived} arrived, and no thread can run on"
+            ),
+        }
+    }
 }
 
 /// What went wrong in a thread-block cluster. Blocks are named by their
@@ -598,6 +654,7 @@ impl fmt::Display for FaultKind {
                 Xyz(*writer)
             ),
             FaultKind::Cluster { problem } => write!(f, "cluster: {problem}"),
+            FaultKind::NamedBarrier { id, problem } => write!(f, "named barrier {id}: {problem}"),
             FaultKind::StepLimit { limit } => write!(
                 f,
                 "thread executed more than {limit} instructions (infinite loop?)"

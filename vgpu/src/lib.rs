@@ -64,13 +64,21 @@
 //!   a lane waiting at a barrier a [`FaultKind::BarrierDeadlock`].
 //!   `ldmatrix` and `mma` read every lane's operands then, and write every
 //!   lane's results, with the PTX ISA's fragment layouts;
-//! - a `bar.sync` completes when every thread that has not exited waits at
-//!   the same `bar.sync` (`bar.sync` is `barrier.sync.aligned`); waiting at
-//!   different ones is a [`FaultKind::BarrierDivergence`].
+//! - a `bar.sync 0` completes when every thread that has not exited waits
+//!   at the same `bar.sync` (`bar.sync` is `barrier.sync.aligned`); waiting
+//!   at different ones is a [`FaultKind::BarrierDivergence`];
+//! - a named barrier (`bar.sync id, n`, `bar.arrive id, n`, `id` 1 to 15)
+//!   completes when `n` threads, whole warps, have arrived; `bar.arrive`
+//!   goes on at once, `bar.sync` waits for the completion. Arriving twice
+//!   in a phase, with another count, in part of a warp, or waiting where
+//!   no thread can arrive any more is a [`FaultKind::NamedBarrier`].
 //!
 //! A `bar.sync` or collective whose guard is false is skipped like any
-//! other instruction: the thread does not arrive. Only a completed
-//! `bar.sync` orders shared memory between threads; a collective does not.
+//! other instruction: the thread does not arrive. Only barriers order
+//! shared memory between threads, a collective does not: a completed
+//! `bar.sync 0` everything before it against everything after, a named
+//! barrier what its arrivals did before arriving against what its waiting
+//! threads do after (vector clocks, `order`).
 //!
 //! `cp.async` reads its global source when it starts and lands in shared
 //! memory when the issuing thread's `cp.async.wait_group` (or `wait_all`)
@@ -89,8 +97,8 @@
 //! - Shared memory: `kernel.dynamic_shared_bytes` per block at the fake
 //!   base [`SHARED_BASE`]; bounds and alignment as above; reading a byte no
 //!   thread of the block wrote ([`FaultKind::UninitializedShared`]); a byte
-//!   written by one thread and read or written by another with no completed
-//!   `bar.sync` in between ([`FaultKind::SharedRace`]). Races are found
+//!   written by one thread and read or written by another with no
+//!   completed barrier ordering the two ([`FaultKind::SharedRace`]). Races are found
 //!   whatever order the threads happen to run in: a load of a byte nobody
 //!   has written yet waits until the other threads reach their next
 //!   barrier, and is a race if one of them wrote it meanwhile. A
@@ -149,6 +157,7 @@ mod fault;
 mod fragment;
 mod memory;
 mod numeric;
+mod order;
 mod poison;
 pub mod random;
 pub mod sample;
@@ -157,7 +166,7 @@ pub mod suite;
 pub mod timing;
 pub mod verify;
 
-pub use fault::{Access, ClusterProblem, Fault, FaultKind, FenceSide, LaneState};
+pub use fault::{Access, ClusterProblem, Fault, FaultKind, FenceSide, LaneState, NamedProblem};
 pub use memory::Memory;
 pub use poison::{POISON_16, POISON_F32, first_poisoned, poisoned};
 pub use shared::SHARED_BASE;

@@ -1,19 +1,24 @@
 //! A block's dynamic shared memory, with initialisation and race tracking.
 //!
 //! Every byte records the last thread that wrote it and in which barrier
-//! interval ("epoch"), and up to two distinct threads that read it in the
-//! current interval. The epoch advances when a `bar.sync` of the block
-//! completes, and it keeps counting across blocks: a byte whose last write
-//! is older than the current block's first epoch was never written by this
-//! block, so nothing has to be cleared between blocks.
+//! interval ("epoch"), and the threads that read it in the current
+//! interval. The epoch advances when a `bar.sync 0` of the block completes,
+//! and it keeps counting across blocks: a byte whose last write is older
+//! than the current block's first epoch was never written by this block,
+//! so nothing has to be cleared between blocks.
 //!
 //! Races are detected per byte, independently of the order in which the
 //! interpreter happens to run threads: a write conflicts with any write or
 //! read by another thread in the same epoch, a read with a write by another
-//! thread in the same epoch. A `cp.async` destination is *pending* from the
-//! copy's start until it lands: any access to it then is a fault; it lands
-//! as a write by the issuing thread at the `cp.async.wait_group` that
-//! completes it.
+//! thread in the same epoch, unless named barriers order the two
+//! ([`crate::order`]: each access is stamped with its thread's clock). Two
+//! readers are kept inline; a byte read by more threads that no barrier
+//! orders is *crowded*, and in a kernel without named barriers any write
+//! to it by the end of the epoch is then a race; in a kernel with them the
+//! further readers are kept aside for the epoch. A `cp.async` destination
+//! is *pending* from the copy's start until it lands: any access to it
+//! then is a fault; it lands as a write by the issuing thread at the
+//! `cp.async.wait_group` that completes it.
 //!
 //! Hopper's `wgmma.mma_async` reads shared memory through the async proxy
 //! ([`Shared::async_read`]): a byte must have been written before the
@@ -24,7 +29,10 @@
 //! written, and until the next barrier no thread of another warpgroup may
 //! write them: the read is unordered with such a write, whichever the
 //! interpreter runs first (each byte keeps the warpgroups that read it in
-//! the current interval).
+//! the current interval). A named barrier orders the read before a write
+//! where a thread of the warpgroup arrived there after the
+//! `wgmma.wait_group` that completed it and the writer waited there: the
+//! completion is a ticket stamped with the warpgroup's clocks.
 //!
 //! Other blocks of a thread-block cluster read the window too
 //! ([`Shared::remote_load`]), ordered by the cluster's barriers, which are
@@ -43,6 +51,7 @@ use ktune_core::ptx::inst::Space;
 
 use crate::block::warpgroup::WARPGROUP;
 use crate::fault::{Access, ClusterProblem, FaultKind};
+use crate::order::Order;
 
 /// The address `mov.u32 %r, ktune_smem` yields: a fake base, so a shared
 /// offset used as an address (or the reverse) is caught.
@@ -54,10 +63,15 @@ const NOBODY: u32 = u32::MAX;
 struct ByteState {
     writer: u32,
     write_epoch: u32,
-    reader: u32,
-    /// A second thread, other than `reader`, that read in `read_epoch`.
-    other_reader: u32,
+    /// The writer's clock at the write.
+    write_clock: u32,
+    /// Threads that read in `read_epoch`, with their clocks, none ordered
+    /// before the other's read.
+    readers: [(u32, u32); 2],
     read_epoch: u32,
+    /// More readers than `readers` holds read in `read_epoch`: the index of
+    /// the others in [`Shared::crowds`], or [`CROWDED`].
+    crowd: u32,
     /// The thread whose `cp.async` into this byte has not landed yet.
     copier: u32,
     /// That `cp.async`'s index in the kernel body.
@@ -82,12 +96,16 @@ struct ByteState {
     remote_read_epoch: u32,
 }
 
+/// [`ByteState::crowd`] when no further reader was kept.
+const CROWDED: u32 = u32::MAX - 1;
+
 const FRESH: ByteState = ByteState {
     writer: NOBODY,
     write_epoch: 0,
-    reader: NOBODY,
-    other_reader: NOBODY,
+    write_clock: 0,
+    readers: [(NOBODY, 0); 2],
     read_epoch: 0,
+    crowd: NOBODY,
     copier: NOBODY,
     copy_pc: 0,
     write_number: 0,
@@ -121,10 +139,25 @@ pub(crate) struct Shared {
     proxy_fenced: Vec<u64>,
     /// `%ntid`, to name threads in faults.
     ntid: [u32; 3],
+    /// The order named barriers put threads in.
+    pub(crate) order: Order,
+    /// Whether the kernel has named barriers: whether crowded bytes keep
+    /// every reader.
+    named: bool,
+    /// The readers of crowded bytes past their first two, this epoch.
+    crowds: Vec<Vec<(u32, u32)>>,
+    /// `wgmma` reads completed in this block: each one's warpgroup and the
+    /// clocks of its threads at the completion (empty while in flight).
+    tickets: Vec<(u8, Vec<u32>)>,
+    /// For each byte, and each warpgroup whose `wgmma`s read it in its
+    /// `async_read_epoch`, the ticket of the last such read (allocated by
+    /// the first `wgmma`).
+    async_tickets: Vec<[u32; 8]>,
 }
 
 impl Shared {
-    pub(crate) fn new(bytes: u32, ntid: [u32; 3]) -> Shared {
+    pub(crate) fn new(bytes: u32, ntid: [u32; 3], named: bool) -> Shared {
+        let threads = ntid.iter().product::<u32>() as usize;
         Shared {
             data: vec![0; bytes as usize],
             state: vec![FRESH; bytes as usize],
@@ -135,8 +168,13 @@ impl Shared {
             read_until: 0,
             last_reader: NOBODY,
             writes: 0,
-            proxy_fenced: vec![0; ntid.iter().product::<u32>() as usize],
+            proxy_fenced: vec![0; threads],
             ntid,
+            order: Order::new(threads),
+            named,
+            crowds: Vec::new(),
+            tickets: Vec::new(),
+            async_tickets: Vec::new(),
         }
     }
 
@@ -153,9 +191,11 @@ impl Shared {
         self.waited.fill(0);
         self.read_until = 0;
         self.last_reader = NOBODY;
+        self.order.begin_block();
+        self.tickets.clear();
     }
 
-    /// A `bar.sync` completed, or a barrier of the whole cluster.
+    /// A `bar.sync 0` completed, or a barrier of the whole cluster.
     pub(crate) fn barrier(&mut self) {
         self.advance();
     }
@@ -194,6 +234,13 @@ impl Shared {
             self.rebase();
         }
         self.epoch += 1;
+        self.crowds.clear();
+    }
+
+    /// Whether `u`'s access stamped `stamp` in the current epoch is ordered
+    /// before what `x` does now.
+    fn before(&self, u: u32, stamp: u32, x: u32) -> bool {
+        u == x || self.order.before(u, stamp, x)
     }
 
     /// Renumbers epochs before the counter overflows, keeping what matters:
@@ -271,19 +318,45 @@ impl Shared {
         for i in start..end {
             let s = self.written(i)?;
             let offset = i as u32;
-            if s.write_epoch == self.epoch && s.writer != thread {
+            if s.write_epoch == self.epoch && !self.before(s.writer, s.write_clock, thread) {
                 return Err(self.race(offset, s.writer, true, false));
             }
-            let s = &mut self.state[i];
-            if s.read_epoch != self.epoch {
-                s.read_epoch = self.epoch;
-                s.reader = thread;
-                s.other_reader = NOBODY;
-            } else if s.reader != thread && s.other_reader == NOBODY {
-                s.other_reader = thread;
-            }
+            self.note_read(i, thread);
         }
         Ok(&self.data[start..end])
+    }
+
+    /// Records `thread`'s read of byte `i`: in place of a read ordered
+    /// before it, else beside the others.
+    fn note_read(&mut self, i: usize, thread: u32) {
+        let read = (thread, self.order.clock(thread));
+        let s = &mut self.state[i];
+        if s.read_epoch != self.epoch {
+            s.read_epoch = self.epoch;
+            s.readers = [read, (NOBODY, 0)];
+            s.crowd = NOBODY;
+            return;
+        }
+        let (readers, crowd) = (s.readers, s.crowd);
+        let kept = readers
+            .iter()
+            .position(|&(u, _)| u == thread)
+            .or_else(|| readers.iter().position(|&(u, _)| u == NOBODY))
+            .or_else(|| {
+                readers
+                    .iter()
+                    .position(|&(u, stamp)| self.order.before(u, stamp, thread))
+            });
+        if let Some(k) = kept {
+            self.state[i].readers[k] = read;
+        } else if !self.named {
+            self.state[i].crowd = CROWDED;
+        } else if crowd == NOBODY {
+            self.state[i].crowd = self.crowds.len() as u32;
+            self.crowds.push(vec![read]);
+        } else {
+            self.crowds[crowd as usize].push(read);
+        }
     }
 
     /// The `size` bytes at `addr` (in this block, of rank `rank`) as block
@@ -351,9 +424,11 @@ impl Shared {
     fn mark_written(&mut self, thread: u32, start: usize, end: usize) {
         self.writes += 1;
         let release = self.arrived[thread as usize] + 1;
+        let clock = self.order.clock(thread);
         for s in &mut self.state[start..end] {
             s.writer = thread;
             s.write_epoch = self.epoch;
+            s.write_clock = clock;
             s.write_number = self.writes;
             s.release = release;
         }
@@ -374,15 +449,22 @@ impl Shared {
         addr: u64,
         size: u32,
         group: usize,
+        ticket: u32,
     ) -> Result<(u32, &[u8]), FaultKind> {
         let start = self.offset(addr, size, Access::Load)?;
         let end = start + size as usize;
+        let members = group as u32 * WARPGROUP as u32..(group as u32 + 1) * WARPGROUP as u32;
         for i in start..end {
             let s = self.written(i)?;
             let offset = i as u32;
             // The async proxy is an agent of its own: even the issuing
             // threads' writes need a barrier before it reads them.
-            if s.write_epoch == self.epoch {
+            let ordered = || {
+                members
+                    .clone()
+                    .any(|m| self.order.before(s.writer, s.write_clock, m))
+            };
+            if s.write_epoch == self.epoch && !ordered() {
                 return Err(self.race(offset, s.writer, true, false));
             }
             if self.proxy_fenced[s.writer as usize] <= s.write_number {
@@ -394,14 +476,47 @@ impl Shared {
             }
         }
         let epoch = self.epoch;
-        for s in &mut self.state[start..end] {
+        for (s, tickets) in self.state[start..end]
+            .iter_mut()
+            .zip(&mut self.async_tickets[start..end])
+        {
             s.async_readers += 1;
             if s.async_read_epoch != epoch {
                 (s.async_read_groups, s.async_read_epoch) = (0, epoch);
             }
             s.async_read_groups |= 1 << group;
+            tickets[group] = ticket;
         }
         Ok((start as u32, &self.data[start..end]))
+    }
+
+    /// A ticket for the reads of a `wgmma.mma_async` warpgroup `group`
+    /// issues, stamped by [`Shared::complete_ticket`].
+    pub(crate) fn open_ticket(&mut self, group: usize) -> u32 {
+        if self.async_tickets.is_empty() {
+            self.async_tickets = vec![[0; 8]; self.data.len()];
+        }
+        self.tickets.push((group as u8, Vec::new()));
+        self.tickets.len() as u32 - 1
+    }
+
+    /// The `wgmma.wait_group` that completes the reads of `ticket`: stamped
+    /// with the clocks of its warpgroup's threads now.
+    pub(crate) fn complete_ticket(&mut self, ticket: u32) {
+        let group = u32::from(self.tickets[ticket as usize].0);
+        let members = group * WARPGROUP as u32..(group + 1) * WARPGROUP as u32;
+        let clocks = members.map(|m| self.order.clock(m)).collect();
+        self.tickets[ticket as usize].1 = clocks;
+    }
+
+    /// Whether the completed reads of `ticket` are ordered before what `x`
+    /// does now.
+    fn ticket_before(&self, ticket: u32, x: u32) -> bool {
+        let (group, clocks) = &self.tickets[ticket as usize];
+        let first = u32::from(*group) * WARPGROUP as u32;
+        (first..)
+            .zip(clocks)
+            .any(|(m, stamp)| self.order.before(m, *stamp, x))
     }
 
     /// An in-flight `wgmma.mma_async`'s read of `size` bytes at window
@@ -429,9 +544,13 @@ impl Shared {
                 });
             }
             let others = s.async_read_groups & !(1 << (thread as usize / WARPGROUP));
-            if s.async_read_epoch == self.epoch && others != 0 {
-                let reader = others.trailing_zeros() as usize * WARPGROUP;
-                return Err(self.race(offset, reader as u32, false, true));
+            if s.async_read_epoch == self.epoch {
+                let unordered = (0..8).find(|&g| {
+                    others & (1 << g) != 0 && !self.ticket_before(self.async_tickets[i][g], thread)
+                });
+                if let Some(g) = unordered {
+                    return Err(self.race(offset, (g * WARPGROUP) as u32, false, true));
+                }
             }
             if s.remote_reader != NOBODY
                 && s.remote_read_epoch >= self.block_start
@@ -444,21 +563,39 @@ impl Shared {
                     },
                 });
             }
-            if s.write_epoch == self.epoch && s.writer != thread && s.writer != NOBODY {
+            if s.write_epoch == self.epoch
+                && s.writer != NOBODY
+                && !self.before(s.writer, s.write_clock, thread)
+            {
                 return Err(self.race(offset, s.writer, true, true));
             }
-            if s.read_epoch == self.epoch {
-                let other = if s.reader != thread {
-                    s.reader
-                } else {
-                    s.other_reader
-                };
-                if other != NOBODY {
-                    return Err(self.race(offset, other, false, true));
-                }
+            if s.read_epoch == self.epoch
+                && let Some(reader) = self.unordered_reader(s, thread)
+            {
+                return Err(self.race(offset, reader, false, true));
             }
         }
         Ok(())
+    }
+
+    /// A thread whose read of a byte in this epoch is not ordered before
+    /// what `thread` does now.
+    fn unordered_reader(&self, s: ByteState, thread: u32) -> Option<u32> {
+        let crowd: &[(u32, u32)] = match s.crowd {
+            NOBODY => &[],
+            CROWDED => {
+                // Three threads or more read it, no two of them ordered:
+                // at least one other than `thread`.
+                let other = s.readers.iter().find(|(u, _)| *u != thread);
+                return other.map(|(u, _)| *u);
+            }
+            k => &self.crowds[k as usize],
+        };
+        s.readers
+            .iter()
+            .chain(crowd)
+            .find(|&&(u, stamp)| u != NOBODY && !self.before(u, stamp, thread))
+            .map(|(u, _)| *u)
     }
 
     /// Starts a `cp.async` by `thread` (its body index `pc`) of `size` bytes
@@ -522,7 +659,10 @@ impl Shared {
     /// be, now that every other thread has run up to its next barrier.
     pub(crate) fn settle(&self, thread: u32, offset: u32) -> FaultKind {
         let s = self.state[offset as usize];
-        if s.writer != NOBODY && s.writer != thread && s.write_epoch == self.epoch {
+        if s.writer != NOBODY
+            && s.write_epoch == self.epoch
+            && !self.before(s.writer, s.write_clock, thread)
+        {
             self.race(offset, s.writer, true, false)
         } else {
             FaultKind::UninitializedShared {
@@ -560,14 +700,16 @@ mod tests {
     /// `readers` read it through the async proxy, and their `wgmma`s
     /// complete.
     fn read_by(readers: &[usize]) -> Shared {
-        let mut shared = Shared::new(16, [256, 1, 1]);
+        let mut shared = Shared::new(16, [256, 1, 1], false);
         shared.begin_block();
         shared.store(0, AT, 16).expect("a fresh window");
         shared.fence_proxy(0);
         shared.barrier();
         for &group in readers {
-            let (offset, _) = shared.async_read(AT, 16, group).expect("fenced");
+            let ticket = shared.open_ticket(group);
+            let (offset, _) = shared.async_read(AT, 16, group, ticket).expect("fenced");
             shared.release_async_read(offset, 16);
+            shared.complete_ticket(ticket);
         }
         shared
     }
@@ -593,6 +735,39 @@ mod tests {
         assert_eq!(race_with(shared.store(130, AT + 4, 4)), [0, 0, 0]);
         shared.barrier();
         assert!(shared.store(130, AT + 4, 4).is_ok());
+    }
+
+    #[test]
+    fn a_named_barrier_orders_a_wgmma_read_completed_before_its_arrivals() {
+        for completed_first in [true, false] {
+            let mut shared = Shared::new(16, [256, 1, 1], true);
+            shared.begin_block();
+            shared.store(0, AT, 16).expect("a fresh window");
+            shared.fence_proxy(0);
+            shared.barrier();
+            let ticket = shared.open_ticket(0);
+            let (offset, _) = shared.async_read(AT, 16, 0, ticket).expect("fenced");
+            shared.release_async_read(offset, 16);
+            if completed_first {
+                shared.complete_ticket(ticket);
+            }
+            // Warpgroup 0 arrives, warpgroup 1 waits.
+            for t in 0..256 {
+                shared
+                    .order
+                    .arrive(t, 1, 1, 256, t >= 128)
+                    .expect("a phase");
+            }
+            if !completed_first {
+                shared.complete_ticket(ticket);
+            }
+            let write = shared.store(130, AT + 4, 4);
+            if completed_first {
+                assert!(write.is_ok());
+            } else {
+                assert_eq!(race_with(write), [0, 0, 0]);
+            }
+        }
     }
 
     #[test]

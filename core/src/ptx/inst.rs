@@ -398,8 +398,14 @@ pub enum Op {
     /// against those after it, for every thread of the GPU (what
     /// `__threadfence()` compiles to).
     Fence,
-    /// `bar.sync 0`
+    /// `bar.sync 0`: every thread of the block.
     BarSync,
+    /// `bar.sync id, threads` (`wait`) or `bar.arrive id, threads`: named
+    /// barrier `id` (1 to 15) completes when `threads` threads, whole
+    /// warps, have arrived at it; `bar.sync` then waits for that, and
+    /// acquires what the arrivals released, `bar.arrive` goes on at once.
+    /// Both are `.aligned`: every thread of a warp executes the same one.
+    NamedBar { id: u32, threads: u32, wait: bool },
     /// `mapa.shared::cluster.u32 dst, src, rank`: the address, in the
     /// [`Space::SharedCluster`] window, of the byte at shared address `src`
     /// in the shared memory of the cluster's block `rank` (sm_90).

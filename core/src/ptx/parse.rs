@@ -602,7 +602,19 @@ impl<'t> Parser<'t> {
                 }
             }
             "fence" if opcode == "fence.acq_rel.gpu" => Op::Fence,
-            "bar" => Op::BarSync,
+            "bar" if opcode == "bar.sync" && ops.len() == 1 && ops[0] == "0" => Op::BarSync,
+            "bar" if opcode == "bar.sync" || opcode == "bar.arrive" => {
+                arity(2)?;
+                let number = |text: &str, what: &str| {
+                    text.parse()
+                        .map_err(|_| self.error(format!("`{text}` is not {what}")))
+                };
+                Op::NamedBar {
+                    id: number(ops[0], "a barrier number")?,
+                    threads: number(ops[1], "a thread count")?,
+                    wait: opcode == "bar.sync",
+                }
+            }
             "mapa" if opcode == "mapa.shared::cluster.u32" => {
                 arity(3)?;
                 Op::Mapa {

@@ -542,6 +542,10 @@ pub(super) fn write_instr(out: &mut String, instr: &Instr) -> std::fmt::Result {
         ),
         Op::Fence => write!(out, "fence.acq_rel.gpu"),
         Op::BarSync => write!(out, "bar.sync 0"),
+        Op::NamedBar { id, threads, wait } => {
+            let form = if *wait { "sync" } else { "arrive" };
+            write!(out, "bar.{form} {id}, {threads}")
+        }
         Op::Mapa { dst, src, rank } => write!(
             out,
             "mapa.shared::cluster.u32 {}, {}, {}",

@@ -7,10 +7,12 @@
 //! - a `wgmma.mma_async` computes its result when issued, from shared
 //!   memory as it is then; the bytes it read stay held by it until the
 //!   `wgmma.wait_group` that completes its group, and a write to them
-//!   before is a fault, as is a write by another warpgroup's thread
-//!   before the next barrier ([`crate::shared::Shared::async_read`] also
-//!   checks that they were written before the last barrier and made
-//!   visible to the async proxy);
+//!   before is a fault, as is a write by another warpgroup's thread not
+//!   ordered after that wait by a barrier (a `bar.sync 0`, or a named
+//!   barrier the warpgroup arrived at after it);
+//!   [`crate::shared::Shared::async_read`] also checks that they were
+//!   written before a barrier the warpgroup passed and made visible to
+//!   the async proxy;
 //! - its accumulator registers belong to it until then: the result lands in
 //!   them when the group completes, and another instruction reading them
 //!   before is a fault, as is one writing them (found when the result
@@ -63,6 +65,8 @@ struct Issued {
     values: Vec<Vec<u32>>,
     /// The shared bytes it holds: window offsets and lengths.
     reads: Vec<(u32, u32)>,
+    /// Its reads' ticket (see [`crate::shared`]).
+    ticket: u32,
 }
 
 impl Group {
@@ -176,7 +180,7 @@ impl Block<'_> {
                 State::Ready | State::Collective | State::Shuffle { .. } | State::Remote { .. } => {
                     return Ok(None);
                 }
-                State::Barrier | State::ClusterWait => {
+                State::Barrier | State::NamedWait { .. } | State::ClusterWait => {
                     let kind = FaultKind::BarrierDeadlock {
                         other_thread: t.tid,
                         other_pc: self.program.origin[t.pc as usize],
@@ -229,6 +233,7 @@ impl Block<'_> {
         self.check_fenced(env, group, &op.d)?;
 
         let elem: u64 = if kind == MmaKind::Tf32 { 4 } else { 2 };
+        let ticket = self.shared.open_ticket(group);
         let mut reads = Vec::with_capacity(64 * k + k * n);
         let mut am = vec![0f32; 64 * k];
         let mut bm = vec![0f32; k * n];
@@ -236,16 +241,17 @@ impl Block<'_> {
             for mn in 0..rows {
                 for kk in 0..k {
                     let addr = desc.address(mn as u64, kk as u64, elem, major);
-                    let (offset, bits) = match self.shared.async_read(addr, elem as u32, group) {
-                        Ok((offset, bytes)) => (
-                            offset,
-                            bytes
-                                .iter()
-                                .rev()
-                                .fold(0u32, |acc, b| acc << 8 | u32::from(*b)),
-                        ),
-                        Err(kind) => return Err(self.fault(env, first, kind)),
-                    };
+                    let (offset, bits) =
+                        match self.shared.async_read(addr, elem as u32, group, ticket) {
+                            Ok((offset, bytes)) => (
+                                offset,
+                                bytes
+                                    .iter()
+                                    .rev()
+                                    .fold(0u32, |acc, b| acc << 8 | u32::from(*b)),
+                            ),
+                            Err(kind) => return Err(self.fault(env, first, kind)),
+                        };
                     let value = fragment::value(kind, bits);
                     if matrix == 0 {
                         am[mn * k + kk] = value;
@@ -291,7 +297,12 @@ impl Block<'_> {
         for slot in &d {
             *g.in_flight.entry(*slot).or_default() += 1;
         }
-        g.open.push(Issued { d, values, reads });
+        g.open.push(Issued {
+            d,
+            values,
+            reads,
+            ticket,
+        });
         Ok(())
     }
 
@@ -364,6 +375,7 @@ impl Block<'_> {
                 for (offset, len) in &op.reads {
                     self.shared.release_async_read(*offset, *len);
                 }
+                self.shared.complete_ticket(op.ticket);
                 for (slot, values) in op.d.iter().zip(op.values) {
                     let g = &mut self.warpgroups.groups[group];
                     let count = g.in_flight.get_mut(slot).map_or(0, |c| {

@@ -1,0 +1,279 @@
+//! Named barriers (`bar.sync id, n` and `bar.arrive id, n`) and the order
+//! they put a block's threads' shared-memory accesses in.
+//!
+//! A block-wide `bar.sync 0` orders everything before it against
+//! everything after it, which [`crate::shared`] counts in epochs. A named
+//! barrier orders less: what each arriving thread did before its arrival
+//! against what each thread that waited there (`bar.sync`) does after the
+//! barrier completes; a thread that only arrives (`bar.arrive`) goes on at
+//! once and is ordered after nothing. That order is kept with vector
+//! clocks:
+//! - each thread's clock counts its arrivals at named barriers, and an
+//!   access is stamped with its thread's clock;
+//! - each thread keeps, for every thread `u`, the clock `u` had at the last
+//!   arrival of its that has been ordered before this thread, through a
+//!   chain of barriers;
+//! - so `u`'s access stamped `c` is ordered before thread `x` exactly when
+//!   `x`'s entry for `u` exceeds `c`.
+//!
+//! Clocks only grow, from one block to the next too, so no entry is ever
+//! cleared: an entry from an earlier epoch or block is below every stamp
+//! of an access since.
+//!
+//! Each barrier counts the arrivals of its current phase. The arrival that
+//! brings the count to the phase's thread count completes it: each thread
+//! that waits there takes in what every arriving thread knew when it
+//! arrived, and is released by the block's scheduler ([`crate::block`]).
+//! A phase must be reached by whole warps, each warp's lanes at the same
+//! instruction; a thread arriving again before its phase completed, or
+//! with another thread count, is a fault.
+
+use crate::fault::{FaultKind, NamedProblem};
+
+/// Named barriers are numbered 1 to 15 (0 is the block's `bar.sync 0`).
+pub(crate) const NAMED_BARRIERS: usize = 16;
+
+const WARP: usize = 32;
+
+#[derive(Debug, Clone, Default)]
+struct Phase {
+    /// The thread count of the phase, set by its first arrival.
+    threads: u32,
+    /// Who arrived, and at which instruction.
+    arrived: Vec<(u32, u32)>,
+    waiters: Vec<u32>,
+    /// The join of the arriving threads' entries, their own clocks
+    /// included.
+    join: Vec<u32>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Order {
+    threads: usize,
+    clock: Vec<u32>,
+    /// `rows[x * threads + u]`: see the module comment.
+    rows: Vec<u32>,
+    phases: Vec<Phase>,
+    /// Phases of each barrier completed in this block.
+    completed: [u32; NAMED_BARRIERS],
+    /// Whether a named barrier completed since [`Order::begin_block`]:
+    /// until then the rows are not consulted.
+    used: bool,
+}
+
+impl Order {
+    pub(crate) fn new(threads: usize) -> Order {
+        Order {
+            threads,
+            clock: vec![0; threads],
+            rows: vec![0; threads * threads],
+            phases: vec![Phase::default(); NAMED_BARRIERS],
+            completed: [0; NAMED_BARRIERS],
+            used: false,
+        }
+    }
+
+    pub(crate) fn begin_block(&mut self) {
+        for p in &mut self.phases {
+            p.threads = 0;
+            p.arrived.clear();
+            p.waiters.clear();
+        }
+        self.completed = [0; NAMED_BARRIERS];
+        self.used = false;
+    }
+
+    /// `thread`'s clock: the stamp of its accesses now.
+    pub(crate) fn clock(&self, thread: u32) -> u32 {
+        self.clock[thread as usize]
+    }
+
+    /// Whether `u`'s access stamped `stamp` is ordered before what thread
+    /// `x` does now by named barriers (not by program order: `u == x`
+    /// counts only through a barrier too).
+    pub(crate) fn before(&self, u: u32, stamp: u32, x: u32) -> bool {
+        self.used && self.rows[x as usize * self.threads + u as usize] > stamp
+    }
+
+    /// Phases of barrier `id` completed in this block.
+    pub(crate) fn completed(&self, id: u32) -> u32 {
+        self.completed[id as usize]
+    }
+
+    /// The thread count of barrier `id`'s current phase and how many have
+    /// arrived.
+    pub(crate) fn pending(&self, id: u32) -> (u32, usize) {
+        let p = &self.phases[id as usize];
+        (p.threads, p.arrived.len())
+    }
+
+    /// `thread` (at body index `pc`) arrives at barrier `id`, expecting
+    /// `threads` threads, and with `wait` waits there. Returns the phase it
+    /// arrived in; the phase has completed once [`Order::completed`]
+    /// exceeds it.
+    pub(crate) fn arrive(
+        &mut self,
+        thread: u32,
+        pc: u32,
+        id: u32,
+        threads: u32,
+        wait: bool,
+    ) -> Result<u32, FaultKind> {
+        let n = self.threads;
+        let phase = &mut self.phases[id as usize];
+        let fault = |problem| FaultKind::NamedBarrier { id, problem };
+        if phase.arrived.is_empty() {
+            phase.threads = threads;
+            phase.join.clear();
+            phase.join.resize(n, 0);
+        } else if phase.threads != threads {
+            return Err(fault(NamedProblem::Count {
+                expected: phase.threads,
+                got: threads,
+            }));
+        }
+        if phase.arrived.iter().any(|&(t, _)| t == thread) {
+            return Err(fault(NamedProblem::Twice));
+        }
+        let t = thread as usize;
+        self.clock[t] += 1;
+        let row = &self.rows[t * n..(t + 1) * n];
+        for (j, r) in phase.join.iter_mut().zip(row) {
+            *j = (*j).max(*r);
+        }
+        phase.join[t] = self.clock[t];
+        phase.arrived.push((thread, pc));
+        if wait {
+            phase.waiters.push(thread);
+        }
+        let number = self.completed[id as usize];
+        if phase.arrived.len() as u32 == threads {
+            self.complete(id)?;
+        }
+        Ok(number)
+    }
+
+    fn complete(&mut self, id: u32) -> Result<(), FaultKind> {
+        let n = self.threads;
+        let phase = &mut self.phases[id as usize];
+        phase.arrived.sort_unstable();
+        for warp in phase
+            .arrived
+            .chunk_by(|a, b| a.0 as usize / WARP == b.0 as usize / WARP)
+        {
+            let lanes = WARP.min(n - warp[0].0 as usize / WARP * WARP);
+            if warp.len() != lanes {
+                return Err(FaultKind::NamedBarrier {
+                    id,
+                    problem: NamedProblem::PartialWarp {
+                        warp: warp[0].0 / WARP as u32,
+                        lanes: warp.len() as u32,
+                    },
+                });
+            }
+            if let Some(&(other, pc)) = warp.iter().find(|(_, pc)| *pc != warp[0].1) {
+                return Err(FaultKind::NamedBarrier {
+                    id,
+                    problem: NamedProblem::Divergence {
+                        thread: warp[0].0,
+                        other,
+                        pcs: [warp[0].1, pc],
+                    },
+                });
+            }
+        }
+        for &w in &phase.waiters {
+            let w = w as usize;
+            for (r, j) in self.rows[w * n..(w + 1) * n].iter_mut().zip(&phase.join) {
+                *r = (*r).max(*j);
+            }
+        }
+        phase.threads = 0;
+        phase.arrived.clear();
+        phase.waiters.clear();
+        self.completed[id as usize] += 1;
+        self.used = true;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_waiter_is_ordered_after_what_arrivals_did_before_arriving() {
+        let mut order = Order::new(64);
+        let (producer, consumer) = (0..32, 32..64);
+        let stamp = order.clock(3);
+        for t in producer.clone() {
+            assert_eq!(order.arrive(t, 7, 1, 64, false), Ok(0));
+        }
+        let after = order.clock(3);
+        for t in consumer.clone() {
+            assert_eq!(order.arrive(t, 9, 1, 64, true), Ok(0));
+        }
+        assert_eq!(order.completed(1), 1);
+        assert!(order.before(3, stamp, 40));
+        // What the producer does after arriving, and what the consumers
+        // did, is ordered before no one.
+        assert!(!order.before(3, after, 40));
+        assert!(!order.before(40, order.clock(40) - 1, 3));
+        assert!(!order.before(3, stamp, 5));
+    }
+
+    #[test]
+    fn order_is_transitive_through_chains_of_barriers() {
+        let mut order = Order::new(96);
+        let stamp = order.clock(0);
+        for t in 0..64 {
+            order.arrive(t, 1, 1, 64, t >= 32).expect("a phase");
+        }
+        for t in 32..96 {
+            order.arrive(t, 2, 2, 64, t >= 64).expect("a phase");
+        }
+        assert!(order.before(0, stamp, 70));
+    }
+
+    #[test]
+    fn broken_phases_are_faults() {
+        let mut order = Order::new(64);
+        order.arrive(0, 1, 3, 64, false).expect("a first arrival");
+        let named = |problem| Err(FaultKind::NamedBarrier { id: 3, problem });
+        assert_eq!(order.arrive(0, 1, 3, 64, false), named(NamedProblem::Twice));
+        assert_eq!(
+            order.arrive(1, 1, 3, 32, false),
+            named(NamedProblem::Count {
+                expected: 64,
+                got: 32
+            })
+        );
+        let mut order = Order::new(64);
+        for t in (32..64).chain(0..15) {
+            order.arrive(t, 1, 3, 48, true).expect("arrivals");
+        }
+        assert_eq!(
+            order.arrive(15, 1, 3, 48, true),
+            named(NamedProblem::PartialWarp { warp: 0, lanes: 16 })
+        );
+        let mut order = Order::new(64);
+        for t in 0..16 {
+            order.arrive(t, 1, 3, 32, true).expect("arrivals");
+        }
+        for t in 16..32 {
+            let last = order.arrive(t, 2, 3, 32, true);
+            if t < 31 {
+                last.expect("arrivals");
+            } else {
+                assert_eq!(
+                    last,
+                    named(NamedProblem::Divergence {
+                        thread: 0,
+                        other: 16,
+                        pcs: [1, 2]
+                    })
+                );
+            }
+        }
+    }
+}
