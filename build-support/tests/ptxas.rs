@@ -644,3 +644,24 @@ fn ptxas_names_its_release() {
         "{version}"
     );
 }
+
+/// Named barriers as ktune prints them (no lowering emits them yet, the
+/// warp-specialized pipelines will) are PTX that ptxas takes.
+#[test]
+fn named_barriers_assemble() {
+    use ktune_core::ptx::Builder;
+    use ktune_core::ptx::inst::Op;
+
+    let ptxas = ptxas::find().expect("ptxas not found: run `cargo xtask test` or set KTUNE_PTXAS");
+    let mut b = Builder::new();
+    for (id, threads, wait) in [(1, 256, false), (15, 32, true), (2, 128, true)] {
+        b.push(Op::NamedBar { id, threads, wait });
+    }
+    b.push(Op::BarSync);
+    let kernel = b.finish("named".into(), 0, 256, 0);
+    for target in TARGETS {
+        let text = ptx::print(&kernel, target);
+        assert!(text.contains("\tbar.arrive 1, 256;\n"), "{text}");
+        ptxas::assemble(&ptxas, &text, target).unwrap_or_else(|e| panic!("{target}: {e}"));
+    }
+}
