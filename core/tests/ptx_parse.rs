@@ -604,3 +604,39 @@ fn named_barriers_round_trip() {
     let err = parse(&text.replace("bar.sync 15, 32", "bar.sync 15, all")).unwrap_err();
     assert!(err.message.contains("`all` is not a thread count"), "{err}");
 }
+
+/// A warpgroup's register reallocation prints as `setmaxnreg` with its
+/// action and count, makes the module `sm_90a`, and parses back.
+#[test]
+fn register_reallocation_round_trips() {
+    use ktune_core::ptx::Builder;
+    use ktune_core::ptx::inst::Op;
+
+    let mut b = Builder::new();
+    b.push(Op::SetMaxNReg {
+        count: 40,
+        raise: false,
+    });
+    b.push(Op::SetMaxNReg {
+        count: 232,
+        raise: true,
+    });
+    let kernel = b.finish("realloc".into(), 0, 384, 0);
+    round_trip(&kernel, SmVersion::Sm90);
+    let text = print(&kernel, SmVersion::Sm90);
+    for line in [
+        ".target sm_90a",
+        "\tsetmaxnreg.dec.sync.aligned.u32 40;",
+        "\tsetmaxnreg.inc.sync.aligned.u32 232;",
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "missing `{line}` in\n{text}"
+        );
+    }
+    let err = parse(&text.replace("u32 232", "u32 many")).unwrap_err();
+    assert!(
+        err.message.contains("`many` is not a register count"),
+        "{err}"
+    );
+}

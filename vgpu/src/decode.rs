@@ -257,6 +257,11 @@ pub(crate) enum Exec {
     WgmmaWait {
         pending: u32,
     },
+    /// `setmaxnreg`: the warpgroup's threads' register count, from now on.
+    SetMaxNReg {
+        count: u32,
+        raise: bool,
+    },
     /// Orders the block's global accesses (see [`crate::memory`]).
     Fence,
     Bar,
@@ -287,7 +292,11 @@ impl Exec {
     pub(crate) fn is_warpgroup(&self) -> bool {
         matches!(
             self,
-            Exec::WgmmaFence | Exec::Wgmma { .. } | Exec::WgmmaCommit | Exec::WgmmaWait { .. }
+            Exec::WgmmaFence
+                | Exec::Wgmma { .. }
+                | Exec::WgmmaCommit
+                | Exec::WgmmaWait { .. }
+                | Exec::SetMaxNReg { .. }
         )
     }
 }
@@ -857,6 +866,17 @@ impl Decoder<'_> {
             Op::WgmmaFence => Exec::WgmmaFence,
             Op::WgmmaCommit => Exec::WgmmaCommit,
             Op::WgmmaWait { pending } => Exec::WgmmaWait { pending: *pending },
+            Op::SetMaxNReg { count, raise } => {
+                if !(24..=256).contains(count) || count % 8 != 0 {
+                    return Err(format!(
+                        "setmaxnreg to {count} registers: the count is a multiple of 8 from 24 to 256"
+                    ));
+                }
+                Exec::SetMaxNReg {
+                    count: *count,
+                    raise: *raise,
+                }
+            }
             Op::Wgmma {
                 kind,
                 d,

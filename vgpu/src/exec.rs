@@ -458,7 +458,8 @@ fn step(
         | Exec::WgmmaFence
         | Exec::Wgmma { .. }
         | Exec::WgmmaCommit
-        | Exec::WgmmaWait { .. } => return Ok(Flow::Stop(State::Collective)),
+        | Exec::WgmmaWait { .. }
+        | Exec::SetMaxNReg { .. } => return Ok(Flow::Stop(State::Collective)),
         Exec::FenceProxy => reach.shared.fence_proxy(t.id),
         Exec::AtomAdd {
             float,

@@ -235,6 +235,14 @@ pub enum FaultKind {
     Cluster { problem: ClusterProblem },
     /// A misuse of named barrier `id` (`bar.sync id, n`, `bar.arrive id, n`).
     NamedBarrier { id: u32, problem: NamedProblem },
+    /// A `setmaxnreg` that moves the warpgroup's register count the other
+    /// way than its action says: `.inc` (`raise`) to fewer registers than
+    /// the warpgroup already has, `.dec` to more.
+    RegisterCount {
+        count: u32,
+        current: u32,
+        raise: bool,
+    },
     /// A thread executed more instructions than the configured limit.
     StepLimit { limit: u64 },
     /// The instruction list is malformed (undefined label, register out of
@@ -655,6 +663,21 @@ impl fmt::Display for FaultKind {
             ),
             FaultKind::Cluster { problem } => write!(f, "cluster: {problem}"),
             FaultKind::NamedBarrier { id, problem } => write!(f, "named barrier {id}: {problem}"),
+            FaultKind::RegisterCount {
+                count,
+                current,
+                raise,
+            } => {
+                let (action, way) = if *raise {
+                    ("inc", "raises")
+                } else {
+                    ("dec", "lowers")
+                };
+                write!(
+                    f,
+                    "setmaxnreg.{action} to {count} registers, but the warpgroup has {current} already: .{action} only {way} the count"
+                )
+            }
             FaultKind::StepLimit { limit } => write!(
                 f,
                 "thread executed more than {limit} instructions (infinite loop?)"

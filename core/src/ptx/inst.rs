@@ -406,6 +406,12 @@ pub enum Op {
     /// acquires what the arrivals released, `bar.arrive` goes on at once.
     /// Both are `.aligned`: every thread of a warp executes the same one.
     NamedBar { id: u32, threads: u32, wait: bool },
+    /// `setmaxnreg.inc.sync.aligned.u32 count` (`raise`) or `.dec`: the
+    /// executing warpgroup's threads may from now on use `count`
+    /// registers each (24 to 256, a multiple of 8), taken from or given
+    /// back to the block's pool; `.inc` waits until the pool has them.
+    /// Every thread of the warpgroup executes the same one (sm_90a).
+    SetMaxNReg { count: u32, raise: bool },
     /// `mapa.shared::cluster.u32 dst, src, rank`: the address, in the
     /// [`Space::SharedCluster`] window, of the byte at shared address `src`
     /// in the shared memory of the cluster's block `rank` (sm_90).
@@ -445,7 +451,8 @@ pub struct Instr {
 
 impl Op {
     /// Whether the instruction is one of Hopper's warpgroup matrix
-    /// instructions or the async-proxy fence that feeds them, which make
+    /// instructions, the async-proxy fence that feeds them or a warpgroup's
+    /// register reallocation, which make
     /// their kernel's module target `sm_90a` (PTX ISA 8.0).
     pub fn is_sm90a(&self) -> bool {
         matches!(
@@ -455,6 +462,7 @@ impl Op {
                 | Op::Wgmma { .. }
                 | Op::WgmmaCommit
                 | Op::WgmmaWait { .. }
+                | Op::SetMaxNReg { .. }
         )
     }
 }

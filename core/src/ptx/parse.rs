@@ -615,6 +615,18 @@ impl<'t> Parser<'t> {
                     wait: opcode == "bar.sync",
                 }
             }
+            "setmaxnreg"
+                if opcode == "setmaxnreg.inc.sync.aligned.u32"
+                    || opcode == "setmaxnreg.dec.sync.aligned.u32" =>
+            {
+                arity(1)?;
+                Op::SetMaxNReg {
+                    count: ops[0]
+                        .parse()
+                        .map_err(|_| self.error(format!("`{}` is not a register count", ops[0])))?,
+                    raise: parts.get(1) == Some(&"inc"),
+                }
+            }
             "mapa" if opcode == "mapa.shared::cluster.u32" => {
                 arity(3)?;
                 Op::Mapa {

@@ -546,6 +546,10 @@ pub(super) fn write_instr(out: &mut String, instr: &Instr) -> std::fmt::Result {
             let form = if *wait { "sync" } else { "arrive" };
             write!(out, "bar.{form} {id}, {threads}")
         }
+        Op::SetMaxNReg { count, raise } => {
+            let action = if *raise { "inc" } else { "dec" };
+            write!(out, "setmaxnreg.{action}.sync.aligned.u32 {count}")
+        }
         Op::Mapa { dst, src, rank } => write!(
             out,
             "mapa.shared::cluster.u32 {}, {}, {}",

@@ -24,6 +24,13 @@
 //!   the value already there goes unseen);
 //! - descriptors and `scale-d` must be the same in every thread;
 //! - a warpgroup that exits with groups in flight is a fault.
+//!
+//! `setmaxnreg` is warpgroup-collective too: every thread of the
+//! warpgroup executes the same one together. Its count is a multiple of 8
+//! from 24 to 256 (checked when decoding), and after the first (whose
+//! starting count, the launch's, the model does not know) `.inc` may only
+//! raise it and `.dec` only lower it. The block's register pool, which
+//! `.inc` waits on, is the lowering's to size (it is not modelled).
 
 use std::collections::{HashMap, VecDeque};
 
@@ -55,6 +62,9 @@ struct Group {
     /// thread: its value at the last `wgmma.fence` (`None`: unwritten), or
     /// what a `wgmma` landed in it since. Empty before the first fence.
     fenced: HashMap<Slot, Vec<Option<u64>>>,
+    /// The register count the warpgroup's last `setmaxnreg` set (`None`
+    /// before one: the launch's count, which the model does not know).
+    registers: Option<u32>,
 }
 
 /// An in-flight `wgmma.mma_async`.
@@ -134,6 +144,20 @@ impl Block<'_> {
                 }
                 Exec::WgmmaWait { pending } => self.wgmma_wait(env, group, pending as usize)?,
                 Exec::Wgmma { index } => self.wgmma_issue(env, stats, group, index as usize)?,
+                Exec::SetMaxNReg { count, raise } => {
+                    let g = &mut self.warpgroups.groups[group];
+                    match g.registers {
+                        Some(current) if (count < current) == raise && count != current => {
+                            let kind = FaultKind::RegisterCount {
+                                count,
+                                current,
+                                raise,
+                            };
+                            return Err(self.fault(env, first, kind));
+                        }
+                        _ => g.registers = Some(count),
+                    }
+                }
                 _ => return Err(self.fault(env, first, internal("a warpgroup stopped elsewhere"))),
             }
             for t in &mut self.threads[first..first + WARPGROUP] {
