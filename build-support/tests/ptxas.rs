@@ -645,16 +645,23 @@ fn ptxas_names_its_release() {
     );
 }
 
-/// Named barriers as ktune prints them (no lowering emits them yet, the
-/// warp-specialized pipelines will) are PTX that ptxas takes.
+/// Named barriers as ktune prints them, numbered by a constant or by a
+/// register, are PTX that ptxas takes.
 #[test]
 fn named_barriers_assemble() {
     use ktune_core::ptx::Builder;
-    use ktune_core::ptx::inst::Op;
+    use ktune_core::ptx::inst::{ArithOp, Op, Operand, Special};
 
     let ptxas = ptxas::find().expect("ptxas not found: run `cargo xtask test` or set KTUNE_PTXAS");
     let mut b = Builder::new();
-    for (id, threads, wait) in [(1, 256, false), (15, 32, true), (2, 128, true)] {
+    let tid = b.special(Special::TidX);
+    let warp = b.u32_op(ArithOp::Shr, tid, Operand::Int(5));
+    let id = b.u32_op(ArithOp::Add, warp, Operand::Int(3));
+    for (id, threads, wait) in [
+        (Operand::Int(1), 256, false),
+        (Operand::Int(15), 32, true),
+        (Operand::Reg(id), 32, true),
+    ] {
         b.push(Op::NamedBar { id, threads, wait });
     }
     b.push(Op::BarSync);
@@ -662,6 +669,7 @@ fn named_barriers_assemble() {
     for target in TARGETS {
         let text = ptx::print(&kernel, target);
         assert!(text.contains("\tbar.arrive 1, 256;\n"), "{text}");
+        assert!(text.contains("\tbar.sync %r2, 32;\n"), "{text}");
         ptxas::assemble(&ptxas, &text, target).unwrap_or_else(|e| panic!("{target}: {e}"));
     }
 }

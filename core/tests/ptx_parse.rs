@@ -570,18 +570,24 @@ fn warpgroup_kernels_target_sm90a() {
 #[test]
 fn named_barriers_round_trip() {
     use ktune_core::ptx::Builder;
-    use ktune_core::ptx::inst::Op;
+    use ktune_core::ptx::inst::{Op, Operand, Special};
 
     let mut b = Builder::new();
+    let tid = b.special(Special::TidX);
     b.push(Op::NamedBar {
-        id: 1,
+        id: Operand::Int(1),
         threads: 256,
         wait: false,
     });
     b.push(Op::NamedBar {
-        id: 15,
+        id: Operand::Int(15),
         threads: 32,
         wait: true,
+    });
+    b.push(Op::NamedBar {
+        id: Operand::Reg(tid),
+        threads: 64,
+        wait: false,
     });
     b.push(Op::BarSync);
     let kernel = b.finish("named".into(), 1, 256, 0);
@@ -592,6 +598,7 @@ fn named_barriers_round_trip() {
     for line in [
         "\tbar.arrive 1, 256;",
         "\tbar.sync 15, 32;",
+        "\tbar.arrive %r0, 64;",
         "\tbar.sync 0;",
     ] {
         assert!(

@@ -267,7 +267,9 @@ pub(crate) enum Exec {
     Bar,
     /// A named barrier (see [`crate::order`]).
     NamedBar {
-        id: u32,
+        /// 1 to 15, checked when decoding an immediate and when arriving
+        /// at a register's.
+        id: Src,
         threads: u32,
         wait: bool,
     },
@@ -916,19 +918,22 @@ impl Decoder<'_> {
             Op::Fence => Exec::Fence,
             Op::BarSync => Exec::Bar,
             Op::NamedBar { id, threads, wait } => {
-                if !(1..NAMED_BARRIERS as u32).contains(id) {
+                let id = self.src(*id, Ty::U32)?;
+                if let Src::Imm(id) = id
+                    && !(1..NAMED_BARRIERS as u64).contains(&id)
+                {
                     return Err(format!(
-                        "named barrier {id}: barriers are numbered 1 to {} (0 is the block's bar.sync 0)",
-                        NAMED_BARRIERS - 1
+                        "named barrier {id}: {}",
+                        crate::NamedProblem::Number
                     ));
                 }
                 if *threads == 0 || threads % 32 != 0 {
                     return Err(format!(
-                        "named barrier {id} for {threads} threads: whole warps arrive, a positive multiple of 32"
+                        "a named barrier for {threads} threads: whole warps arrive, a positive multiple of 32"
                     ));
                 }
                 Exec::NamedBar {
-                    id: *id,
+                    id,
                     threads: *threads,
                     wait: *wait,
                 }

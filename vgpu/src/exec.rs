@@ -489,10 +489,11 @@ fn step(
         Exec::Bar => return Ok(Flow::Stop(State::Barrier)),
         Exec::NamedBar { id, threads, wait } => {
             let at = program.origin[pc] as u32;
+            let id = val!(id) as u32;
             let order = &mut reach.shared.order;
-            let completed = order.completed(id);
             let phase = order.arrive(t.id, at, id, threads, wait)?;
-            if order.completed(id) > completed {
+            // This arrival completed the phase it arrived in.
+            if order.completed(id) > phase {
                 reach.stats.barriers += 1;
             }
             if wait {

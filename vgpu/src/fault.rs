@@ -277,6 +277,8 @@ pub enum NamedProblem {
     /// No thread can run on, and the phase waits for `threads` threads of
     /// which `arrived` have arrived.
     Deadlock { threads: u32, arrived: u32 },
+    /// The barrier's number is not one of 1 to 15.
+    Number,
 }
 
 impl fmt::Display for NamedProblem {
@@ -285,6 +287,10 @@ impl fmt::Display for NamedProblem {
             NamedProblem::Count { expected, got } => write!(
                 f,
                 "an arrival expecting {got} threads in a phase that expects {expected}"
+            ),
+            NamedProblem::Number => write!(
+                f,
+                "barriers are numbered 1 to 15 (0 is the block's bar.sync 0)"
             ),
             NamedProblem::Twice => write!(
                 f,

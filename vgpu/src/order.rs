@@ -119,9 +119,12 @@ impl Order {
         threads: u32,
         wait: bool,
     ) -> Result<u32, FaultKind> {
+        let fault = |problem| FaultKind::NamedBarrier { id, problem };
+        if id == 0 || id as usize >= self.phases.len() {
+            return Err(fault(NamedProblem::Number));
+        }
         let n = self.threads;
         let phase = &mut self.phases[id as usize];
-        let fault = |problem| FaultKind::NamedBarrier { id, problem };
         if phase.arrived.is_empty() {
             phase.threads = threads;
             phase.join.clear();

@@ -25,9 +25,18 @@ enum Pipeline {
     Miscounted,
     /// The consumer waits for one round more than the producer fills.
     ExtraRound,
+    /// Every barrier's number is in a register, as a loop over the slots
+    /// computes it.
+    InRegisters,
+    /// The consumer's first wait is at barrier 0, in a register.
+    Zero,
 }
 
-fn bar(b: &mut Builder, id: u32, wait: bool) {
+fn bar(b: &mut Builder, kind: Pipeline, id: u32, wait: bool) {
+    let id = match kind {
+        Pipeline::InRegisters => Operand::Reg(b.u32_imm(id)),
+        _ => Operand::Int(i64::from(id)),
+    };
     b.push(Op::NamedBar {
         id,
         threads: 64,
@@ -56,7 +65,7 @@ fn pipeline(kind: Pipeline) -> Kernel {
     for i in 0..ROUNDS {
         let slot = i % SLOTS;
         if i >= SLOTS && kind != Pipeline::ProducerDoesNotWait {
-            bar(&mut b, 1 + SLOTS + slot, true);
+            bar(&mut b, kind, 1 + SLOTS + slot, true);
         }
         let value = b.u32_op(ArithOp::Add, tid, Operand::Int(i64::from(100 * i)));
         let addr = slot_addr(&mut b, smem, slot, tid);
@@ -66,7 +75,7 @@ fn pipeline(kind: Pipeline) -> Kernel {
             addr,
             srcs: vec![value.into()],
         });
-        bar(&mut b, 1 + slot, false);
+        bar(&mut b, kind, 1 + slot, false);
     }
     b.push(Op::Ret);
 
@@ -78,13 +87,14 @@ fn pipeline(kind: Pipeline) -> Kernel {
         let slot = i % SLOTS;
         let full = 1 + slot;
         match kind {
-            Pipeline::ConsumerDoesNotWait => bar(&mut b, full, false),
+            Pipeline::ConsumerDoesNotWait => bar(&mut b, kind, full, false),
+            Pipeline::Zero if i == 0 => bar(&mut b, Pipeline::InRegisters, 0, true),
             Pipeline::Miscounted => b.push(Op::NamedBar {
-                id: full,
+                id: Operand::Int(i64::from(full)),
                 threads: 96,
                 wait: true,
             }),
-            _ => bar(&mut b, full, true),
+            _ => bar(&mut b, kind, full, true),
         }
         let addr = slot_addr(&mut b, smem, slot, lane);
         let value = b.reg(RegClass::B32);
@@ -96,7 +106,7 @@ fn pipeline(kind: Pipeline) -> Kernel {
         });
         sum = b.u32_op(ArithOp::Add, sum, value);
         if i + SLOTS < ROUNDS {
-            bar(&mut b, 1 + SLOTS + slot, false);
+            bar(&mut b, kind, 1 + SLOTS + slot, false);
         }
     }
     common::store_at_tid(&mut b, out, lane, sum);
@@ -123,6 +133,23 @@ fn a_pipeline_ordered_by_named_barriers_passes() {
     for (lane, sum) in got.iter().enumerate() {
         assert_eq!(*sum, rounds + ROUNDS * lane as u32);
     }
+}
+
+#[test]
+fn barriers_numbered_by_registers_order_the_pipeline_alike() {
+    let got = run(&pipeline(Pipeline::InRegisters)).unwrap();
+    assert_eq!(got, run(&pipeline(Pipeline::Correct)).unwrap());
+    let fault = run(&pipeline(Pipeline::Zero)).unwrap_err();
+    assert!(
+        matches!(
+            fault.kind,
+            FaultKind::NamedBarrier {
+                id: 0,
+                problem: NamedProblem::Number
+            }
+        ),
+        "{fault}"
+    );
 }
 
 #[test]
@@ -213,12 +240,12 @@ fn broadcast(arriving: u32) -> Kernel {
     });
     let threads = 32 * (1 + arriving);
     b.push(Op::NamedBar {
-        id: 1,
+        id: Operand::Int(1),
         threads: 128,
         wait: false,
     });
     b.push(Op::NamedBar {
-        id: 2,
+        id: Operand::Int(2),
         threads,
         wait: true,
     });
@@ -232,7 +259,7 @@ fn broadcast(arriving: u32) -> Kernel {
 
     b.place(readers);
     b.push(Op::NamedBar {
-        id: 1,
+        id: Operand::Int(1),
         threads: 128,
         wait: true,
     });
@@ -247,7 +274,7 @@ fn broadcast(arriving: u32) -> Kernel {
     let arrives = b.setp(Cmp::Lt, Ty::U32, tid, Operand::Int(i64::from(threads)));
     b.bra_if(arrives, true, done);
     b.push(Op::NamedBar {
-        id: 2,
+        id: Operand::Int(2),
         threads,
         wait: false,
     });

@@ -401,11 +401,17 @@ pub enum Op {
     /// `bar.sync 0`: every thread of the block.
     BarSync,
     /// `bar.sync id, threads` (`wait`) or `bar.arrive id, threads`: named
-    /// barrier `id` (1 to 15) completes when `threads` threads, whole
-    /// warps, have arrived at it; `bar.sync` then waits for that, and
-    /// acquires what the arrivals released, `bar.arrive` goes on at once.
-    /// Both are `.aligned`: every thread of a warp executes the same one.
-    NamedBar { id: u32, threads: u32, wait: bool },
+    /// barrier `id` (1 to 15, a constant or a register holding the same
+    /// value in every lane of a warp) completes when `threads` threads,
+    /// whole warps, have arrived at it; `bar.sync` then waits for that,
+    /// and acquires what the arrivals released, `bar.arrive` goes on at
+    /// once. Both are `.aligned`: every thread of a warp executes the same
+    /// one.
+    NamedBar {
+        id: Operand,
+        threads: u32,
+        wait: bool,
+    },
     /// `setmaxnreg.inc.sync.aligned.u32 count` (`raise`) or `.dec`: the
     /// executing warpgroup's threads may from now on use `count`
     /// registers each (24 to 256, a multiple of 8), taken from or given

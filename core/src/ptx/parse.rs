@@ -605,13 +605,11 @@ impl<'t> Parser<'t> {
             "bar" if opcode == "bar.sync" && ops.len() == 1 && ops[0] == "0" => Op::BarSync,
             "bar" if opcode == "bar.sync" || opcode == "bar.arrive" => {
                 arity(2)?;
-                let number = |text: &str, what: &str| {
-                    text.parse()
-                        .map_err(|_| self.error(format!("`{text}` is not {what}")))
-                };
                 Op::NamedBar {
-                    id: number(ops[0], "a barrier number")?,
-                    threads: number(ops[1], "a thread count")?,
+                    id: operand(0)?,
+                    threads: ops[1]
+                        .parse()
+                        .map_err(|_| self.error(format!("`{}` is not a thread count", ops[1])))?,
                     wait: opcode == "bar.sync",
                 }
             }

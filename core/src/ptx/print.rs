@@ -544,7 +544,7 @@ pub(super) fn write_instr(out: &mut String, instr: &Instr) -> std::fmt::Result {
         Op::BarSync => write!(out, "bar.sync 0"),
         Op::NamedBar { id, threads, wait } => {
             let form = if *wait { "sync" } else { "arrive" };
-            write!(out, "bar.{form} {id}, {threads}")
+            write!(out, "bar.{form} {}, {threads}", O(*id))
         }
         Op::SetMaxNReg { count, raise } => {
             let action = if *raise { "inc" } else { "dec" };
