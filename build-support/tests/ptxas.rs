@@ -224,6 +224,7 @@ fn suite() -> Vec<(Kernel, Vec<Schedule>)> {
             wgmma: 0,
             tail_split: 1,
             persistent: 0,
+            producer: 0,
         })
     };
     let tf32_points = vec![
@@ -322,6 +323,7 @@ fn suite() -> Vec<(Kernel, Vec<Schedule>)> {
                 wgmma: 0,
                 tail_split: 1,
                 persistent: 0,
+                producer: 0,
             }),
         ],
     ));

@@ -670,6 +670,7 @@ fn warpgroup_tiles_run_on_hgmma() {
         wgmma: 1,
         tail_split: 1,
         persistent: 0,
+        producer: 0,
     };
     let schedule = Schedule::Mma(tiles);
     let lowered = lower::lower(&kernel, &schedule, target)
@@ -698,4 +699,87 @@ fn warpgroup_tiles_run_on_hgmma() {
     // Three slots of 48 KiB: the ring's advance divides nothing.
     assert_eq!(count("MUFU") + count("I2F") + count("F2I"), 0, "{body:#?}");
     assert_eq!(inspection.threads_per_block, 256);
+}
+
+/// The bf16 matmul + bias + gelu with a producer warpgroup (`producer =
+/// 1`) and two consumer warpgroups of 128 accumulators: ptxas gives each
+/// thread the block's share of the SM's registers at launch (168 of 384
+/// threads) and honours the warpgroups' `setmaxnreg` (it says where it
+/// cannot), and neither the producer's copies nor the consumers' products
+/// and epilogue spill. Four consumers of 64 accumulators, which would
+/// spill in the 104 registers the producer leaves them, are rejected.
+#[test]
+fn a_producer_warpgroup_gives_its_registers_to_the_others() {
+    let tools = tools();
+    let kernel = bf16_matmul_bias_gelu();
+    let target = SmVersion::Sm90;
+    let base = MmaTiles {
+        block_m: 128,
+        block_n: 256,
+        block_k: 64,
+        warp_m: 64,
+        warp_n: 256,
+        stages: 4,
+        group_m: 8,
+        split_k: 1,
+        min_blocks: 1,
+        swizzle: 1,
+        prefetch: 0,
+        wgmma: 1,
+        tail_split: 1,
+        persistent: 1,
+        producer: 1,
+    };
+    let square = MmaTiles {
+        block_m: 256,
+        block_n: 128,
+        warp_m: 128,
+        warp_n: 128,
+        ..base
+    };
+    for tiles in [base, square] {
+        let schedule = Schedule::Mma(tiles);
+        let lowered = lower::lower(&kernel, &schedule, target)
+            .unwrap_or_else(|e| panic!("{}: {e}", schedule.to_json()));
+        let ptx = ktune_core::ptx::print(&lowered.ptx, target);
+        assert!(
+            ptx.contains("\tsetmaxnreg.inc.sync.aligned.u32 232;\n"),
+            "{ptx}"
+        );
+        assert!(
+            ptx.contains("\tsetmaxnreg.dec.sync.aligned.u32 40;\n"),
+            "{ptx}"
+        );
+        let report = ktune_build::ptxas::assemble(&tools.ptxas, &ptx, target)
+            .unwrap_or_else(|e| panic!("{}: {e}", schedule.to_json()));
+        assert_eq!(report.registers, 168, "{}", report.log);
+        assert!(!report.log.contains("setmaxnreg"), "{}", report.log);
+        assert!(!report.spills(), "{}", report.log);
+        let instructions = machine_code(&tools, &lowered, target);
+        let hgmma = instructions
+            .iter()
+            .filter(|i| i.opcode.name == "HGMMA")
+            .count();
+        assert_eq!(
+            hgmma as u32,
+            4 * (tiles.warp_m / 64),
+            "{}",
+            schedule.to_json()
+        );
+    }
+    let narrow = MmaTiles {
+        block_m: 256,
+        block_n: 128,
+        warp_n: 128,
+        ..base
+    };
+    match lower::validate(&kernel, &Schedule::Mma(narrow), target) {
+        Err(lower::LowerError::Invalid {
+            constraint, reason, ..
+        }) => {
+            assert_eq!(constraint, lower::Constraint::Registers, "{reason}");
+            assert!(reason.contains("at most 104 fit"), "{reason}");
+        }
+        other => panic!("{other:?}"),
+    }
 }

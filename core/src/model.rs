@@ -86,6 +86,14 @@
 //!   slots; one slot waits every step). A persistent block
 //!   (`persistent = 1`) copies them for its next tile during the epilogue
 //!   of the one before, so only its first tile waits.
+//! - **A producer warpgroup** (`producer = 1`) issues the copies in place
+//!   of the warpgroups that multiply, and its threads count in the block's
+//!   (one block an SM: `min_blocks = 1`). What it is for, the products
+//!   never waiting at a barrier for another warp's copies and the ring
+//!   filling during the epilogue whether or not blocks are persistent,
+//!   the model does not see (it counts no epilogue): the copies being the
+//!   same instructions issued by other warps, such points score about
+//!   like the same tiles without a producer, and measurement decides.
 //! - **DRAM traffic of contractions**: an operand larger than half of L2
 //!   is re-read from DRAM by every wave, as much of it as the wave's
 //!   blocks cover: row by row (`group_m = 1`) a wave covers all of B, in
@@ -972,10 +980,15 @@ fn tensor_core(
     let shared_cycles = shared_bytes / SHARED_BYTES_PER_CLOCK;
     let k_steps = bk / f64::from(layout.kind.k());
     let copies = f64::from(layout.a.passes + layout.b.passes);
-    let per_warp = if warpgroups {
+    let issued = if tiles.producer == 1 {
+        // The consumers' warps issue their warpgroup's `wgmma`s and
+        // descriptors, the producer's four the copies.
+        let consumers = f64::from((layout.threads - 128) / 32);
+        consumers * ((wm / 64.0) * k_steps * 2.0 + 24.0) + 4.0 * (3.0 * copies + 16.0)
+    } else if warpgroups {
         // Each warp issues its warpgroup's `wgmma`s (64 rows each) and
         // their descriptors; no fragments.
-        (wm / 64.0) * k_steps * 2.0 + 3.0 * copies + 24.0
+        warps * ((wm / 64.0) * k_steps * 2.0 + 3.0 * copies + 24.0)
     } else {
         let mmas = (wm / 16.0) * (wn / 8.0) * k_steps;
         // Fragment reads per k-step: an `ldmatrix.x4` per 16×16 of A and
@@ -985,9 +998,9 @@ fn tensor_core(
             MmaKind::F16 | MmaKind::Bf16 => wm / 16.0 + wn / 16.0,
             MmaKind::Tf32 => 2.0 * (wm / 16.0 * 4.0 + wn / 8.0 * 2.0),
         } * k_steps;
-        mmas + fragment_reads + 3.0 * copies + 16.0
+        warps * (mmas + fragment_reads + 3.0 * copies + 16.0)
     };
-    let issue_cycles = warps * per_warp / ISSUE_PER_CLOCK;
+    let issue_cycles = issued / ISSUE_PER_CLOCK;
 
     // On sm_90, a scheduler with fewer than `MMA_WARPS_PER_SCHEDULER` warps
     // waits out its fragment loads between `mma`s (`wgmma` loads none).
@@ -1335,6 +1348,7 @@ mod tests {
             wgmma: 0,
             tail_split: 1,
             persistent: 0,
+            producer: 0,
         })
     }
 
@@ -1507,6 +1521,7 @@ mod tests {
                 wgmma: 0,
                 tail_split: 1,
                 persistent: 0,
+                producer: 0,
             })
         };
         let narrow = estimate(&k, &tile(16, 4), SmVersion::Sm90).unwrap();

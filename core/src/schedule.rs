@@ -192,6 +192,14 @@ pub struct MmaTiles {
     /// `split_k` and `tail_split` 1. Absent from the JSON form when 0.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub persistent: u32,
+    /// Who copies the operand tiles (`wgmma = 1`): 0, every thread, in
+    /// turn with its `wgmma`s; 1, a warpgroup of its own (a producer,
+    /// beside the block's `warp_m × warp_n` ones), which keeps the ring
+    /// full while the others multiply, each slot handed over by named
+    /// barriers, and gives its registers to them (`setmaxnreg`). Absent
+    /// from the JSON form when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub producer: u32,
 }
 
 fn one() -> u32 {
@@ -261,6 +269,7 @@ impl Class {
                 "wgmma",
                 "tail_split",
                 "persistent",
+                "producer",
             ],
         }
     }
@@ -347,6 +356,7 @@ impl Class {
                     wgmma,
                     tail_split,
                     persistent,
+                    producer,
                 ],
             ) => Schedule::Mma(MmaTiles {
                 block_m,
@@ -363,6 +373,7 @@ impl Class {
                 wgmma,
                 tail_split,
                 persistent,
+                producer,
             }),
             _ => return None,
         })
@@ -437,9 +448,10 @@ impl Schedule {
                 wgmma,
                 tail_split,
                 persistent,
+                producer,
             }) => vec![
                 block_m, block_n, block_k, warp_m, warp_n, stages, group_m, split_k, min_blocks,
-                swizzle, prefetch, wgmma, tail_split, persistent,
+                swizzle, prefetch, wgmma, tail_split, persistent, producer,
             ],
         }
     }
@@ -577,18 +589,18 @@ mod tests {
         let parsed = Schedule::from_json(old).expect("a schedule written before split_k");
         assert_eq!(
             parsed.knob_values(),
-            [64, 64, 32, 32, 32, 3, 8, 1, 0, 0, 0, 0, 1, 0]
+            [64, 64, 32, 32, 32, 3, 8, 1, 0, 0, 0, 0, 1, 0, 0]
         );
         assert_eq!(parsed.to_json(), old);
         let split = Class::Mma
-            .schedule(&[64, 64, 32, 32, 32, 3, 1, 4, 0, 0, 0, 0, 1, 0])
-            .expect("fourteen knobs");
+            .schedule(&[64, 64, 32, 32, 32, 3, 1, 4, 0, 0, 0, 0, 1, 0, 0])
+            .expect("fifteen knobs");
         let json = split.to_json();
         assert!(json.ends_with(r#","stages":3,"split_k":4}"#), "{json}");
         assert_eq!(Schedule::from_json(&json).expect("round trip"), split);
     }
 
-    /// `min_blocks`, `swizzle`, `prefetch`, `wgmma` and `persistent` default
+    /// `min_blocks`, `swizzle`, `prefetch`, `wgmma`, `persistent` and `producer` default
     /// to 0 in schedules written before them, `tail_split` to 1, and each is
     /// written only when set.
     #[test]
@@ -596,46 +608,52 @@ mod tests {
         let cases = [
             (
                 r#"{"class":"mma","block_m":128,"block_n":128,"block_k":32,"warp_m":64,"warp_n":64,"stages":3,"split_k":2}"#,
-                [128, 128, 32, 64, 64, 3, 1, 2, 0, 0, 0, 0, 1, 0],
-                [128, 128, 32, 64, 64, 3, 1, 1, 1, 0, 0, 0, 1, 0],
+                [128, 128, 32, 64, 64, 3, 1, 2, 0, 0, 0, 0, 1, 0, 0],
+                [128, 128, 32, 64, 64, 3, 1, 1, 1, 0, 0, 0, 1, 0, 0],
                 r#","stages":3,"min_blocks":1}"#,
             ),
             (
                 r#"{"class":"mma","block_m":128,"block_n":128,"block_k":32,"warp_m":64,"warp_n":64,"stages":3,"min_blocks":1}"#,
-                [128, 128, 32, 64, 64, 3, 1, 1, 1, 0, 0, 0, 1, 0],
-                [128, 128, 32, 64, 64, 3, 1, 1, 0, 1, 0, 0, 1, 0],
+                [128, 128, 32, 64, 64, 3, 1, 1, 1, 0, 0, 0, 1, 0, 0],
+                [128, 128, 32, 64, 64, 3, 1, 1, 0, 1, 0, 0, 1, 0, 0],
                 r#","stages":3,"swizzle":1}"#,
             ),
             (
                 r#"{"class":"mma","block_m":128,"block_n":128,"block_k":32,"warp_m":64,"warp_n":64,"stages":3,"swizzle":1}"#,
-                [128, 128, 32, 64, 64, 3, 1, 1, 0, 1, 0, 0, 1, 0],
-                [128, 128, 32, 64, 64, 3, 1, 1, 0, 1, 1, 0, 1, 0],
+                [128, 128, 32, 64, 64, 3, 1, 1, 0, 1, 0, 0, 1, 0, 0],
+                [128, 128, 32, 64, 64, 3, 1, 1, 0, 1, 1, 0, 1, 0, 0],
                 r#","stages":3,"swizzle":1,"prefetch":1}"#,
             ),
             (
                 r#"{"class":"mma","block_m":128,"block_n":128,"block_k":64,"warp_m":64,"warp_n":128,"stages":3,"swizzle":1}"#,
-                [128, 128, 64, 64, 128, 3, 1, 1, 0, 1, 0, 0, 1, 0],
-                [128, 128, 64, 64, 128, 3, 1, 1, 0, 1, 0, 1, 1, 0],
+                [128, 128, 64, 64, 128, 3, 1, 1, 0, 1, 0, 0, 1, 0, 0],
+                [128, 128, 64, 64, 128, 3, 1, 1, 0, 1, 0, 1, 1, 0, 0],
                 r#","stages":3,"swizzle":1,"wgmma":1}"#,
             ),
             (
                 r#"{"class":"mma","block_m":128,"block_n":128,"block_k":64,"warp_m":64,"warp_n":128,"stages":3,"swizzle":1,"wgmma":1}"#,
-                [128, 128, 64, 64, 128, 3, 1, 1, 0, 1, 0, 1, 1, 0],
-                [128, 128, 64, 64, 128, 3, 1, 1, 0, 1, 0, 1, 2, 0],
+                [128, 128, 64, 64, 128, 3, 1, 1, 0, 1, 0, 1, 1, 0, 0],
+                [128, 128, 64, 64, 128, 3, 1, 1, 0, 1, 0, 1, 2, 0, 0],
                 r#","swizzle":1,"wgmma":1,"tail_split":2}"#,
             ),
             (
                 r#"{"class":"mma","block_m":128,"block_n":128,"block_k":64,"warp_m":64,"warp_n":128,"stages":3,"swizzle":1,"wgmma":1}"#,
-                [128, 128, 64, 64, 128, 3, 1, 1, 0, 1, 0, 1, 1, 0],
-                [128, 128, 64, 64, 128, 3, 1, 1, 0, 1, 0, 1, 1, 1],
+                [128, 128, 64, 64, 128, 3, 1, 1, 0, 1, 0, 1, 1, 0, 0],
+                [128, 128, 64, 64, 128, 3, 1, 1, 0, 1, 0, 1, 1, 1, 0],
                 r#","swizzle":1,"wgmma":1,"persistent":1}"#,
+            ),
+            (
+                r#"{"class":"mma","block_m":128,"block_n":256,"block_k":64,"warp_m":64,"warp_n":256,"stages":4,"swizzle":1,"wgmma":1,"persistent":1}"#,
+                [128, 256, 64, 64, 256, 4, 1, 1, 0, 1, 0, 1, 1, 1, 0],
+                [128, 256, 64, 64, 256, 4, 1, 1, 0, 1, 0, 1, 1, 1, 1],
+                r#","wgmma":1,"persistent":1,"producer":1}"#,
             ),
         ];
         for (old, knobs, set, suffix) in cases {
             let parsed = Schedule::from_json(old).expect("a schedule written before the knob");
             assert_eq!(parsed.knob_values(), knobs);
             assert_eq!(parsed.to_json(), old);
-            let with = Class::Mma.schedule(&set).expect("fourteen knobs");
+            let with = Class::Mma.schedule(&set).expect("fifteen knobs");
             let json = with.to_json();
             assert!(json.ends_with(suffix), "{json}");
             assert_eq!(Schedule::from_json(&json).expect("round trip"), with);

@@ -3,9 +3,12 @@
 //! the variant's tiles (each block's 40 KiB of shared memory lets an SM
 //! hold 5 at most, 660 on 132 SMs, against 1,408 tiles), and every tile is
 //! still computed. The kernel is a bf16 product with edges along `M`, `N`
-//! and `K`, lowered here by ktune-core for `sm_90a`. GPU-only and ignored without one, as explained
-//! in `gpu.rs`, except the check that the variant is what the GPU test
-//! needs.
+//! and `K`, lowered here by ktune-core for `sm_90a`. The same product on
+//! persistent blocks with a producer warpgroup (`producer = 1`: two
+//! warpgroups multiply 128 × 16 tiles, a third copies, named barriers hand
+//! the ring's slots over, `setmaxnreg` moves registers) is checked the
+//! same way. GPU-only and ignored without one, as explained in `gpu.rs`,
+//! except the check that the variants are what the GPU test needs.
 
 mod lowered;
 
@@ -52,14 +55,22 @@ static KERNEL: KernelInfo = KernelInfo {
     bytes: (2 * (M * K + K * N) + 4 * M * N) as u64,
 };
 
-static VARIANTS: LazyLock<Vec<Variant>> = LazyLock::new(|| {
+/// 8 × 88 tiles of 128 × 16 for two consumer warpgroups of 64 × 16 and
+/// a producer, over the same ring.
+const PRODUCER: &str = r#"{"class":"mma","block_m":128,"block_n":16,"block_k":64,"warp_m":64,"warp_n":16,"stages":4,"min_blocks":1,"swizzle":1,"wgmma":1,"persistent":1,"producer":1}"#;
+
+fn variants(schedule: &'static str) -> Vec<Variant> {
     let source =
         "fn matmul(a: Tensor<bf16, (M, K)>, b: Tensor<bf16, (K, N)>) -> Tensor<f32, (M, N)> {
         compute(|m, n| sum(K, |k| a[m][k] * b[k][n]))
     }";
     let shape = format!("shape(M = {M}, N = {N}, K = {K})");
-    vec![lowered::variant(source, &shape, SCHEDULE, SmVersion::Sm90)]
-});
+    vec![lowered::variant(source, &shape, schedule, SmVersion::Sm90)]
+}
+
+static VARIANTS: LazyLock<Vec<Variant>> = LazyLock::new(|| variants(SCHEDULE));
+
+static PRODUCER_VARIANTS: LazyLock<Vec<Variant>> = LazyLock::new(|| variants(PRODUCER));
 
 /// Small integers, so that the product is exact in f32 whatever the order
 /// of summation.
@@ -93,6 +104,11 @@ fn the_variant_has_more_tiles_than_an_h100_or_h200_holds_blocks() {
         limits.shared_per_sm / (variant.dynamic_shared_bytes + limits.reserved_shared_per_block);
     assert_eq!(per_sm, 5, "{variant}");
     assert!(variant.grid[0] > 2 * per_sm * limits.sm_count, "{variant}");
+    let fed = &PRODUCER_VARIANTS[0];
+    assert!(fed.persistent, "{fed}");
+    assert_eq!(fed.grid, [8 * 88, 1, 1], "{fed}");
+    assert_eq!(fed.block, [384, 1, 1], "{fed}");
+    assert!(fed.grid[0] > 2 * limits.sm_count, "{fed}");
 }
 
 #[test]
@@ -102,14 +118,16 @@ fn a_persistent_variant_computes_every_tile() {
     let cc = device.compute_capability().unwrap();
     assert_eq!(cc, (9, 0), "this test needs a Hopper GPU (sm_90): {device}");
     let stream = device.stream().unwrap();
-    for seed in 0..3 {
-        let (a, b) = inputs(seed);
-        let a_gpu = stream.clone_htod(&a).unwrap();
-        let b_gpu = stream.clone_htod(&b).unwrap();
-        let mut out = stream.alloc_zeros::<f32>(M * N).unwrap();
-        let variant = launch(stream, &KERNEL, &VARIANTS, &[&a_gpu, &b_gpu], &mut out).unwrap();
-        assert!(variant.persistent);
-        let got = stream.clone_dtoh(&out).unwrap();
-        assert_eq!(got, reference(&a, &b), "launch {seed}");
+    for variants in [&*VARIANTS, &*PRODUCER_VARIANTS] {
+        for seed in 0..3 {
+            let (a, b) = inputs(seed);
+            let a_gpu = stream.clone_htod(&a).unwrap();
+            let b_gpu = stream.clone_htod(&b).unwrap();
+            let mut out = stream.alloc_zeros::<f32>(M * N).unwrap();
+            let variant = launch(stream, &KERNEL, variants, &[&a_gpu, &b_gpu], &mut out).unwrap();
+            assert!(variant.persistent);
+            let got = stream.clone_dtoh(&out).unwrap();
+            assert_eq!(got, reference(&a, &b), "{variant}, launch {seed}");
+        }
     }
 }

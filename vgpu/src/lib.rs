@@ -67,11 +67,17 @@
 //! - a `bar.sync 0` completes when every thread that has not exited waits
 //!   at the same `bar.sync` (`bar.sync` is `barrier.sync.aligned`); waiting
 //!   at different ones is a [`FaultKind::BarrierDivergence`];
-//! - a named barrier (`bar.sync id, n`, `bar.arrive id, n`, `id` 1 to 15)
+//! - a named barrier (`bar.sync id, n`, `bar.arrive id, n`, `id` 1 to 15,
+//!   a constant or a register's value when the thread arrives)
 //!   completes when `n` threads, whole warps, have arrived; `bar.arrive`
 //!   goes on at once, `bar.sync` waits for the completion. Arriving twice
-//!   in a phase, with another count, in part of a warp, or waiting where
-//!   no thread can arrive any more is a [`FaultKind::NamedBarrier`].
+//!   in a phase, with another count, in part of a warp, at a number out of
+//!   range, or waiting where no thread can arrive any more is a
+//!   [`FaultKind::NamedBarrier`];
+//! - a warpgroup-collective instruction (Hopper's `wgmma` family and
+//!   `setmaxnreg`) completes when all 128 threads of the warpgroup wait
+//!   at the same one (`block/warpgroup`); a `setmaxnreg` moving the
+//!   warpgroup's count the wrong way is a [`FaultKind::RegisterCount`].
 //!
 //! A `bar.sync` or collective whose guard is false is skipped like any
 //! other instruction: the thread does not arrive. Only barriers order

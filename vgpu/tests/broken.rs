@@ -586,6 +586,7 @@ fn tf32_tiles() -> Schedule {
         wgmma: 0,
         tail_split: 1,
         persistent: 0,
+        producer: 0,
     })
 }
 

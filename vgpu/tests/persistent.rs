@@ -15,7 +15,6 @@ use ktune_core::schedule::{MmaTiles, Schedule};
 use ktune_core::syntax::parse_kernel;
 use ktune_core::target::SmVersion;
 use ktune_vgpu::verify::Reference;
-use ktune_vgpu::{Config, poisoned, run_bytes_with};
 use quote::quote;
 
 fn tiles((block_m, block_n, block_k): (u32, u32, u32), warp_n: u32, stages: u32) -> MmaTiles {
@@ -34,6 +33,7 @@ fn tiles((block_m, block_n, block_k): (u32, u32, u32), warp_n: u32, stages: u32)
         wgmma: 1,
         tail_split: 1,
         persistent: 1,
+        producer: 0,
     }
 }
 
@@ -100,20 +100,7 @@ fn a_fused_epilogue_over_a_batch_runs_persistent() {
 fn any_number_of_blocks_computes_the_whole_output() {
     let kernel = gemm("bf16", false, true, (760, 184, 88));
     let t = tiles((64, 16, 16), 16, 3);
-    let lowered = lower(&kernel, &Schedule::Mma(t), SmVersion::Sm90).expect("lowers");
-    let reference = Reference::new(&kernel, 3);
-    let inputs: Vec<&[u8]> = reference.buffers().iter().map(Vec::as_slice).collect();
-    for blocks in [1, 2, 5, 143, 144, 1000] {
-        let config = Config::default().resident_blocks(blocks);
-        let output = poisoned(kernel.output.dtype, reference.output().len());
-        let (bytes, stats) =
-            run_bytes_with(&lowered.ptx, &lowered.launch, &inputs, output, &config)
-                .unwrap_or_else(|f| panic!("{blocks} blocks: {f}"));
-        assert_eq!(stats.blocks, u64::from(blocks.min(144)));
-        reference
-            .compare(&bytes)
-            .unwrap_or_else(|e| panic!("{blocks} blocks: {e}"));
-    }
+    common::with_any_number_of_blocks(&kernel, t, 144);
 }
 
 #[test]

@@ -35,6 +35,7 @@ fn tiles(
         wgmma,
         tail_split,
         persistent: 0,
+        producer: 0,
     }
 }
 

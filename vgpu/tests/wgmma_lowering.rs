@@ -38,6 +38,7 @@ fn tiles(
         wgmma: 1,
         tail_split: 1,
         persistent: 0,
+        producer: 0,
     }
 }
 

@@ -173,7 +173,8 @@ impl Plan {
 /// 1, then with `swizzle`, `min_blocks` or both flipped, then twice as
 /// deep (`block_k`, up to 64) in either layout: whole 128-byte rows of
 /// 16-bit `k`-contiguous operands per copy; then with its last partial
-/// wave split 2 and 4 ways, and with `persistent` flipped. For a rows `default`: its row read once per pass, with two
+/// wave split 2 and 4 ways, and with `persistent` flipped; for warpgroups,
+/// with a producer warpgroup (see below). For a rows `default`: its row read once per pass, with two
 /// reductions in one pass where they pair (`online = 1`) or not, or kept
 /// in shared memory (`cache = 2`), at its own threads per row and, one row
 /// a block, at a block's most (1024) and half of it (512: the fastest of
@@ -259,11 +260,39 @@ fn alternatives(default: &Schedule) -> Vec<Schedule> {
         persistent: flip(t.persistent),
         ..t
     };
+    // For warpgroups, a producer warpgroup: beside the default's tiles, a
+    // block per tile or looping over tiles; and on the two shapes of two
+    // warpgroups of 128 accumulators that the producer's registers make
+    // room for (128 × 256 as 64 × 256 each, 256 × 128 as 128 × 128),
+    // 64 deep over four slots, looping over tiles.
+    let fed = |t: MmaTiles| MmaTiles {
+        producer: 1,
+        min_blocks: 1,
+        ..t
+    };
+    let wide =
+        [(128, 256, 64, 256), (256, 128, 128, 128)].map(|(block_m, block_n, warp_m, warp_n)| {
+            fed(MmaTiles {
+                block_m,
+                block_n,
+                block_k: 64,
+                warp_m,
+                warp_n,
+                stages: 4,
+                persistent: 1,
+                ..t
+            })
+        });
+    let producers = (t.wgmma == 1)
+        .then(|| [fed(t), fed(persistent)].into_iter().chain(wide))
+        .into_iter()
+        .flatten();
     std::iter::once(prefetch)
         .chain(flips)
         .chain(deeper)
         .chain(tails)
         .chain(std::iter::once(persistent))
+        .chain(producers)
         .map(Schedule::Mma)
         .collect()
 }

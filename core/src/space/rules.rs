@@ -110,6 +110,15 @@
 //!   [`Constraint::Split`](crate::lower::Constraint),
 //!   [`Constraint::Range`](crate::lower::Constraint) or
 //!   [`Constraint::Tiling`](crate::lower::Constraint) rejection.
+//! - **Producer warpgroups** (`producer`, where warpgroups are offered):
+//!   0, every thread copies, and 1, a warpgroup of its own copies while
+//!   the others multiply, handing over ring slots by named barriers and
+//!   giving them its registers. A point without `wgmma`, with one stage,
+//!   a split of `K` or `min_blocks` 0 is a
+//!   [`Constraint::Range`](crate::lower::Constraint) or
+//!   [`Constraint::Split`](crate::lower::Constraint) rejection; one whose
+//!   consumers would not fit the registers left them, a
+//!   [`Constraint::Registers`](crate::lower::Constraint) one.
 
 use super::{Coverage, Family, Knob, Space};
 use crate::dtype::DType;
@@ -230,6 +239,7 @@ fn matmul(kernel: &Kernel, plan: &MatmulPlan, target: SmVersion) -> Space {
     if mma::applies(kernel, plan) {
         let warpgroups = wgmmas(kernel, plan, target);
         let persistent = persistents(kernel, plan, target, &warpgroups);
+        let producer = producers(&warpgroups);
         // Tensor-core tiles are at least one 16-wide fragment.
         let tile = |extent: u32, high: u32| powers(16, extent.next_power_of_two().clamp(16, high));
         families.push(Family {
@@ -253,6 +263,7 @@ fn matmul(kernel: &Kernel, plan: &MatmulPlan, target: SmVersion) -> Space {
                 knob("wgmma", warpgroups),
                 knob("tail_split", tail_split_values(kernel, plan, target)),
                 knob("persistent", persistent),
+                knob("producer", producer),
             ],
         });
     }
@@ -275,6 +286,16 @@ fn persistents(
         * u64::from(plan.n_extent(kernel).div_ceil(16))
         * plan.batch_count(kernel);
     if warpgroups.contains(&1) && tiles > u64::from(target.limits().sm_count) {
+        vec![0, 1]
+    } else {
+        vec![0]
+    }
+}
+
+/// Who copies a tensor-core block's operand tiles: every thread (0), and
+/// where warpgroups are offered, a producer warpgroup of its own (1).
+fn producers(warpgroups: &[u32]) -> Vec<u32> {
+    if warpgroups.contains(&1) {
         vec![0, 1]
     } else {
         vec![0]

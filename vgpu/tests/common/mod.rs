@@ -220,3 +220,30 @@ pub fn gemm(
     )
     .expect("valid kernel")
 }
+
+/// Runs the persistent tensor-core point `t` of `kernel`, whose grid has
+/// `tiles` tiles, with 1, 2, 5, `tiles - 1`, `tiles` and more resident
+/// blocks, each time checking that it ran as many blocks (at most one a
+/// tile) and computed the reference's output.
+pub fn with_any_number_of_blocks(kernel: &Kernel, t: ktune_core::schedule::MmaTiles, tiles: u32) {
+    use ktune_core::schedule::Schedule;
+    use ktune_core::target::SmVersion;
+    use ktune_vgpu::verify::Reference;
+    use ktune_vgpu::{Config, poisoned, run_bytes_with};
+
+    let lowered =
+        ktune_core::lower::lower(kernel, &Schedule::Mma(t), SmVersion::Sm90).expect("lowers");
+    let reference = Reference::new(kernel, 3);
+    let inputs: Vec<&[u8]> = reference.buffers().iter().map(Vec::as_slice).collect();
+    for blocks in [1, 2, 5, tiles - 1, tiles, 1000] {
+        let config = Config::default().resident_blocks(blocks);
+        let output = poisoned(kernel.output.dtype, reference.output().len());
+        let (bytes, stats) =
+            run_bytes_with(&lowered.ptx, &lowered.launch, &inputs, output, &config)
+                .unwrap_or_else(|f| panic!("{blocks} blocks: {f}"));
+        assert_eq!(stats.blocks, u64::from(blocks.min(tiles)));
+        reference
+            .compare(&bytes)
+            .unwrap_or_else(|e| panic!("{blocks} blocks: {e}"));
+    }
+}

@@ -264,6 +264,7 @@ fn warpgroup_options(
                     wgmma: 1,
                     tail_split: 1,
                     persistent: 0,
+                    producer: 0,
                 };
                 MmaLayout::new(kernel, plan, tiles, target)
                     .is_ok()
@@ -609,6 +610,7 @@ fn tensor_core(
             wgmma: 0,
             tail_split: 1,
             persistent: 0,
+            producer: 0,
         })
         .find(|t| MmaLayout::new(kernel, plan, *t, target).is_ok())
 }

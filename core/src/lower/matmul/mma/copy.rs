@@ -72,7 +72,7 @@ impl<'a> Copier<'a> {
             Side::A => (&layout.a, tile.m0, layout.m_extent),
             Side::B => (&layout.b, tile.n0, layout.n_extent),
         };
-        let threads = layout.threads;
+        let threads = layout.copiers;
         let (chunk, size) = (staging.chunk(), staging.element_bytes);
         let row_chunks = staging.row_chunks();
         let row = b.u32_op(ArithOp::Div, tile.tid, imm(row_chunks));

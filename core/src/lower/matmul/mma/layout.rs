@@ -150,7 +150,13 @@ const LINE_CHUNKS: u32 = 8;
 pub(crate) struct MmaLayout {
     pub tiles: MmaTiles,
     pub kind: MmaKind,
+    /// Threads per block, a producer's included.
     pub threads: u32,
+    /// Threads that copy the operand tiles: all of them, or a producer's
+    /// 128.
+    pub copiers: u32,
+    /// How a producer's block shares its registers, where it reallocates.
+    pub realloc: Option<Realloc>,
     /// Warps along `n`.
     pub warps_n: u32,
     pub a: MmaStaging,
@@ -165,6 +171,8 @@ pub(crate) struct MmaLayout {
     pub k_extent: u32,
     /// How `K` is cut, with `split_k` above 1.
     pub split: Option<Split>,
+    /// Output tiles: `block_m × block_n` tiles of each batch element.
+    pub grid: u64,
 }
 
 impl MmaLayout {
@@ -190,6 +198,7 @@ impl MmaLayout {
             wgmma,
             tail_split,
             persistent: _,
+            producer: _,
         } = tiles;
         let warpgroups = wgmma == 1;
         // A warpgroup's `wgmma`s are 64 rows by up to 256 columns.
@@ -303,6 +312,7 @@ impl MmaLayout {
             }
         };
         check_persistent(tiles, grid, target)?;
+        check_producer(tiles)?;
         if warp_m > block_m || warp_n > block_n {
             return Err(Violation::new(
                 Constraint::Tiling,
@@ -321,8 +331,13 @@ impl MmaLayout {
             ..v
         })?;
 
-        let a = staging(kernel, plan, Side::A, kind, tiles, threads)?;
-        let b = staging(kernel, plan, Side::B, kind, tiles, threads)?;
+        let copiers = if tiles.producer == 1 {
+            WARPGROUP
+        } else {
+            threads
+        };
+        let a = staging(kernel, plan, Side::A, kind, tiles, copiers)?;
+        let b = staging(kernel, plan, Side::B, kind, tiles, copiers)?;
         let b = MmaStaging {
             offset: a.bytes(),
             ..b
@@ -357,9 +372,18 @@ impl MmaLayout {
         let k_steps = block_k / kind.k();
         let (accumulators, registers) = if warpgroups {
             // A thread holds 1/128 of its warpgroup's tile; no fragments,
-            // two 64-bit descriptors.
+            // two 64-bit descriptors, the copy pointers. Beside a producer
+            // a thread copies nothing, but ptxas then spends the registers
+            // the block gives it on the epilogue: with a bf16 GELU
+            // epilogue (ptxas 12.9), 128 accumulators spill in 224
+            // registers and not in 232, 64 spill in 104.
             let accumulators = warp_m * warp_n / 128;
-            (accumulators, accumulators + 2 * (a.passes + b.passes) + 34)
+            let registers = if tiles.producer == 1 {
+                accumulators * 7 / 4 + 8
+            } else {
+                accumulators + 2 * (a.passes + b.passes) + 34
+            };
+            (accumulators, registers)
         } else {
             let accumulators = (warp_m / 16) * (warp_n / 8) * 4;
             let buffers = if prefetch == 1 && k_steps == 1 { 2 } else { 1 };
@@ -368,7 +392,11 @@ impl MmaLayout {
             let registers = accumulators + fragments + 2 * (a.passes + b.passes) + lanes + 30;
             (accumulators, registers)
         };
-        let budget = REGISTER_BUDGET.min(target.limits().registers_per_sm / threads);
+        let realloc = Realloc::new(tiles, target);
+        let budget = realloc.map_or(
+            REGISTER_BUDGET.min(target.limits().registers_per_sm / threads),
+            |r| r.consumers,
+        );
         if registers > budget {
             return Err(Violation::new(
                 Constraint::Registers,
@@ -381,6 +409,8 @@ impl MmaLayout {
             tiles,
             kind,
             threads,
+            copiers,
+            realloc,
             warps_n: block_n / warp_n,
             a,
             b,
@@ -391,6 +421,7 @@ impl MmaLayout {
             n_extent: kernel.extent(plan.n),
             k_extent,
             split,
+            grid,
         })
     }
 
@@ -403,6 +434,91 @@ impl MmaLayout {
     /// need a `k` guard).
     pub fn k_overhangs(&self) -> bool {
         split::k_overhangs(self.split, self.k_extent, self.tiles.block_k)
+    }
+}
+
+/// Threads of a warpgroup.
+const WARPGROUP: u32 = 128;
+
+/// Registers a producer warpgroup keeps per thread once it has given the
+/// rest to the others: its copies' addresses and counters.
+const PRODUCER_REGISTERS: u32 = 40;
+
+/// How a block with a producer warpgroup (`producer = 1`) shares its
+/// registers: ptxas gives every thread the block's share of the SM's
+/// registers at launch (the kernel says one block an SM, `.minnctapersm
+/// 1`); the producer then lowers its count to `producer`
+/// (`setmaxnreg.dec`) and the others raise theirs to `consumers`
+/// (`setmaxnreg.inc`), as far as the block's pool allows. Where the launch
+/// share is already as much as the others could take (one of them), the
+/// block does not reallocate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Realloc {
+    pub producer: u32,
+    pub consumers: u32,
+}
+
+impl Realloc {
+    /// The reallocation of a producer point, if it has one.
+    pub fn new(tiles: MmaTiles, target: SmVersion) -> Option<Realloc> {
+        if tiles.producer != 1 {
+            return None;
+        }
+        let threads = tiles.threads();
+        let pool = target.limits().registers_per_sm;
+        let launch = (REGISTER_BUDGET.min(pool / threads) / 8) * 8;
+        let others = threads - WARPGROUP;
+        let share = (pool.min(launch * threads) - WARPGROUP * PRODUCER_REGISTERS) / others;
+        let consumers = (share / 8 * 8).min(MAX_REALLOC);
+        (consumers > launch).then_some(Realloc {
+            producer: PRODUCER_REGISTERS,
+            consumers,
+        })
+    }
+}
+
+/// The most registers a warpgroup takes with `setmaxnreg.inc` (the count
+/// is a multiple of 8, and a thread addresses at most 255).
+const MAX_REALLOC: u32 = 248;
+
+/// Checks `producer`: 0, or 1 for warpgroups (whose ring is read by the
+/// tensor cores themselves) over a ring of several slots, with no split of
+/// `K` (each block's tiles run whole) and `min_blocks = 1`, which makes
+/// ptxas give each thread its share of the SM at launch, as `setmaxnreg`
+/// needs.
+fn check_producer(tiles: MmaTiles) -> Result<(), Violation> {
+    let range = |reason: String| Err(Violation::new(Constraint::Range, reason));
+    match (tiles.producer, tiles.wgmma) {
+        (0, _) => Ok(()),
+        (1, 1) => {
+            if tiles.stages == 1 {
+                return range(
+                    "producer = 1 copies into one slot while the others are multiplied; stages = 1 has one".to_owned(),
+                );
+            }
+            if tiles.min_blocks != 1 {
+                return range(format!(
+                    "producer = 1 hands registers between warpgroups (setmaxnreg), which needs each thread's count fixed at launch: min_blocks = 1, not {}",
+                    tiles.min_blocks
+                ));
+            }
+            if tiles.split_k > 1 || tiles.tail_split > 1 {
+                return Err(Violation::new(
+                    Constraint::Split,
+                    format!(
+                        "producer = 1 runs each tile's whole K in one block; split_k = {} and tail_split = {} split tiles across blocks",
+                        tiles.split_k, tiles.tail_split
+                    ),
+                ));
+            }
+            Ok(())
+        }
+        (1, _) => {
+            range("producer = 1 is implemented for warpgroups (wgmma = 1); wgmma = 0".to_owned())
+        }
+        (other, _) => range(format!(
+            "producer = {other}; expected 0 (every thread copies) or 1 (a producer warpgroup copies)"
+        )),
     }
 }
 

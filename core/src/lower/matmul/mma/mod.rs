@@ -97,16 +97,22 @@
 //! 128-byte column panels (`layout::MmaStaging::panels`), each
 //! warpgroup's part starting on one (see `warpgroup`). There, with
 //! `persistent = 1`, blocks loop over the grid's tiles, each filling its
-//! ring for the next tile before the current one's epilogue.
+//! ring for the next tile before the current one's epilogue. With
+//! `producer = 1` a warpgroup of its own does all the copying while the
+//! others multiply, each ring slot handed over by a pair of named
+//! barriers, and gives its registers to them with `setmaxnreg` (see
+//! `producer`, and `layout::Realloc` for the registers).
 //!
 //! The code is split by pass: `layout` (checking a schedule), `copy`
 //! (global → shared with `cp.async`), `emit` (the rest; its `k` loop is
 //! the ring of `pipeline`, which the SIMT lowering's
-//! multi-stage points share), `warpgroup` (the rest for `wgmma = 1`).
+//! multi-stage points share), `warpgroup` (the rest for `wgmma = 1`),
+//! `producer` (the rest for `producer = 1`).
 
 mod copy;
 mod emit;
 pub(crate) mod layout;
+mod producer;
 #[cfg(test)]
 mod tests;
 mod warpgroup;
@@ -150,10 +156,12 @@ impl MmaTiles {
         self.stages.saturating_sub(1 + self.held())
     }
 
-    /// Threads per block: 32 a warp, or 128 a warpgroup with `wgmma = 1`.
+    /// Threads per block: 32 a warp, or 128 a warpgroup with `wgmma = 1`,
+    /// and 128 more for a producer warpgroup.
     pub fn threads(self) -> u32 {
         let per: u32 = if self.wgmma == 1 { 128 } else { 32 };
         per.saturating_mul(self.warps())
+            .saturating_add(128 * self.producer.min(1))
     }
 }
 
@@ -173,7 +181,9 @@ pub(crate) fn lower(
     target: SmVersion,
 ) -> Result<Lowered, Violation> {
     let layout = MmaLayout::new(kernel, plan, tiles, target)?;
-    Ok(if tiles.wgmma == 1 {
+    Ok(if tiles.producer == 1 {
+        producer::emit(kernel, plan, &layout)
+    } else if tiles.wgmma == 1 {
         warpgroup::emit(kernel, plan, &layout)
     } else {
         emit::emit(kernel, plan, &layout)

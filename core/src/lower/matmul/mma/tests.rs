@@ -44,6 +44,7 @@ fn tiles(block: (u32, u32, u32), warp: (u32, u32), stages: u32) -> MmaTiles {
         wgmma: 0,
         tail_split: 1,
         persistent: 0,
+        producer: 0,
     }
 }
 

@@ -185,7 +185,7 @@ fn ring(layout: &MmaLayout, count: Option<Reg>) -> Ring {
 
 /// Copies the current `K` tile of both operands into a slot, and moves
 /// both on to the next.
-fn issuer<'c>(a: &'c Copier<'c>, bs: &'c Copier<'c>) -> impl Fn(&mut Builder, Reg) + 'c {
+pub(super) fn issuer<'c>(a: &'c Copier<'c>, bs: &'c Copier<'c>) -> impl Fn(&mut Builder, Reg) + 'c {
     move |b, slot| {
         a.issue(b, slot);
         bs.issue(b, slot);
@@ -196,7 +196,7 @@ fn issuer<'c>(a: &'c Copier<'c>, bs: &'c Copier<'c>) -> impl Fn(&mut Builder, Re
 
 /// What a thread knows of its warpgroup's part of the block's tile,
 /// whichever tile that is.
-struct Warpgroup {
+pub(super) struct Warpgroup {
     /// The thread's place in its warpgroup.
     member: Reg,
     /// The first row and column of the warpgroup's sub-tile in the block's.
@@ -211,7 +211,7 @@ struct Warpgroup {
 }
 
 impl Warpgroup {
-    fn new(b: &mut Builder, layout: &MmaLayout, tid: Reg, smem: Reg) -> Warpgroup {
+    pub(super) fn new(b: &mut Builder, layout: &MmaLayout, tid: Reg, smem: Reg) -> Warpgroup {
         let t = layout.tiles;
         let group = b.u32_op(ArithOp::Div, tid, imm(WARPGROUP));
         let group = broadcast(b, group);
@@ -233,7 +233,7 @@ impl Warpgroup {
     /// The ring's compute: a `K` tile's `wgmma`s on the slot into `acc`,
     /// committed, and the tiles before it waited for as far as the ring
     /// holds none.
-    fn compute<'s>(
+    pub(super) fn compute<'s>(
         &'s self,
         layout: &'s MmaLayout,
         acc: &'s [Vec<Reg>],
@@ -268,7 +268,7 @@ impl Warpgroup {
     /// register `4j + 2h + e` of `wgmma` `i` is row `64i + 16w + g + 8h`,
     /// column `8j + 2t + e` of the warpgroup's sub-tile (warp `w` of the
     /// warpgroup, lane `4g + t`).
-    fn outputs(
+    pub(super) fn outputs(
         &self,
         b: &mut Builder,
         layout: &MmaLayout,
@@ -305,7 +305,7 @@ impl Warpgroup {
 /// Waits for the last tile's `wgmma`s, where the ring leaves them in
 /// flight: after it, the accumulators hold the sums, and the warpgroup no
 /// longer reads the ring.
-fn drain(b: &mut Builder, layout: &MmaLayout) {
+pub(super) fn drain(b: &mut Builder, layout: &MmaLayout) {
     if layout.tiles.held() > 0 {
         b.push(Op::WgmmaWait { pending: 0 });
     }
@@ -313,7 +313,7 @@ fn drain(b: &mut Builder, layout: &MmaLayout) {
 
 /// The warpgroup's accumulators, zeroed where the code is emitted (at
 /// the top of each tile of a persistent block).
-fn accumulators(b: &mut Builder, layout: &MmaLayout) -> Vec<Vec<Reg>> {
+pub(super) fn accumulators(b: &mut Builder, layout: &MmaLayout) -> Vec<Vec<Reg>> {
     let t = layout.tiles;
     (0..t.warp_m / WGMMA_M)
         .map(|_| (0..t.warp_n / 2).map(|_| b.f32_imm(0.0)).collect())

@@ -1,0 +1,296 @@
+//! Warp-specialized warpgroup blocks (`producer = 1`) on the virtual GPU:
+//! a producer warpgroup copies every fill of the ring, the others
+//! multiply, handing slots over by named barriers. Checked against the
+//! CPU reference with edges along `M`, `N` and `K`, rings of 2 to 4 slots
+//! (a held slot included), one to three consumer warpgroups, a `K` of one
+//! tile, a grouped walk, a batch with a fused epilogue, a block per tile
+//! and persistent blocks; and the points it cannot run rejected by their
+//! constraint.
+
+mod common;
+
+use common::gemm;
+use ktune_core::lower::{Constraint, LowerError, lower, validate};
+use ktune_core::ptx::inst::Op;
+use ktune_core::schedule::{MmaTiles, Schedule};
+use ktune_core::syntax::parse_kernel;
+use ktune_core::target::SmVersion;
+use ktune_vgpu::verify::Reference;
+use ktune_vgpu::{Config, poisoned, run_bytes_with};
+use quote::quote;
+
+fn tiles((block_m, block_n, block_k): (u32, u32, u32), warp_n: u32, stages: u32) -> MmaTiles {
+    MmaTiles {
+        block_m,
+        block_n,
+        block_k,
+        warp_m: 64,
+        warp_n,
+        stages,
+        group_m: 1,
+        split_k: 1,
+        min_blocks: 1,
+        swizzle: 1,
+        prefetch: 0,
+        wgmma: 1,
+        tail_split: 1,
+        persistent: 0,
+        producer: 1,
+    }
+}
+
+/// Verifies `t` against `reference` and checks that its blocks have a
+/// warpgroup more than its tiles ask for.
+fn check(reference: &Reference, t: MmaTiles) {
+    let schedule = Schedule::Mma(t);
+    let what = format!("{t:?}");
+    let lowered = lower(reference.kernel(), &schedule, SmVersion::Sm90)
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    let consumers = (t.block_m / t.warp_m) * (t.block_n / t.warp_n);
+    assert_eq!(
+        lowered.launch.block,
+        [128 * (consumers + 1), 1, 1],
+        "{what}"
+    );
+    assert_eq!(lowered.ptx.min_blocks_per_sm, 1, "{what}");
+    let verified = reference
+        .check(&schedule, SmVersion::Sm90)
+        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    assert!(verified.stats.mma_flops > 0, "{what}");
+}
+
+#[test]
+fn a_producer_warpgroup_feeds_the_others() {
+    // 12 × 12 tiles of 64 × 16, the last row and column partial; K's 6
+    // tiles of 16, the last partial.
+    for (a_t, b_t) in [(false, false), (true, true)] {
+        let reference = Reference::new(&gemm("bf16", a_t, b_t, (760, 184, 88)), 7);
+        for stages in 2..=4 {
+            for persistent in [0, 1] {
+                check(
+                    &reference,
+                    MmaTiles {
+                        persistent,
+                        ..tiles((64, 16, 16), 16, stages)
+                    },
+                );
+            }
+        }
+    }
+    // Two and four consumer warpgroups, K shallower than the ring (2
+    // tiles of 64 in 4 slots) or a single tile; rows walked in groups of 4.
+    let reference = Reference::new(&gemm("f16", false, true, (1000, 280, 72)), 7);
+    check(&reference, tiles((128, 16, 64), 16, 4));
+    check(&reference, tiles((128, 32, 64), 16, 3));
+    let single = Reference::new(&gemm("bf16", false, false, (300, 72, 40)), 7);
+    for stages in 2..=4 {
+        check(&single, tiles((128, 32, 64), 32, stages));
+    }
+    let grouped = MmaTiles {
+        group_m: 4,
+        persistent: 1,
+        ..tiles((64, 32, 32), 32, 3)
+    };
+    check(&reference, grouped);
+}
+
+#[test]
+fn a_fused_epilogue_over_a_batch_runs_beside_a_producer() {
+    let kernel = parse_kernel(
+        quote!(shape(B = 4, M = 200, N = 136, K = 72)),
+        quote! {
+            fn fused(x: Tensor<bf16, (B, M, K)>, w: Tensor<bf16, (K, N)>, bias: Tensor<f32, (N,)>) -> Tensor<bf16, (B, M, N)> {
+                compute(|b, m, n| gelu(sum(K, |k| x[b][m][k] * w[k][n]) + bias[n]))
+            }
+        },
+    )
+    .expect("valid kernel");
+    // 4 batch elements of 2 × 9 tiles of 128 × 16 (4 × 9 of 64 × 16,
+    // persistent), the last row and column partial; K's 3 tiles of 32, the
+    // last partial.
+    let reference = Reference::new(&kernel, 7);
+    check(&reference, tiles((128, 16, 32), 16, 3));
+    let persistent = MmaTiles {
+        persistent: 1,
+        ..tiles((64, 16, 32), 16, 3)
+    };
+    check(&reference, persistent);
+}
+
+#[test]
+fn persistent_producers_compute_the_whole_output_with_any_number_of_blocks() {
+    let kernel = gemm("bf16", false, true, (760, 184, 88));
+    let t = MmaTiles {
+        persistent: 1,
+        ..tiles((64, 16, 16), 16, 3)
+    };
+    common::with_any_number_of_blocks(&kernel, t, 144);
+}
+
+/// A way to break the pipeline, by editing the lowered kernel's body:
+/// the consumers' part comes first (up to its last `wgmma`, the
+/// barriers it waits at before it), the producer's after it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Break {
+    /// The producer copies into a slot without waiting for it to be
+    /// released.
+    ProducerDoesNotWait,
+    /// The consumers arrive at a slot's `full` barrier without waiting.
+    ConsumersDoNotWait,
+    /// The producer signals a fill with two in flight, the one signalled
+    /// included.
+    SignalBeforeLanding,
+    /// The producer's copies are not fenced for the async proxy.
+    NoProxyFence,
+    /// The consumers leave two fills' `wgmma`s in flight, and release the
+    /// older while it is still read.
+    ReleaseWhileRead,
+}
+
+fn broken(kernel: &ktune_core::ir::Kernel, t: MmaTiles, how: Break) -> ktune_vgpu::Fault {
+    let mut lowered = lower(kernel, &Schedule::Mma(t), SmVersion::Sm90).expect("lowers");
+    let body = &mut lowered.ptx.body;
+    let products = body
+        .iter()
+        .rposition(|i| matches!(i.op, Op::Wgmma { .. }))
+        .expect("the consumers multiply");
+    let mut edited = 0;
+    for (at, inst) in body.iter_mut().enumerate() {
+        let producers = at > products;
+        match (&mut inst.op, how) {
+            (Op::NamedBar { wait, .. }, Break::ProducerDoesNotWait) if producers && *wait => {
+                *wait = false;
+            }
+            (Op::NamedBar { wait, .. }, Break::ConsumersDoNotWait) if !producers && *wait => {
+                *wait = false;
+            }
+            (Op::CpAsyncWait { pending }, Break::SignalBeforeLanding) if *pending == 1 => {
+                *pending = 2;
+            }
+            (Op::WgmmaWait { pending }, Break::ReleaseWhileRead) if *pending == 1 => {
+                *pending = 2;
+            }
+            _ => continue,
+        }
+        edited += 1;
+    }
+    if how == Break::NoProxyFence {
+        let before = body.len();
+        body.retain(|i| i.op != Op::FenceProxyAsync);
+        edited = before - body.len();
+    }
+    assert!(edited > 0, "{how:?} edits nothing");
+    let reference = Reference::new(kernel, 5);
+    let inputs: Vec<&[u8]> = reference.buffers().iter().map(Vec::as_slice).collect();
+    let output = poisoned(kernel.output.dtype, reference.output().len());
+    let config = Config::default().resident_blocks(3);
+    match run_bytes_with(&lowered.ptx, &lowered.launch, &inputs, output, &config) {
+        Err(fault) => fault,
+        Ok((bytes, _)) => panic!(
+            "{how:?} ran, {}",
+            match reference.compare(&bytes) {
+                Ok(_) => "with the right output".to_owned(),
+                Err(e) => format!("with a wrong output: {e}"),
+            }
+        ),
+    }
+}
+
+#[test]
+fn a_broken_handover_is_a_fault() {
+    use ktune_vgpu::{FaultKind, NamedProblem};
+
+    let kernel = gemm("bf16", false, true, (760, 184, 96));
+    let t = MmaTiles {
+        persistent: 1,
+        ..tiles((64, 16, 32), 16, 3)
+    };
+    for how in [
+        Break::ProducerDoesNotWait,
+        Break::ConsumersDoNotWait,
+        Break::SignalBeforeLanding,
+        Break::NoProxyFence,
+        Break::ReleaseWhileRead,
+    ] {
+        let fault = broken(&kernel, t, how);
+        let expected = match how {
+            // Running ahead, it overwrites a slot still read or signals
+            // a slot's full barrier again before the consumers took the
+            // fill before.
+            Break::ProducerDoesNotWait => matches!(
+                fault.kind,
+                FaultKind::WgmmaOverwrite { .. }
+                    | FaultKind::SharedRace { .. }
+                    | FaultKind::NamedBarrier {
+                        problem: NamedProblem::Twice,
+                        ..
+                    }
+            ),
+            Break::ReleaseWhileRead => matches!(
+                fault.kind,
+                FaultKind::WgmmaOverwrite { .. } | FaultKind::SharedRace { .. }
+            ),
+            Break::ConsumersDoNotWait | Break::SignalBeforeLanding => matches!(
+                fault.kind,
+                FaultKind::SharedRace { .. } | FaultKind::UninitializedShared { .. }
+            ),
+            Break::NoProxyFence => matches!(fault.kind, FaultKind::AsyncProxyUnfenced { .. }),
+        };
+        assert!(expected, "{how:?}: {fault}");
+    }
+}
+
+#[test]
+fn points_a_producer_cannot_feed_are_rejected_by_their_constraint() {
+    let kernel = gemm("bf16", false, false, (760, 184, 88));
+    let good = tiles((64, 16, 16), 16, 2);
+    assert!(validate(&kernel, &Schedule::Mma(good), SmVersion::Sm90).is_ok());
+    let rejected =
+        |t: MmaTiles, want: Constraint| match validate(&kernel, &Schedule::Mma(t), SmVersion::Sm90)
+        {
+            Err(LowerError::Invalid {
+                constraint, reason, ..
+            }) if constraint == want => reason,
+            other => panic!("{t:?}: {other:?}, expected a {want:?} rejection"),
+        };
+    for (t, want, says) in [
+        (
+            MmaTiles {
+                producer: 2,
+                ..good
+            },
+            Constraint::Range,
+            "producer = 2",
+        ),
+        (
+            MmaTiles { stages: 1, ..good },
+            Constraint::Range,
+            "stages = 1",
+        ),
+        (
+            MmaTiles {
+                min_blocks: 0,
+                ..good
+            },
+            Constraint::Range,
+            "min_blocks = 1, not 0",
+        ),
+        (
+            MmaTiles { split_k: 2, ..good },
+            Constraint::Split,
+            "split_k = 2",
+        ),
+        (
+            MmaTiles {
+                wgmma: 0,
+                warp_m: 32,
+                ..good
+            },
+            Constraint::Range,
+            "wgmma = 0",
+        ),
+    ] {
+        let reason = rejected(t, want);
+        assert!(reason.contains(says), "{reason}");
+    }
+}
