@@ -767,6 +767,23 @@ fn a_producer_warpgroup_gives_its_registers_to_the_others() {
             schedule.to_json()
         );
     }
+    // Four consumers of 32 accumulators: 640 threads get 96 registers at
+    // launch, and the consumers take 104.
+    let four = MmaTiles {
+        block_n: 128,
+        warp_n: 64,
+        ..base
+    };
+    let lowered = lower::lower(&kernel, &Schedule::Mma(four), target).expect("four consumers");
+    let ptx = ktune_core::ptx::print(&lowered.ptx, target);
+    assert!(
+        ptx.contains("\tsetmaxnreg.inc.sync.aligned.u32 104;\n"),
+        "{ptx}"
+    );
+    let report = ktune_build::ptxas::assemble(&tools.ptxas, &ptx, target).expect("assembles");
+    assert_eq!(report.registers, 96, "{}", report.log);
+    assert!(!report.log.contains("setmaxnreg"), "{}", report.log);
+    assert!(!report.spills(), "{}", report.log);
     let narrow = MmaTiles {
         block_m: 256,
         block_n: 128,

@@ -89,9 +89,9 @@
 //! - **A producer warpgroup** (`producer = 1`) issues the copies in place
 //!   of the warpgroups that multiply, and its threads count in the block's
 //!   (one block an SM: `min_blocks = 1`). What it is for, the products
-//!   never waiting at a barrier for another warp's copies and the ring
-//!   filling during the epilogue whether or not blocks are persistent,
-//!   the model does not see (it counts no epilogue): the copies being the
+//!   never waiting at a barrier for another warp's copies and, on
+//!   persistent blocks, the ring filling during the epilogue, the model
+//!   does not see (it counts no epilogue): the copies being the
 //!   same instructions issued by other warps, such points score about
 //!   like the same tiles without a producer, and measurement decides.
 //! - **DRAM traffic of contractions**: an operand larger than half of L2

@@ -918,9 +918,8 @@ impl Decoder<'_> {
             Op::Fence => Exec::Fence,
             Op::BarSync => Exec::Bar,
             Op::NamedBar { id, threads, wait } => {
-                let id = self.src(*id, Ty::U32)?;
-                if let Src::Imm(id) = id
-                    && !(1..NAMED_BARRIERS as u64).contains(&id)
+                if let Operand::Int(id) = *id
+                    && !(1..NAMED_BARRIERS as i64).contains(&id)
                 {
                     return Err(format!(
                         "named barrier {id}: {}",
@@ -933,7 +932,7 @@ impl Decoder<'_> {
                     ));
                 }
                 Exec::NamedBar {
-                    id,
+                    id: self.src(*id, Ty::U32)?,
                     threads: *threads,
                     wait: *wait,
                 }

@@ -2,8 +2,8 @@
 //! a producer warpgroup copies every fill of the ring, the others
 //! multiply, handing slots over by named barriers. Checked against the
 //! CPU reference with edges along `M`, `N` and `K`, rings of 2 to 4 slots
-//! (a held slot included), one to three consumer warpgroups, a `K` of one
-//! tile, a grouped walk, a batch with a fused epilogue, a block per tile
+//! (a held slot included), one, two and four consumer warpgroups, a `K`
+//! of one tile, a grouped walk, a batch with a fused epilogue, a block per tile
 //! and persistent blocks; and the points it cannot run rejected by their
 //! constraint.
 
@@ -82,9 +82,17 @@ fn a_producer_warpgroup_feeds_the_others() {
     let reference = Reference::new(&gemm("f16", false, true, (1000, 280, 72)), 7);
     check(&reference, tiles((128, 16, 64), 16, 4));
     check(&reference, tiles((128, 32, 64), 16, 3));
-    let single = Reference::new(&gemm("bf16", false, false, (300, 72, 40)), 7);
+    let single = Reference::new(&gemm("bf16", false, false, (760, 184, 40)), 7);
     for stages in 2..=4 {
-        check(&single, tiles((128, 32, 64), 32, stages));
+        for persistent in [0, 1] {
+            check(
+                &single,
+                MmaTiles {
+                    persistent,
+                    ..tiles((64, 16, 64), 16, stages)
+                },
+            );
+        }
     }
     let grouped = MmaTiles {
         group_m: 4,
@@ -201,17 +209,21 @@ fn a_broken_handover_is_a_fault() {
     use ktune_vgpu::{FaultKind, NamedProblem};
 
     let kernel = gemm("bf16", false, true, (760, 184, 96));
-    let t = MmaTiles {
-        persistent: 1,
-        ..tiles((64, 16, 32), 16, 3)
-    };
-    for how in [
+    // Three slots, one held (released a fill later), and two.
+    let held = [
         Break::ProducerDoesNotWait,
         Break::ConsumersDoNotWait,
         Break::SignalBeforeLanding,
         Break::NoProxyFence,
         Break::ReleaseWhileRead,
-    ] {
+    ]
+    .map(|how| (3, how));
+    let two = held[..4].iter().map(|&(_, how)| (2, how));
+    for (stages, how) in held.into_iter().chain(two) {
+        let t = MmaTiles {
+            persistent: 1,
+            ..tiles((64, 16, 32), 16, stages)
+        };
         let fault = broken(&kernel, t, how);
         let expected = match how {
             // Running ahead, it overwrites a slot still read or signals
@@ -230,13 +242,16 @@ fn a_broken_handover_is_a_fault() {
                 fault.kind,
                 FaultKind::WgmmaOverwrite { .. } | FaultKind::SharedRace { .. }
             ),
+            // The fill read before it landed, or before it was written.
             Break::ConsumersDoNotWait | Break::SignalBeforeLanding => matches!(
                 fault.kind,
-                FaultKind::SharedRace { .. } | FaultKind::UninitializedShared { .. }
+                FaultKind::SharedRace { .. }
+                    | FaultKind::AsyncCopyPending { .. }
+                    | FaultKind::UninitializedShared { .. }
             ),
             Break::NoProxyFence => matches!(fault.kind, FaultKind::AsyncProxyUnfenced { .. }),
         };
-        assert!(expected, "{how:?}: {fault}");
+        assert!(expected, "{how:?}, {stages} stages: {fault}");
     }
 }
 

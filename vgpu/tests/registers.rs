@@ -6,22 +6,25 @@ mod common;
 use common::{one_block, store_at_tid};
 use ktune_core::ptx::Builder;
 use ktune_core::ptx::Kernel;
-use ktune_core::ptx::inst::{Cmp, Op, Operand, Special, Ty};
+use ktune_core::ptx::inst::{ArithOp, Cmp, Op, Operand, Special, Ty};
 use ktune_vgpu::{Fault, FaultKind};
 
-/// Warpgroup 1 of 256 threads lowers its count to 40; warpgroup 0 runs
-/// `counts` in turn (each `.inc` when above the one before, else `.dec`),
-/// or, with `warps` below 4, only its first `warps` warps do. Every thread
-/// then stores its `%tid.x`.
+/// A block of 384 threads, whose launch share is 168 registers a thread:
+/// warpgroup 2 lowers its count to 40; warpgroups 0 and 1 run `counts` in
+/// turn (each `.inc` when above the one before, else `.dec`), or, with
+/// `warps` below 4, only the first `warps` warps of warpgroup 0 do. Every
+/// thread then stores its `%tid.x`.
 fn realloc(counts: &[u32], warps: u32) -> Kernel {
     let mut b = Builder::new();
     let tid = b.special(Special::TidX);
     let out = b.param_ptr(0);
     let done = b.label();
     let producer = b.label();
-    let second = b.setp(Cmp::Ge, Ty::U32, tid, Operand::Int(128));
-    b.bra_if(second, false, producer);
+    let last = b.setp(Cmp::Ge, Ty::U32, tid, Operand::Int(256));
+    b.bra_if(last, false, producer);
     let skip = b.setp(Cmp::Ge, Ty::U32, tid, Operand::Int(i64::from(32 * warps)));
+    let first = b.setp(Cmp::Lt, Ty::U32, tid, Operand::Int(128));
+    let skip = b.pred_op(ArithOp::And, skip, first);
     b.bra_if(skip, false, done);
     let mut current = 168;
     for &count in counts {
@@ -39,12 +42,12 @@ fn realloc(counts: &[u32], warps: u32) -> Kernel {
     });
     b.place(done);
     store_at_tid(&mut b, out, tid, tid);
-    b.finish("realloc".into(), 1, 256, 0)
+    b.finish("realloc".into(), 1, 384, 0)
 }
 
 fn run(kernel: &Kernel) -> Result<Vec<u32>, Fault> {
-    let mut params = vec![vec![0u8; 256 * 4]];
-    ktune_vgpu::run(kernel, &one_block(256, 0), &mut params)?;
+    let mut params = vec![vec![0u8; 384 * 4]];
+    ktune_vgpu::run(kernel, &one_block(384, 0), &mut params)?;
     Ok(params[0]
         .chunks_exact(4)
         .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
@@ -53,8 +56,8 @@ fn run(kernel: &Kernel) -> Result<Vec<u32>, Fault> {
 
 #[test]
 fn warpgroups_move_their_register_counts_apart() {
-    let got = run(&realloc(&[232, 200], 4)).unwrap();
-    assert_eq!(got, (0..256).collect::<Vec<u32>>());
+    let got = run(&realloc(&[232], 4)).unwrap();
+    assert_eq!(got, (0..384).collect::<Vec<u32>>());
 }
 
 #[test]

@@ -324,8 +324,13 @@ impl MmaLayout {
         let threads = tiles.threads();
         check_block(threads, target).map_err(|v| Violation {
             reason: format!(
-                "{}·(block_m/warp_m)·(block_n/warp_n) gives {}",
-                threads / tiles.warps().max(1),
+                "{}·(block_m/warp_m)·(block_n/warp_n){} gives {}",
+                if warpgroups { 128 } else { 32 },
+                if tiles.producer == 1 {
+                    " + 128 (the producer)"
+                } else {
+                    ""
+                },
                 v.reason
             ),
             ..v

@@ -19,7 +19,7 @@
 //! producer (the last warpgroup):
 //!     setmaxnreg.dec (where the block reallocates, see `layout::Realloc`)
 //!     for each fill j (slot s):
-//!         j ≥ stages: bar.sync empty[s]                  (the fill before in s is read)
+//!         j ≥ stages: bar.sync empty[s]; fence.proxy.async (the fill before in s is read)
 //!         cp.async fill j into s; commit
 //!         j ≥ 1: cp.async.wait_group 1; fence.proxy.async; bar.arrive full[s − 1]
 //!     cp.async.wait_group 0; fence.proxy.async; bar.arrive full[last slot]
@@ -34,11 +34,13 @@
 //!         wgmma.wait_group 0; release the tile's last fill (held = 1); epilogue
 //! ```
 //!
-//! The producer signals a fill once the next has been issued, so two are
-//! in flight while it waits; it waits for a slot only after signalling
-//! every fill before, and the consumers release a slot once they hold the
-//! fill after it, so neither side waits for the other in a cycle (a ring
-//! of two slots holds nothing in flight past a fill, `held` 0). The
+//! The producer signals a fill once the next has been issued and the fill
+//! has landed, so two are in flight while it waits. Before copying fill
+//! `j` it waits for the release of fill `j − stages`, which the consumers
+//! give once they hold fill `j − stages + held` at most, and it has
+//! signalled every fill up to `j − 2` by then: neither side waits for the
+//! other in a cycle (a ring of two slots holds nothing in flight past a
+//! fill, `held` 0). The
 //! consumers' releases and the producer's waits are counted alike: fill
 //! `j` is waited for by the copies of fill `j + stages` exactly when
 //! there is one.
@@ -153,6 +155,9 @@ pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &MmaLayout) -> Lo
         let fresh = b.setp(Cmp::Lt, Ty::U32, ring.fill, imm(t.stages));
         b.bra_if(fresh, false, reused);
         ring.wait(b, Barrier::Empty, ring.slot);
+        // The slot's last reads were the async proxy's (`wgmma`); the
+        // copies that overwrite it are generic-proxy writes.
+        b.push(Op::FenceProxyAsync);
         b.place(reused);
         let offset = b.u32_op(ArithOp::Mul, ring.slot, imm(layout.slot_bytes));
         issue(b, offset);

@@ -533,3 +533,42 @@ fn min_blocks_reaches_ptxas_as_minnctapersm() {
     // The hint is the only difference.
     assert_eq!(hinted.replace(".minnctapersm 1\n", ""), free);
 }
+
+/// A producer block hands registers over as far as its launch share (the
+/// SM's registers over its threads, in eights) allows: none with one
+/// consumer warpgroup, whose share is already the most a thread takes.
+#[test]
+fn a_producer_block_shares_its_registers_as_far_as_its_launch_share_allows() {
+    use super::layout::Realloc;
+
+    let fed = |block: (u32, u32, u32), warp: (u32, u32)| MmaTiles {
+        wgmma: 1,
+        swizzle: 1,
+        min_blocks: 1,
+        producer: 1,
+        ..tiles(block, warp, 4)
+    };
+    let target = SmVersion::Sm90;
+    assert_eq!(Realloc::new(fed((64, 256, 64), (64, 256)), target), None);
+    let two = Realloc::new(fed((128, 256, 64), (64, 256)), target);
+    assert_eq!(
+        two,
+        Some(Realloc {
+            producer: 40,
+            consumers: 232
+        })
+    );
+    let four = Realloc::new(fed((256, 128, 64), (64, 128)), target);
+    assert_eq!(
+        four,
+        Some(Realloc {
+            producer: 40,
+            consumers: 104
+        })
+    );
+    let unfed = MmaTiles {
+        producer: 0,
+        ..fed((128, 256, 64), (64, 256))
+    };
+    assert_eq!(Realloc::new(unfed, target), None);
+}
