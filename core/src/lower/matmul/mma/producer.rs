@@ -47,11 +47,11 @@
 
 use super::MmaLayout;
 use super::copy::Copier;
-use super::emit::{block_shape, imm, outputs};
+use super::emit::{block_shape, imm};
 use super::warpgroup::{Warpgroup, accumulators, drain, issuer};
 use crate::ir::Kernel;
 use crate::lower::Lowered;
-use crate::lower::matmul::output::{Tile, assemble, epilogue};
+use crate::lower::matmul::output::{Tile, assemble};
 use crate::lower::matmul::{MatmulPlan, Side};
 use crate::ptx::Builder;
 use crate::ptx::inst::{ArithOp, Cmp, Label, Op, Operand, Reg, Special, Ty};
@@ -124,14 +124,7 @@ pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &MmaLayout) -> Lo
         let before = b.u32_op(ArithOp::Sub, ring.fill, imm(1));
         ring.release(&mut b, before, ring.previous, fills);
     }
-    let (sums, ms, ns) = group.outputs(&mut b, layout, &tile, &acc);
-    epilogue(
-        &mut b,
-        kernel,
-        plan,
-        &tile,
-        &outputs(layout, (&sums, &ms, &ns)),
-    );
+    group.epilogue(&mut b, (kernel, plan, layout), &tile, &acc);
     next_tile(&mut b, index, stride, tiles, top);
     b.bra(done);
 

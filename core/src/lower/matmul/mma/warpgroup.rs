@@ -149,14 +149,7 @@ fn persistent(kernel: &Kernel, plan: &MatmulPlan, layout: &MmaLayout) -> Lowered
     ring.fill(&mut b, &issuer(&a, &bs));
     b.place(last);
 
-    let (sums, ms, ns) = group.outputs(&mut b, layout, &tile, &acc);
-    epilogue(
-        &mut b,
-        kernel,
-        plan,
-        &tile,
-        &outputs(layout, (&sums, &ms, &ns)),
-    );
+    group.epilogue(&mut b, (kernel, plan, layout), &tile, &acc);
     b.push(Op::Mov {
         ty: Ty::U32,
         dst: index,
@@ -262,6 +255,19 @@ impl Warpgroup {
             b.push(Op::WgmmaCommit);
             b.push(Op::WgmmaWait { pending: t.held() });
         }
+    }
+
+    /// The tile's epilogue on the warpgroup's accumulators, which hold its
+    /// sums.
+    pub(super) fn epilogue(
+        &self,
+        b: &mut Builder,
+        (kernel, plan, layout): (&Kernel, &MatmulPlan, &MmaLayout),
+        tile: &Tile,
+        acc: &[Vec<Reg>],
+    ) {
+        let (sums, ms, ns) = self.outputs(b, layout, tile, acc);
+        epilogue(b, kernel, plan, tile, &outputs(layout, (&sums, &ms, &ns)));
     }
 
     /// The thread's sums with their output rows and columns: accumulator
