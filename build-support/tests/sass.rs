@@ -67,8 +67,13 @@ fn tf32_sgemm_4096() -> Kernel {
 }
 
 fn bf16_matmul_bias_gelu() -> Kernel {
+    bf16_matmul_bias_gelu_of(quote!(shape(M = 4096, N = 11008, K = 4096)))
+}
+
+/// The bf16 matmul + bias + gelu at `shape`.
+fn bf16_matmul_bias_gelu_of(shape: proc_macro2::TokenStream) -> Kernel {
     parse_kernel(
-        quote!(shape(M = 4096, N = 11008, K = 4096)),
+        shape,
         quote! {
             fn mm_bias_gelu(a: Tensor<bf16, (M, K)>, w: Tensor<bf16, (K, N)>, bias: Tensor<bf16, (N,)>)
                 -> Tensor<bf16, (M, N)>
@@ -706,12 +711,15 @@ fn warpgroup_tiles_run_on_hgmma() {
 /// thread the block's share of the SM's registers at launch (168 of 384
 /// threads) and honours the warpgroups' `setmaxnreg` (it says where it
 /// cannot), and neither the producer's copies nor the consumers' products
-/// and epilogue spill. Four consumers of 64 accumulators, which would
-/// spill in the 104 registers the producer leaves them, are rejected.
+/// and epilogue spill, also where every dimension overhangs its tile (the
+/// producer guards each row it copies). Four consumers of 64 accumulators,
+/// which would spill in the 104 registers the producer leaves them, are
+/// rejected.
 #[test]
 fn a_producer_warpgroup_gives_its_registers_to_the_others() {
     let tools = tools();
     let kernel = bf16_matmul_bias_gelu();
+    let edged = bf16_matmul_bias_gelu_of(quote!(shape(M = 4000, N = 11000, K = 4000)));
     let target = SmVersion::Sm90;
     let base = MmaTiles {
         block_m: 128,
@@ -737,9 +745,14 @@ fn a_producer_warpgroup_gives_its_registers_to_the_others() {
         warp_n: 128,
         ..base
     };
-    for tiles in [base, square] {
+    for (kernel, tiles) in [
+        (&kernel, base),
+        (&kernel, square),
+        (&edged, base),
+        (&edged, square),
+    ] {
         let schedule = Schedule::Mma(tiles);
-        let lowered = lower::lower(&kernel, &schedule, target)
+        let lowered = lower::lower(kernel, &schedule, target)
             .unwrap_or_else(|e| panic!("{}: {e}", schedule.to_json()));
         let ptx = ktune_core::ptx::print(&lowered.ptx, target);
         assert!(

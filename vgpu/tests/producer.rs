@@ -3,7 +3,7 @@
 //! multiply, handing slots over by named barriers. Checked against the
 //! CPU reference with edges along `M`, `N` and `K`, rings of 2 to 4 slots
 //! (a held slot included), one, two and four consumer warpgroups, a `K`
-//! of one tile, a grouped walk, a batch with a fused epilogue, a block per tile
+//! of one tile, an `M` shallower than a pass of the producer's copies, a grouped walk, a batch with a fused epilogue, a block per tile
 //! and persistent blocks; and the points it cannot run rejected by their
 //! constraint.
 
@@ -93,6 +93,18 @@ fn a_producer_warpgroup_feeds_the_others() {
                 },
             );
         }
+    }
+    // M of 5 rows, fewer than a pass's 16: the producer's later passes
+    // read no row at all (141 tiles along N, more than the SMs).
+    let decode = Reference::new(&gemm("bf16", false, false, (5, 2248, 88)), 7);
+    for persistent in [0, 1] {
+        check(
+            &decode,
+            MmaTiles {
+                persistent,
+                ..tiles((64, 16, 64), 16, 3)
+            },
+        );
     }
     let grouped = MmaTiles {
         group_m: 4,

@@ -220,6 +220,32 @@ impl Builder {
         dst
     }
 
+    /// `cond ? a : b` on 64-bit values (addresses).
+    pub fn u64_select(&mut self, cond: Reg, a: impl Into<Operand>, b: impl Into<Operand>) -> Reg {
+        let dst = self.reg(RegClass::B64);
+        self.push(Op::Selp {
+            ty: Ty::U64,
+            dst,
+            a: a.into(),
+            b: b.into(),
+            cond,
+        });
+        dst
+    }
+
+    /// `a + b` on 64-bit values (addresses).
+    pub fn u64_add(&mut self, a: impl Into<Operand>, b: impl Into<Operand>) -> Reg {
+        let dst = self.reg(RegClass::B64);
+        self.push(Op::Arith {
+            op: ArithOp::Add,
+            ty: Ty::U64,
+            dst,
+            a: a.into(),
+            b: b.into(),
+        });
+        dst
+    }
+
     /// Combines two predicates with `and`, `or` or `xor`.
     pub fn pred_op(&mut self, op: ArithOp, a: Reg, b: Reg) -> Reg {
         let dst = self.reg(RegClass::Pred);

@@ -22,6 +22,12 @@
 //! of all where one row is the whole operand (a decode's `M = 1`, whose
 //! clamped rows would make every block read that row `block_m` times,
 //! past L1).
+//!
+//! Threads that copy between their products keep each pass's guards and
+//! clamped addresses in registers, computed once before the `k` loop. A
+//! producer warpgroup, which only copies, has issue slots to spare and
+//! few registers (`layout::Realloc`): it keeps the first row's address
+//! and the last row's, and checks each pass's row as it issues it.
 
 use super::layout::{MmaLayout, MmaStaging};
 use crate::ir::Kernel;
@@ -39,20 +45,38 @@ pub(super) struct Copier<'a> {
     block_k: u32,
     /// Per pass: where the chunk is read, in the current tile.
     access: Vec<Addr>,
-    /// The distinct base registers of `access`, advanced once per tile.
+    /// The distinct base registers of `access` (and `last`), advanced once
+    /// per tile.
     pointers: Vec<Reg>,
     /// Per pass: where the chunk is written in slot 0 (window included).
     shared: Vec<Addr>,
-    /// Per pass: the chunk's `k` within the tile, when `k` can overhang.
-    k_local: Vec<Option<Reg>>,
-    /// Per pass: the bytes the chunk reads by its row (16 inside the
-    /// tensor, 0 past `M` or `N`), when rows can overhang.
-    x_bytes: Vec<Option<Reg>>,
+    /// Per pass: the chunk's `k` within the tile, a register plus a
+    /// constant, when `k` can overhang.
+    k_local: Vec<Option<(Reg, u32)>>,
+    /// Per pass: how the chunk's row is kept inside the tensor, when rows
+    /// can overhang.
+    rows: Vec<Option<Row>>,
     /// `K - k0` (compared as s32), when `k` can overhang.
     k_end: Option<Reg>,
     /// Whether the thread copies, when the tile has fewer chunks than the
     /// block has threads.
     active: Option<Reg>,
+}
+
+/// How a pass's chunk stays inside the tensor where its row may not.
+#[derive(Debug, Clone, Copy)]
+enum Row {
+    /// The bytes it reads (16 inside the tensor, 0 past `M` or `N`), kept
+    /// in a register, from an address clamped inside the tensor.
+    Held(Reg),
+    /// Its row `x + offset`, compared with `extent` as the pass is issued:
+    /// a row past it reads nothing, from `last`, the last row's address.
+    Checked {
+        x: Reg,
+        offset: u32,
+        extent: u32,
+        last: Reg,
+    },
 }
 
 impl<'a> Copier<'a> {
@@ -112,14 +136,36 @@ impl<'a> Copier<'a> {
         };
         let x = b.u32_op(ArithOp::Add, x0, x_local);
         let x_overhangs = !x_extent.is_multiple_of(staging.block_x);
+        // A producer warpgroup keeps few registers and has issue slots to
+        // spare (it only copies): it computes each pass's guards as it
+        // issues the pass. Threads that also multiply keep them.
+        let checked = layout.tiles.producer == 1;
         let mut access = Vec::new();
         let mut pointers = Vec::new();
-        let mut x_bytes = vec![None; staging.passes as usize];
-        if staging.k_major && x_overhangs {
+        let mut rows = vec![None; staging.passes as usize];
+        if staging.k_major && x_overhangs && checked {
+            // Each pass reads another row, at a fixed distance from the
+            // first.
+            let first = pointer(b, x, k_local);
+            let end = b.u32_imm(x_extent - 1);
+            let last = pointer(b, end, k_local);
+            pointers.extend([first, last]);
+            for pass in 0..staging.passes {
+                let offset = pass * rows_per_pass;
+                rows[pass as usize] = Some(Row::Checked {
+                    x,
+                    offset,
+                    extent: x_extent,
+                    last,
+                });
+                let bytes = u64::from(offset) * operand.stride_x * u64::from(size);
+                access.push(offset_address(b, first, bytes, &mut pointers));
+            }
+        } else if staging.k_major && x_overhangs {
             // Each pass reads another row: clamp each.
             for pass in 0..staging.passes {
                 let at = b.u32_op(ArithOp::Add, x, imm(pass * rows_per_pass));
-                x_bytes[pass as usize] = Some(copy_bytes(b, at, x_extent));
+                rows[pass as usize] = Some(Row::Held(copy_bytes(b, at, x_extent)));
                 let at = b.u32_op(ArithOp::Min, at, imm(x_extent - 1));
                 let ptr = pointer(b, at, k_local);
                 pointers.push(ptr);
@@ -132,7 +178,7 @@ impl<'a> Copier<'a> {
             // The chunk's `x` is fixed over the passes (clamped to the last
             // whole chunk: extents are multiples of a chunk).
             let x = if x_overhangs {
-                x_bytes.fill(Some(copy_bytes(b, x, x_extent)));
+                rows.fill(Some(Row::Held(copy_bytes(b, x, x_extent))));
                 b.u32_op(ArithOp::Min, x, imm(x_extent - chunk))
             } else {
                 x
@@ -157,9 +203,14 @@ impl<'a> Copier<'a> {
         let k_overhangs = layout.k_overhangs();
         let k_local = (0..staging.passes)
             .map(|pass| {
-                k_overhangs.then(|| match (staging.k_major, pass) {
-                    (true, _) | (false, 0) => k_local,
-                    (false, _) => b.u32_op(ArithOp::Add, k_local, imm(pass * rows_per_pass)),
+                let offset = if staging.k_major {
+                    0
+                } else {
+                    pass * rows_per_pass
+                };
+                k_overhangs.then(|| match (offset, checked) {
+                    (0, _) | (_, true) => (k_local, offset),
+                    (_, false) => (b.u32_op(ArithOp::Add, k_local, imm(offset)), 0),
                 })
             })
             .collect();
@@ -178,7 +229,7 @@ impl<'a> Copier<'a> {
             pointers,
             shared,
             k_local,
-            x_bytes,
+            rows,
             k_end,
             active,
         }
@@ -189,13 +240,17 @@ impl<'a> Copier<'a> {
     pub fn issue(&self, b: &mut Builder, slot: Reg) {
         let s = self.staging;
         let mut in_slot: Vec<(Reg, Reg)> = Vec::new();
-        let mut last_k: Option<(Reg, Reg)> = None;
+        let mut last_k: Option<((Reg, u32), Reg)> = None;
         for pass in 0..s.passes {
             let k_bytes = match (self.k_local[pass as usize], self.k_end) {
                 (Some(k), Some(end)) => Some(match last_k {
                     Some((prev, bytes)) if prev == k => bytes,
                     _ => {
-                        let inside = b.setp(Cmp::Lt, Ty::S32, k, end);
+                        let at = match k {
+                            (k, 0) => k,
+                            (k, offset) => b.u32_op(ArithOp::Add, k, imm(offset)),
+                        };
+                        let inside = b.setp(Cmp::Lt, Ty::S32, at, end);
                         let bytes = b.u32_select(inside, imm(16), imm(0));
                         last_k = Some((k, bytes));
                         bytes
@@ -203,7 +258,32 @@ impl<'a> Copier<'a> {
                 }),
                 _ => None,
             };
-            let src_bytes = match (k_bytes, self.x_bytes[pass as usize]) {
+            let mut src = self.access[pass as usize];
+            let x_bytes = self.rows[pass as usize].map(|row| match row {
+                Row::Held(bytes) => bytes,
+                Row::Checked {
+                    x,
+                    offset,
+                    extent,
+                    last,
+                } => {
+                    let Some(room) = extent.checked_sub(offset) else {
+                        src = Addr {
+                            base: last,
+                            offset: 0,
+                        };
+                        return b.u32_imm(0);
+                    };
+                    let inside = b.setp(Cmp::Lt, Ty::U32, x, imm(room));
+                    let at = b.u64_add(src.base, Operand::Int(src.offset));
+                    src = Addr {
+                        base: b.u64_select(inside, at, last),
+                        offset: 0,
+                    };
+                    b.u32_select(inside, imm(16), imm(0))
+                }
+            });
+            let src_bytes = match (k_bytes, x_bytes) {
                 (Some(k), Some(x)) => Some(b.u32_op(ArithOp::Min, k, x)),
                 (k, x) => k.or(x),
             };
@@ -219,7 +299,7 @@ impl<'a> Copier<'a> {
             let op = Op::CpAsync {
                 cache: CpAsyncCache::Cg,
                 dst: Addr { base, offset },
-                src: self.access[pass as usize],
+                src,
                 bytes: 16,
                 src_bytes,
             };
