@@ -406,6 +406,20 @@ impl Gpu {
             .load_function(&lowered.ptx.entry)
             .map_err(driver("finding the kernel's entry"))
             .map_err(compile)?;
+        // Warpgroups that hand registers to each other wait forever where
+        // the driver gave each thread fewer than the kernel counts on.
+        let registers = lowered.launch.registers;
+        if registers > 0 {
+            let given = function
+                .num_regs()
+                .map_err(driver("reading the kernel's registers"))
+                .map_err(compile)?;
+            if u32::try_from(given).unwrap_or(0) < registers {
+                return Err(compile(format!(
+                    "the driver compiled it to {given} registers per thread; its warpgroups hand each other registers from {registers} each"
+                )));
+            }
+        }
         let shared = lowered.launch.dynamic_shared_bytes;
         // Blocks may use more than 48 KiB of dynamic shared memory only after
         // opting in.

@@ -144,6 +144,26 @@ pub enum Error {
         device: String,
     },
 
+    /// The variants that could run on this GPU hand registers between
+    /// their warpgroups (`setmaxnreg`) from a share per thread the driver
+    /// did not give them: they would wait forever, and are not launched.
+    #[error(
+        "kernel `{kernel}`: variant {variant} needs {needed} registers per thread at launch \
+         for its warpgroups to hand registers to each other, but the CUDA driver compiled it \
+         to {given}, and no other variant runs on this GPU; rebuild with a ktune that \
+         knows this driver, or select the CPU backend with KTUNE_BACKEND=cpu or Device::cpu()"
+    )]
+    RegisterShare {
+        /// The kernel's name.
+        kernel: &'static str,
+        /// The variant refused, e.g. `sm_90a default`.
+        variant: String,
+        /// The registers per thread its `setmaxnreg` counts assume.
+        needed: u32,
+        /// The registers per thread the driver gave it.
+        given: u32,
+    },
+
     /// The compiled variants were generated from another version of the
     /// kernel's source than the one compiled into the program.
     #[error(

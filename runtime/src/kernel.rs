@@ -104,6 +104,11 @@ pub struct Variant {
     /// Whether the kernel's blocks loop over `grid[0]` tiles: launched
     /// with at most as many blocks as the GPU holds at once.
     pub persistent: bool,
+    /// Registers each thread must be given at launch (0: any number): the
+    /// kernel's warpgroups hand registers to each other with `setmaxnreg`,
+    /// from a pool of this many per thread. A variant the driver compiles
+    /// to fewer is refused, as it would wait forever.
+    pub registers: u32,
 }
 
 impl Variant {

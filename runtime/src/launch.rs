@@ -13,8 +13,9 @@ use cudarc::driver::{
 use cudarc::nvrtc::Ptx;
 
 use crate::__private::check_len;
+use crate::select::select_among;
 use crate::workspace::{Pool, Workspace};
-use crate::{Element, Error, KernelInfo, Variant, select_variant};
+use crate::{Element, Error, KernelInfo, Variant};
 
 mod sealed {
     pub trait Sealed {}
@@ -132,7 +133,9 @@ pub fn module_loads() -> usize {
 /// [`Error::GeneratedCode`] when the tensors do not match `kernel` in number
 /// or element type, [`Error::LengthMismatch`], [`Error::ContextMismatch`] when
 /// a buffer belongs to another context than `stream`, the errors of
-/// [`select_variant`], and [`Error::Driver`] when loading or launching fails.
+/// [`select_variant`](crate::select_variant), [`Error::RegisterShare`] when the driver compiled
+/// every variant that could run to fewer registers than its warpgroups
+/// hand each other, and [`Error::Driver`] when loading or launching fails.
 pub fn launch(
     stream: &Arc<CudaStream>,
     kernel: &'static KernelInfo,
@@ -322,6 +325,42 @@ fn loaded(
     Ok(loaded)
 }
 
+/// Loads `variant`'s module into `context` and finds its entry.
+fn load_function(
+    context: &Arc<CudaContext>,
+    kernel: &'static KernelInfo,
+    variant: &'static Variant,
+    gpu_name: &str,
+) -> Result<CudaFunction, Error> {
+    let what = |doing: &str| doing_on(doing, kernel, variant, (context.ordinal(), gpu_name));
+    if variant.ptx.contains('\0') || variant.entry.contains('\0') {
+        return Err(Error::GeneratedCode {
+            kernel: kernel.name,
+            detail: format!("variant {variant} contains a NUL byte"),
+        });
+    }
+    let module = context
+        .load_module(Ptx::from_src(variant.ptx))
+        .map_err(|e| Error::driver(what("loading"), e))?;
+    module
+        .load_function(variant.entry)
+        .map_err(|e| Error::driver(what(&format!("finding entry `{}` of", variant.entry)), e))
+}
+
+/// What the runtime was doing to `variant` of `kernel` on a device
+/// (ordinal, name), for a driver error.
+fn doing_on(
+    doing: &str,
+    kernel: &KernelInfo,
+    variant: &Variant,
+    (ordinal, gpu_name): (usize, &str),
+) -> String {
+    format!(
+        "{doing} kernel `{}` ({variant}) on CUDA device {ordinal} ({gpu_name})",
+        kernel.name
+    )
+}
+
 fn load(
     context: &Arc<CudaContext>,
     kernel: &'static KernelInfo,
@@ -341,26 +380,45 @@ fn load(
         u32::try_from(major).unwrap_or(0),
         u32::try_from(minor).unwrap_or(0),
     );
-    let variant = select_variant(kernel, variants, &gpu_name, cc)?;
-
-    let what = |doing: &str| {
-        format!(
-            "{doing} kernel `{}` ({variant}) on CUDA device {ordinal} ({gpu_name})",
-            kernel.name
-        )
+    let device = (ordinal, gpu_name.as_str());
+    // A variant whose warpgroups hand registers over needs the share of
+    // them it was written for; one the driver gave fewer is passed over.
+    let mut refused: Vec<(&'static Variant, u32)> = Vec::new();
+    let (variant, function) = loop {
+        let usable = |v: &Variant| !refused.iter().any(|(r, _)| std::ptr::eq(*r, v));
+        let variant = match select_among(kernel, variants, &gpu_name, cc, usable) {
+            Ok(variant) => variant,
+            Err(e) => {
+                return Err(match refused.first() {
+                    Some(&(variant, given)) => Error::RegisterShare {
+                        kernel: kernel.name,
+                        variant: variant.label(),
+                        needed: variant.registers,
+                        given,
+                    },
+                    None => e,
+                });
+            }
+        };
+        let function = load_function(context, kernel, variant, &gpu_name)?;
+        if variant.registers == 0 {
+            break (variant, function);
+        }
+        let given = context
+            .bind_to_thread()
+            .and_then(|()| function.num_regs())
+            .map_err(|e| {
+                let what = doing_on("reading the registers of", kernel, variant, device);
+                Error::driver(what, e)
+            })?;
+        let given = u32::try_from(given).unwrap_or(0);
+        if given >= variant.registers {
+            break (variant, function);
+        }
+        refused.push((variant, given));
     };
-    if variant.ptx.contains('\0') || variant.entry.contains('\0') {
-        return Err(Error::GeneratedCode {
-            kernel: kernel.name,
-            detail: format!("variant {variant} contains a NUL byte"),
-        });
-    }
-    let module = context
-        .load_module(Ptx::from_src(variant.ptx))
-        .map_err(|e| Error::driver(what("loading"), e))?;
-    let function = module
-        .load_function(variant.entry)
-        .map_err(|e| Error::driver(what(&format!("finding entry `{}` of", variant.entry)), e))?;
+
+    let what = |doing: &str| doing_on(doing, kernel, variant, device);
     // Blocks may use more than 48 KiB of dynamic shared memory only after
     // opting in; the attribute stays set on the function.
     if variant.dynamic_shared_bytes > 48 * 1024 {

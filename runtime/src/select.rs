@@ -22,6 +22,11 @@ use crate::{Error, KernelInfo, Variant};
 /// Ties go to the variant listed first. The sm_80 default, which every build
 /// emits, makes step 3 succeed on every Ampere or newer GPU.
 ///
+/// On a GPU, a variant whose warpgroups hand registers to each other
+/// ([`Variant::registers`]) and that the driver compiled to fewer
+/// registers per thread than it needs is passed over for the next choice
+/// by these rules ([`Error::RegisterShare`] where there is none).
+///
 /// # Errors
 ///
 /// [`Error::NoVariant`] when every variant is newer than the GPU (e.g. a
@@ -32,6 +37,17 @@ pub fn select_variant(
     gpu_name: &str,
     cc: (u32, u32),
 ) -> Result<&'static Variant, Error> {
+    select_among(kernel, variants, gpu_name, cc, |_| true)
+}
+
+/// [`select_variant`] among the variants `usable` accepts.
+pub(crate) fn select_among(
+    kernel: &'static KernelInfo,
+    variants: &'static [Variant],
+    gpu_name: &str,
+    cc: (u32, u32),
+    usable: impl Fn(&Variant) -> bool + Copy,
+) -> Result<&'static Variant, Error> {
     if variants.is_empty() {
         return Err(Error::StaleBuild {
             kernel: kernel.name,
@@ -40,7 +56,7 @@ pub fn select_variant(
     let runnable = || {
         variants
             .iter()
-            .filter(move |v| v.sm <= cc && (!v.arch_specific || v.sm == cc))
+            .filter(move |v| v.sm <= cc && (!v.arch_specific || v.sm == cc) && usable(v))
     };
 
     let same_model = first_max_by_key(runnable().filter(|v| v.gpu == Some(gpu_name)), |v| v.sm);
@@ -73,4 +89,62 @@ fn first_max_by_key<'a, K: Ord>(
         }
     }
     best.map(|(item, _)| item)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::TensorInfo;
+
+    static KERNEL: KernelInfo = KernelInfo {
+        name: "mm",
+        checksum: "c",
+        dims: &[],
+        inputs: &[],
+        output: TensorInfo {
+            name: "out",
+            dtype: "bf16",
+            dims: &[],
+            len: 1,
+        },
+        flops: 0,
+        bytes: 0,
+    };
+
+    const fn variant(sm: (u32, u32), arch_specific: bool, entry: &'static str) -> Variant {
+        Variant {
+            gpu: None,
+            sm,
+            arch_specific,
+            schedule: "{}",
+            entry,
+            ptx: "",
+            grid: [1, 1, 1],
+            block: [384, 1, 1],
+            dynamic_shared_bytes: 0,
+            workspace_bytes: 0,
+            persistent: false,
+            registers: 0,
+        }
+    }
+
+    static VARIANTS: [Variant; 3] = [
+        variant((8, 0), false, "sm80"),
+        variant((9, 0), true, "sm90a"),
+        variant((9, 0), false, "sm90"),
+    ];
+
+    #[test]
+    fn a_variant_passed_over_gives_way_to_the_next_choice() {
+        let pick = |usable: &dyn Fn(&Variant) -> bool| {
+            select_among(&KERNEL, &VARIANTS, "NVIDIA H200", (9, 0), |v| usable(v)).map(|v| v.entry)
+        };
+        assert_eq!(pick(&|_| true), Ok("sm90a"));
+        assert_eq!(pick(&|v| v.entry != "sm90a"), Ok("sm90"));
+        assert_eq!(pick(&|v| v.sm == (8, 0)), Ok("sm80"));
+        assert!(matches!(
+            pick(&|_| false),
+            Err(Error::NoVariant { kernel: "mm", .. })
+        ));
+    }
 }

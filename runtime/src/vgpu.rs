@@ -207,6 +207,7 @@ mod enabled {
             dynamic_shared_bytes: variant.dynamic_shared_bytes,
             workspace_bytes: variant.workspace_bytes,
             persistent: variant.persistent,
+            registers: variant.registers,
         };
         // With a fresh zeroed workspace when the variant takes one.
         let output_bytes = ktune_vgpu::poisoned(dtype, kernel.output.len);

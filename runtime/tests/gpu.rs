@@ -152,6 +152,7 @@ fn the_variant_tuned_on_this_gpu_model_is_launched() {
             dynamic_shared_bytes: 0,
             workspace_bytes: 0,
             persistent: false,
+            registers: 0,
         },
         Variant {
             gpu: Some(name),
@@ -165,6 +166,7 @@ fn the_variant_tuned_on_this_gpu_model_is_launched() {
             dynamic_shared_bytes: 0,
             workspace_bytes: 0,
             persistent: false,
+            registers: 0,
         },
     ]));
     let stream = device.stream().unwrap();

@@ -92,6 +92,7 @@ fn main() {
         dynamic_shared_bytes: 0,
         workspace_bytes: 0,
         persistent: false,
+        registers: 0,
     };
     measure("shuffle butterfly 8x1024", || {
         ktune_vgpu::run(&shuffles, &launch, &mut []).expect("shuffles run")

@@ -66,7 +66,7 @@ pub(crate) fn run_grid(
     };
     let cluster_blocks = kernel.cluster_blocks.max(1);
     let mut blocks: Vec<Block<'_>> = (0..cluster_blocks)
-        .map(|_| Block::new(kernel, &program, ntid))
+        .map(|_| Block::new(kernel, &program, launch))
         .collect();
     let grid = launch.grid_for(config.resident_blocks);
     let mut serial = 0u32;
@@ -346,6 +346,12 @@ fn check_launch(kernel: &Kernel, launch: &Launch, memory: &Memory) -> Result<(),
             launch.grid[0], kernel.cluster_blocks
         ));
     }
+    if launch.registers > 255 || u64::from(launch.registers) * threads > 65536 {
+        return Err(format!(
+            "{} registers for each of {threads} threads: a thread has at most 255, an SM 65536",
+            launch.registers
+        ));
+    }
     if launch.dynamic_shared_bytes < kernel.dynamic_shared_bytes {
         return Err(format!(
             "{} bytes of dynamic shared memory, but the kernel uses {}",
@@ -391,10 +397,13 @@ struct Block<'a> {
     shared: Shared,
     copies: AsyncCopies,
     warpgroups: warpgroup::Warpgroups,
+    /// Registers each thread gets at launch (0: unknown).
+    registers: u32,
 }
 
 impl<'a> Block<'a> {
-    fn new(kernel: &'a Kernel, program: &'a Program, ntid: [u32; 3]) -> Block<'a> {
+    fn new(kernel: &'a Kernel, program: &'a Program, launch: &Launch) -> Block<'a> {
+        let ntid = launch.block;
         let threads = ntid.iter().product::<u32>();
         Block {
             kernel,
@@ -412,6 +421,7 @@ impl<'a> Block<'a> {
             shared: Shared::new(kernel.dynamic_shared_bytes, ntid, program.named_barriers),
             copies: AsyncCopies::new(threads as usize),
             warpgroups: warpgroup::Warpgroups::default(),
+            registers: launch.registers,
         }
     }
 
@@ -425,7 +435,8 @@ impl<'a> Block<'a> {
         self.copies.begin_block(&mut self.shared);
         self.shared.begin_block();
         if self.program.warpgroups {
-            self.warpgroups.begin_block(self.threads.len());
+            self.warpgroups
+                .begin_block(self.threads.len(), self.registers);
         }
     }
 
@@ -494,6 +505,9 @@ impl<'a> Block<'a> {
                 .any(|t| matches!(t.state, State::Remote { .. }))
             {
                 return Ok(Progress::Waiting);
+            }
+            if self.program.warpgroups {
+                self.register_deadlock(env)?;
             }
             if !self.barrier(env, stats)? {
                 if self.threads.iter().any(|t| t.state == State::ClusterWait) {

@@ -243,6 +243,10 @@ pub enum FaultKind {
         current: u32,
         raise: bool,
     },
+    /// A `setmaxnreg.inc` the block's register pool cannot meet, with no
+    /// thread of the block left to run and give registers back: it waits
+    /// forever. `free` counts the pool's registers (not per thread).
+    RegisterPool { count: u32, current: u32, free: u32 },
     /// A thread executed more instructions than the configured limit.
     StepLimit { limit: u64 },
     /// The instruction list is malformed (undefined label, register out of
@@ -684,6 +688,15 @@ impl fmt::Display for FaultKind {
                     "setmaxnreg.{action} to {count} registers, but the warpgroup has {current} already: .{action} only {way} the count"
                 )
             }
+            FaultKind::RegisterPool {
+                count,
+                current,
+                free,
+            } => write!(
+                f,
+                "deadlock: setmaxnreg.inc from {current} to {count} registers takes {} of the block's pool, which has {free} free, and no thread is left to give any back",
+                count.saturating_sub(*current) * 128
+            ),
             FaultKind::StepLimit { limit } => write!(
                 f,
                 "thread executed more than {limit} instructions (infinite loop?)"

@@ -27,7 +27,7 @@
 //! b.store(Space::Global, DType::F32, Addr { base: dst, offset: 0 }, y);
 //! let kernel = b.finish("double".into(), 2, 64, 0);
 //!
-//! let launch = Launch { grid: [1, 1, 1], block: [32, 1, 1], dynamic_shared_bytes: 0, workspace_bytes: 0, persistent: false };
+//! let launch = Launch { grid: [1, 1, 1], block: [32, 1, 1], dynamic_shared_bytes: 0, workspace_bytes: 0, persistent: false, registers: 0 };
 //! let input: Vec<f32> = (0..32).map(|i| i as f32).collect();
 //! let (out, stats) = ktune_vgpu::run_f32(&kernel, &launch, &[&input], 32)?;
 //! assert_eq!(out[5], 10.0);
@@ -77,7 +77,10 @@
 //! - a warpgroup-collective instruction (Hopper's `wgmma` family and
 //!   `setmaxnreg`) completes when all 128 threads of the warpgroup wait
 //!   at the same one (`block/warpgroup`); a `setmaxnreg` moving the
-//!   warpgroup's count the wrong way is a [`FaultKind::RegisterCount`].
+//!   warpgroup's count the wrong way is a [`FaultKind::RegisterCount`],
+//!   and, where the launch states each thread's registers, an `.inc` the
+//!   block's register pool cannot meet once nothing else in the block can
+//!   run a [`FaultKind::RegisterPool`].
 //!
 //! A `bar.sync` or collective whose guard is false is skipped like any
 //! other instruction: the thread does not arrive. Only barriers order

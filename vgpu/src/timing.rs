@@ -92,6 +92,7 @@ mod tests {
             dynamic_shared_bytes: 0,
             workspace_bytes: 0,
             persistent: false,
+            registers: 0,
         }
     }
 

@@ -156,6 +156,7 @@ fn launch(blocks: u32) -> Launch {
         dynamic_shared_bytes: THREADS * 4,
         workspace_bytes: 0,
         persistent: false,
+        registers: 0,
     }
 }
 

@@ -52,6 +52,7 @@ fn launch(blocks: u32) -> Launch {
         dynamic_shared_bytes: 0,
         workspace_bytes: 0,
         persistent: false,
+        registers: 0,
     }
 }
 

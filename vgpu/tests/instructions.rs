@@ -606,6 +606,7 @@ fn special_registers() {
         dynamic_shared_bytes: 0,
         workspace_bytes: 0,
         persistent: false,
+        registers: 0,
     };
     let mut b = Builder::new();
     let regs: Vec<Reg> = [

@@ -40,7 +40,9 @@ fn tiles((block_m, block_n, block_k): (u32, u32, u32), warp_n: u32, stages: u32)
 }
 
 /// Verifies `t` against `reference` and checks that its blocks have a
-/// warpgroup more than its tiles ask for.
+/// warpgroup more than its tiles ask for, and that the launch states each
+/// thread's registers where the consumers take the producer's (so that
+/// the virtual GPU keeps the block's register pool).
 fn check(reference: &Reference, t: MmaTiles) {
     let schedule = Schedule::Mma(t);
     let what = format!("{t:?}");
@@ -53,6 +55,13 @@ fn check(reference: &Reference, t: MmaTiles) {
         "{what}"
     );
     assert_eq!(lowered.ptx.min_blocks_per_sm, 1, "{what}");
+    let share = match consumers {
+        1 => 0,
+        2 => 168,
+        4 => 96,
+        other => panic!("{what}: no share known for {other} consumer warpgroups"),
+    };
+    assert_eq!(lowered.launch.registers, share, "{what}");
     let verified = reference
         .check(&schedule, SmVersion::Sm90)
         .unwrap_or_else(|e| panic!("{what}: {e}"));

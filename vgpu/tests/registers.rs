@@ -1,9 +1,11 @@
 //! `setmaxnreg`: a warp-specialized block's warpgroups give registers back
-//! (`.dec`) or take more (`.inc`), each warpgroup as a whole.
+//! (`.dec`) or take more (`.inc`), each warpgroup as a whole, from the
+//! block's pool where the launch says each thread's share.
 
 mod common;
 
 use common::{one_block, store_at_tid};
+use ktune_core::lower::Launch;
 use ktune_core::ptx::Builder;
 use ktune_core::ptx::Kernel;
 use ktune_core::ptx::inst::{ArithOp, Cmp, Op, Operand, Special, Ty};
@@ -45,19 +47,72 @@ fn realloc(counts: &[u32], warps: u32) -> Kernel {
     b.finish("realloc".into(), 1, 384, 0)
 }
 
+/// Runs `kernel` on one block of 384 threads given 168 registers each at
+/// launch.
 fn run(kernel: &Kernel) -> Result<Vec<u32>, Fault> {
+    run_given(kernel, 168)
+}
+
+/// Runs `kernel` on one block of 384 threads given `registers` each at
+/// launch (0: unknown).
+fn run_given(kernel: &Kernel, registers: u32) -> Result<Vec<u32>, Fault> {
     let mut params = vec![vec![0u8; 384 * 4]];
-    ktune_vgpu::run(kernel, &one_block(384, 0), &mut params)?;
+    let launch = Launch {
+        registers,
+        ..one_block(384, 0)
+    };
+    ktune_vgpu::run(kernel, &launch, &mut params)?;
     Ok(params[0]
         .chunks_exact(4)
         .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
         .collect())
 }
 
+/// The consumers reach their `.inc` first and wait for the producer's
+/// `.dec`: (168 − 40) · 128 registers back in the pool, (232 − 168) · 128
+/// taken by each.
 #[test]
 fn warpgroups_move_their_register_counts_apart() {
-    let got = run(&realloc(&[232], 4)).unwrap();
-    assert_eq!(got, (0..384).collect::<Vec<u32>>());
+    for registers in [168, 0] {
+        let got = run_given(&realloc(&[232], 4), registers).unwrap();
+        assert_eq!(got, (0..384).collect::<Vec<u32>>());
+    }
+}
+
+/// Two consumers at 240 would take (240 − 168) · 256 registers from a pool
+/// the producer filled with (168 − 40) · 128: the first gets them, the
+/// second waits for registers nobody gives back. Where the launch does not
+/// say the share, the pool is not modelled.
+#[test]
+fn an_increase_the_pool_cannot_meet_is_a_deadlock() {
+    let kernel = realloc(&[240], 4);
+    let fault = run(&kernel).unwrap_err();
+    assert!(
+        matches!(
+            fault.kind,
+            FaultKind::RegisterPool {
+                count: 240,
+                current: 168,
+                free: 7168
+            }
+        ),
+        "{fault}"
+    );
+    assert!(fault.to_string().contains("deadlock"), "{fault}");
+    assert_eq!(fault.thread[0] / 128, 1, "{fault}");
+    run_given(&kernel, 0).unwrap();
+}
+
+#[test]
+fn a_launch_share_past_the_register_file_is_refused() {
+    let fault = run_given(&realloc(&[232], 4), 176).unwrap_err();
+    let FaultKind::InvalidLaunch { reason } = &fault.kind else {
+        panic!("{fault}");
+    };
+    assert!(
+        reason.contains("176 registers for each of 384 threads"),
+        "{reason}"
+    );
 }
 
 #[test]

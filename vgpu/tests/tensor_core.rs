@@ -26,6 +26,7 @@ fn run(text: &str, blocks: u32, buffers: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>, k
         dynamic_shared_bytes: kernel.dynamic_shared_bytes,
         workspace_bytes: 0,
         persistent: false,
+        registers: 0,
     };
     let mut buffers = buffers;
     ktune_vgpu::run(&kernel, &launch, &mut buffers)?;
@@ -175,6 +176,7 @@ fn the_wavefront_count_sees_bank_conflicts() {
             dynamic_shared_bytes: kernel.dynamic_shared_bytes,
             workspace_bytes: 0,
             persistent: false,
+            registers: 0,
         };
         let mut buffers = vec![vec![1u8; 512], vec![0u8; 512]];
         let stats =

@@ -20,6 +20,7 @@ fn fault_of(text: &str, sizes: &[usize]) -> Fault {
         dynamic_shared_bytes: kernel.dynamic_shared_bytes,
         workspace_bytes: 0,
         persistent: false,
+        registers: 0,
     };
     let mut buffers: Vec<Vec<u8>> = sizes.iter().map(|n| vec![0; *n]).collect();
     let fault = ktune_vgpu::run(&kernel, &launch, &mut buffers)
@@ -195,6 +196,7 @@ fn run_cp_async(input_len: usize, sizes: &[u32; 32]) -> Result<Vec<u8>, Fault> {
         dynamic_shared_bytes: kernel.dynamic_shared_bytes,
         workspace_bytes: 0,
         persistent: false,
+        registers: 0,
     };
     let input: Vec<u8> = (0..input_len).map(|i| i as u8 | 1).collect();
     let sizes: Vec<u8> = sizes.iter().flat_map(|s| s.to_le_bytes()).collect();
@@ -263,6 +265,7 @@ fn malformed_tensor_core_instructions_are_rejected_before_running() {
             dynamic_shared_bytes: 64,
             workspace_bytes: 0,
             persistent: false,
+            registers: 0,
         };
         let fault = ktune_vgpu::run(&kernel, &launch, &mut [vec![0; 64]])
             .expect_err("a malformed instruction ran");

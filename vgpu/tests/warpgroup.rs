@@ -402,6 +402,7 @@ fn launch(kernel: &Kernel, threads: u32) -> Launch {
         dynamic_shared_bytes: kernel.dynamic_shared_bytes,
         workspace_bytes: 0,
         persistent: false,
+        registers: 0,
     }
 }
 

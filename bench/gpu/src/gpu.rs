@@ -170,6 +170,17 @@ impl Gpu {
         let module = self.ctx.load_module(code)?;
         let function = module.load_function(&variant.entry)?;
         let launch = variant.launch;
+        // Warpgroups that hand registers to each other wait forever where
+        // the driver gave each thread fewer than the kernel counts on.
+        if launch.registers > 0 {
+            self.ctx.bind_to_thread()?;
+            let given = function.num_regs()?;
+            ensure!(
+                u32::try_from(given).unwrap_or(0) >= launch.registers,
+                "compiled to {given} registers per thread; its warpgroups hand each other registers from {} each",
+                launch.registers
+            );
+        }
         if launch.dynamic_shared_bytes > 48 * 1024 {
             // Blocks may use more than 48 KiB of dynamic shared memory only
             // after opting in, with the context current.

@@ -417,6 +417,7 @@ fn check_schedule(
         dynamic_shared_bytes,
         workspace_bytes,
         persistent,
+        registers,
     } = variant.launch;
     let mut launch = format!(
         "grid {}×{}×{} block {}×{}×{} smem {dynamic_shared_bytes}",
@@ -427,6 +428,9 @@ fn check_schedule(
     }
     if persistent {
         launch.push_str(" persistent");
+    }
+    if registers > 0 {
+        launch.push_str(&format!(" registers {registers}"));
     }
     let Some(ptxas) = ptxas else {
         return launch;

@@ -129,6 +129,7 @@ pub fn read_kernel(bytes: u64, passes: u32, blocks: u32, target: SmVersion) -> P
             dynamic_shared_bytes: 0,
             workspace_bytes: 0,
             persistent: false,
+            registers: 0,
         },
         bytes_read: bytes * u64::from(passes),
     }

@@ -163,6 +163,7 @@ pub(super) fn lower(
             dynamic_shared_bytes: 0,
             workspace_bytes: 0,
             persistent: false,
+            registers: 0,
         },
     })
 }

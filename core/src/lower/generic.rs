@@ -52,6 +52,7 @@ pub(super) fn lower(kernel: &Kernel, block: u32, target: SmVersion) -> Result<Lo
             dynamic_shared_bytes: 0,
             workspace_bytes: 0,
             persistent: false,
+            registers: 0,
         },
     })
 }

@@ -33,6 +33,13 @@ pub struct Launch {
     /// blocks computes the whole output, and it is launched with as many
     /// as the GPU holds at once ([`Launch::grid_for`]).
     pub persistent: bool,
+    /// Registers each thread must be given at launch (0: any number). A
+    /// kernel whose warpgroups hand registers to each other with
+    /// `setmaxnreg` counts on the block's pool holding this many per
+    /// thread: a `setmaxnreg.inc` the pool cannot meet waits forever. The
+    /// PTX makes ptxas give exactly this many (`.maxntid` with
+    /// `.minnctapersm 1`); a launch that gets fewer must be refused.
+    pub registers: u32,
 }
 
 impl Launch {

@@ -48,6 +48,7 @@ pub mod softmax {
                 dynamic_shared_bytes: 0,
                 workspace_bytes: 0,
                 persistent: false,
+                registers: 0,
             },
             ::ktune::__private::Variant {
                 gpu: None,
@@ -61,6 +62,7 @@ pub mod softmax {
                 dynamic_shared_bytes: 0,
                 workspace_bytes: 0,
                 persistent: false,
+                registers: 0,
             },
         ];
     }
@@ -194,6 +196,7 @@ pub mod scale_add {
             dynamic_shared_bytes: 64 * 1024,
             workspace_bytes: 0,
             persistent: false,
+            registers: 0,
         }];
     }
 

@@ -26,5 +26,6 @@ pub fn variant(source: &str, shape: &str, schedule: &'static str, target: SmVers
         dynamic_shared_bytes: lowered.launch.dynamic_shared_bytes,
         workspace_bytes: lowered.launch.workspace_bytes,
         persistent: lowered.launch.persistent,
+        registers: lowered.launch.registers,
     }
 }

@@ -27,10 +27,15 @@
 //!
 //! `setmaxnreg` is warpgroup-collective too: every thread of the
 //! warpgroup executes the same one together. Its count is a multiple of 8
-//! from 24 to 256 (checked when decoding), and after the first (whose
-//! starting count, the launch's, the model does not know) `.inc` may only
-//! raise it and `.dec` only lower it. The block's register pool, which
-//! `.inc` waits on, is the lowering's to size (it is not modelled).
+//! from 24 to 256 (checked when decoding); `.inc` may only raise it and
+//! `.dec` only lower it. Where the launch says how many registers each
+//! thread starts with ([`ktune_core::lower::Launch::registers`]), the
+//! model keeps the block's pool: it holds what `.dec`s gave back, an
+//! `.inc` takes what it adds from it and waits while it holds too few,
+//! and an `.inc` still waiting when no other thread of the block can run
+//! is a deadlock ([`FaultKind::RegisterPool`]). Where the launch does not
+//! say, the first `setmaxnreg` sets the count unchecked and the pool is
+//! not modelled.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -49,6 +54,9 @@ pub(crate) const WARPGROUP: usize = 128;
 #[derive(Debug, Default)]
 pub(super) struct Warpgroups {
     groups: Vec<Group>,
+    /// The registers of the block's pool no warpgroup holds, where the
+    /// launch says each thread's count.
+    pool: Option<u32>,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -62,8 +70,8 @@ struct Group {
     /// thread: its value at the last `wgmma.fence` (`None`: unwritten), or
     /// what a `wgmma` landed in it since. Empty before the first fence.
     fenced: HashMap<Slot, Vec<Option<u64>>>,
-    /// The register count the warpgroup's last `setmaxnreg` set (`None`
-    /// before one: the launch's count, which the model does not know).
+    /// The warpgroup's register count: the launch's, or the one its last
+    /// `setmaxnreg` set (`None` while the launch's is not known).
     registers: Option<u32>,
 }
 
@@ -96,8 +104,15 @@ impl Group {
 }
 
 impl Warpgroups {
-    pub(super) fn begin_block(&mut self, threads: usize) {
-        self.groups = vec![Group::default(); threads.div_ceil(WARPGROUP)];
+    /// Starts a block of `threads` threads, each given `registers` at
+    /// launch (0: unknown).
+    pub(super) fn begin_block(&mut self, threads: usize, registers: u32) {
+        let group = Group {
+            registers: (registers > 0).then_some(registers),
+            ..Group::default()
+        };
+        self.groups = vec![group; threads.div_ceil(WARPGROUP)];
+        self.pool = (registers > 0).then_some(0);
     }
 
     /// Whether the register named `reg` of thread `thread` is an
@@ -145,9 +160,10 @@ impl Block<'_> {
                 Exec::WgmmaWait { pending } => self.wgmma_wait(env, group, pending as usize)?,
                 Exec::Wgmma { index } => self.wgmma_issue(env, stats, group, index as usize)?,
                 Exec::SetMaxNReg { count, raise } => {
-                    let g = &mut self.warpgroups.groups[group];
-                    match g.registers {
-                        Some(current) if (count < current) == raise && count != current => {
+                    let Warpgroups { groups, pool } = &mut self.warpgroups;
+                    let g = &mut groups[group];
+                    match (g.registers, pool) {
+                        (Some(current), _) if (count < current) == raise && count != current => {
                             let kind = FaultKind::RegisterCount {
                                 count,
                                 current,
@@ -155,8 +171,20 @@ impl Block<'_> {
                             };
                             return Err(self.fault(env, first, kind));
                         }
-                        _ => g.registers = Some(count),
+                        (Some(current), Some(free)) if raise => {
+                            let wanted = (count - current) * WARPGROUP as u32;
+                            if wanted > *free {
+                                // It waits for another warpgroup's `.dec`.
+                                continue;
+                            }
+                            *free -= wanted;
+                        }
+                        (Some(current), Some(free)) => {
+                            *free += (current - count) * WARPGROUP as u32
+                        }
+                        _ => {}
                     }
+                    g.registers = Some(count);
                 }
                 _ => return Err(self.fault(env, first, internal("a warpgroup stopped elsewhere"))),
             }
@@ -167,6 +195,31 @@ impl Block<'_> {
             any = true;
         }
         Ok(any)
+    }
+
+    /// Reports a warpgroup waiting at a `setmaxnreg.inc` the block's pool
+    /// cannot meet; called once no thread of the block can run on, when
+    /// no warpgroup is left to give registers back.
+    pub(super) fn register_deadlock(&self, env: &BlockEnv<'_>) -> Result<(), Fault> {
+        let Some(free) = self.warpgroups.pool else {
+            return Ok(());
+        };
+        for group in 0..self.threads.len().div_ceil(WARPGROUP) {
+            let Some(first) = self.warpgroup_at(env, group)? else {
+                continue;
+            };
+            let pc = self.threads[first].pc as usize;
+            if let Exec::SetMaxNReg { count, raise: true } = self.program.insts[pc].exec {
+                let current = self.warpgroups.groups[group].registers.unwrap_or(0);
+                let kind = FaultKind::RegisterPool {
+                    count,
+                    current,
+                    free,
+                };
+                return Err(self.fault(env, first, kind));
+            }
+        }
+        Ok(())
     }
 
     /// The first thread of warpgroup `group` if all its 128 threads wait at

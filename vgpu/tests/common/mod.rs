@@ -109,6 +109,7 @@ pub fn one_block(threads: u32, shared: u32) -> Launch {
         dynamic_shared_bytes: shared,
         workspace_bytes: 0,
         persistent: false,
+        registers: 0,
     }
 }
 

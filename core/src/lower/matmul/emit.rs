@@ -95,6 +95,7 @@ pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &Layout) -> Lower
             split: layout.split,
             min_blocks: 0,
             persistent: false,
+            registers: 0,
         },
     )
 }

@@ -201,6 +201,8 @@ pub(super) struct BlockShape {
     pub min_blocks: u32,
     /// Whether each block loops over tiles ([`Launch::persistent`]).
     pub persistent: bool,
+    /// Registers each thread must get at launch ([`Launch::registers`]).
+    pub registers: u32,
 }
 
 /// Ends a contraction kernel: the epilogue, then the label where the
@@ -246,6 +248,7 @@ pub(super) fn assemble(b: Builder, kernel: &Kernel, tiles: u64, block: BlockShap
             dynamic_shared_bytes: block.shared_bytes,
             workspace_bytes: block.split.map_or(0, |s| s.workspace_bytes),
             persistent: block.persistent,
+            registers: block.registers,
         },
     }
 }

@@ -540,6 +540,7 @@ pub(super) fn lower(
             dynamic_shared_bytes: shared,
             workspace_bytes: 0,
             persistent: false,
+            registers: 0,
         },
     })
 }

@@ -141,6 +141,7 @@ pub(super) fn block_shape(layout: &MmaLayout) -> BlockShape {
         split: layout.split,
         min_blocks: layout.tiles.min_blocks,
         persistent: layout.tiles.persistent == 1,
+        registers: layout.realloc.map_or(0, |r| r.launch),
     }
 }
 

@@ -459,6 +459,8 @@ const PRODUCER_REGISTERS: u32 = 40;
 /// block does not reallocate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Realloc {
+    /// Each thread's count at launch, which ptxas fixes.
+    pub launch: u32,
     pub producer: u32,
     pub consumers: u32,
 }
@@ -476,6 +478,7 @@ impl Realloc {
         let share = (pool.min(launch * threads) - WARPGROUP * PRODUCER_REGISTERS) / others;
         let consumers = (share / 8 * 8).min(MAX_REALLOC);
         (consumers > launch).then_some(Realloc {
+            launch,
             producer: PRODUCER_REGISTERS,
             consumers,
         })

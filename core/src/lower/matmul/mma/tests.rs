@@ -554,6 +554,7 @@ fn a_producer_block_shares_its_registers_as_far_as_its_launch_share_allows() {
     assert_eq!(
         two,
         Some(Realloc {
+            launch: 168,
             producer: 40,
             consumers: 232
         })
@@ -562,6 +563,7 @@ fn a_producer_block_shares_its_registers_as_far_as_its_launch_share_allows() {
     assert_eq!(
         four,
         Some(Realloc {
+            launch: 96,
             producer: 40,
             consumers: 104
         })
