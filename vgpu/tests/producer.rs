@@ -209,6 +209,15 @@ fn broken(kernel: &ktune_core::ir::Kernel, t: MmaTiles, how: Break) -> ktune_vgp
         edited = before - body.len();
     }
     assert!(edited > 0, "{how:?} edits nothing");
+    fault_of(kernel, &lowered, &format!("{how:?}"))
+}
+
+/// The fault a broken kernel (`what`) runs into, on a few resident blocks.
+fn fault_of(
+    kernel: &ktune_core::ir::Kernel,
+    lowered: &ktune_core::lower::Lowered,
+    what: &str,
+) -> ktune_vgpu::Fault {
     let reference = Reference::new(kernel, 5);
     let inputs: Vec<&[u8]> = reference.buffers().iter().map(Vec::as_slice).collect();
     let output = poisoned(kernel.output.dtype, reference.output().len());
@@ -216,7 +225,7 @@ fn broken(kernel: &ktune_core::ir::Kernel, t: MmaTiles, how: Break) -> ktune_vgp
     match run_bytes_with(&lowered.ptx, &lowered.launch, &inputs, output, &config) {
         Err(fault) => fault,
         Ok((bytes, _)) => panic!(
-            "{how:?} ran, {}",
+            "{what} ran, {}",
             match reference.compare(&bytes) {
                 Ok(_) => "with the right output".to_owned(),
                 Err(e) => format!("with a wrong output: {e}"),
@@ -274,6 +283,39 @@ fn a_broken_handover_is_a_fault() {
         };
         assert!(expected, "{how:?}, {stages} stages: {fault}");
     }
+}
+
+/// Two consumer warpgroups raising to 240 registers where the producer's
+/// `.dec` to 40 gave back enough for 232: the second waits for registers
+/// nobody gives back.
+#[test]
+fn consumers_raising_past_the_register_pool_deadlock() {
+    use ktune_vgpu::FaultKind;
+
+    let kernel = gemm("bf16", false, true, (760, 184, 96));
+    let t = tiles((128, 16, 32), 16, 3);
+    let mut lowered = lower(&kernel, &Schedule::Mma(t), SmVersion::Sm90).expect("lowers");
+    let mut raised = 0;
+    for inst in &mut lowered.ptx.body {
+        if let Op::SetMaxNReg { count, raise: true } = &mut inst.op {
+            assert_eq!(*count, 232);
+            *count += 8;
+            raised += 1;
+        }
+    }
+    assert_eq!(raised, 1);
+    let fault = fault_of(&kernel, &lowered, "raising to 240");
+    assert!(
+        matches!(
+            fault.kind,
+            FaultKind::RegisterPool {
+                count: 240,
+                current: 168,
+                ..
+            }
+        ),
+        "{fault}"
+    );
 }
 
 #[test]
