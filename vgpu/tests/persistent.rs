@@ -9,13 +9,11 @@
 
 mod common;
 
-use common::gemm;
+use common::{batched_bias_gelu, gemm};
 use ktune_core::lower::{Constraint, LowerError, lower, validate};
 use ktune_core::schedule::{MmaTiles, Schedule};
-use ktune_core::syntax::parse_kernel;
 use ktune_core::target::SmVersion;
 use ktune_vgpu::verify::Reference;
-use quote::quote;
 
 fn tiles((block_m, block_n, block_k): (u32, u32, u32), warp_n: u32, stages: u32) -> MmaTiles {
     MmaTiles {
@@ -78,15 +76,7 @@ fn persistent_blocks_compute_every_tile() {
 
 #[test]
 fn a_fused_epilogue_over_a_batch_runs_persistent() {
-    let kernel = parse_kernel(
-        quote!(shape(B = 4, M = 200, N = 136, K = 72)),
-        quote! {
-            fn fused(x: Tensor<bf16, (B, M, K)>, w: Tensor<bf16, (K, N)>, bias: Tensor<f32, (N,)>) -> Tensor<bf16, (B, M, N)> {
-                compute(|b, m, n| gelu(sum(K, |k| x[b][m][k] * w[k][n]) + bias[n]))
-            }
-        },
-    )
-    .expect("valid kernel");
+    let kernel = batched_bias_gelu();
     // 4 batch elements of 4 × 9 tiles of 64 × 16, the last row and column
     // partial; K's 3 tiles of 32, the last partial.
     check(

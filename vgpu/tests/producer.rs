@@ -9,15 +9,13 @@
 
 mod common;
 
-use common::gemm;
+use common::{batched_bias_gelu, gemm};
 use ktune_core::lower::{Constraint, LowerError, lower, validate};
 use ktune_core::ptx::inst::Op;
 use ktune_core::schedule::{MmaTiles, Schedule};
-use ktune_core::syntax::parse_kernel;
 use ktune_core::target::SmVersion;
 use ktune_vgpu::verify::Reference;
 use ktune_vgpu::{Config, poisoned, run_bytes_with};
-use quote::quote;
 
 fn tiles((block_m, block_n, block_k): (u32, u32, u32), warp_n: u32, stages: u32) -> MmaTiles {
     MmaTiles {
@@ -125,15 +123,7 @@ fn a_producer_warpgroup_feeds_the_others() {
 
 #[test]
 fn a_fused_epilogue_over_a_batch_runs_beside_a_producer() {
-    let kernel = parse_kernel(
-        quote!(shape(B = 4, M = 200, N = 136, K = 72)),
-        quote! {
-            fn fused(x: Tensor<bf16, (B, M, K)>, w: Tensor<bf16, (K, N)>, bias: Tensor<f32, (N,)>) -> Tensor<bf16, (B, M, N)> {
-                compute(|b, m, n| gelu(sum(K, |k| x[b][m][k] * w[k][n]) + bias[n]))
-            }
-        },
-    )
-    .expect("valid kernel");
+    let kernel = batched_bias_gelu();
     // 4 batch elements of 2 × 9 tiles of 128 × 16 (4 × 9 of 64 × 16,
     // persistent), the last row and column partial; K's 3 tiles of 32, the
     // last partial.

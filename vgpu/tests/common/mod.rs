@@ -222,6 +222,22 @@ pub fn gemm(
     .expect("valid kernel")
 }
 
+/// `out[b][m][n] = gelu(Σ_k x·w + bias[n])` on bf16 factors over a batch
+/// of 4 at `M = 200`, `N = 136`, `K = 72`, with an f32 bias: edges along
+/// every dimension of a tensor-core tile, and an epilogue of its own.
+pub fn batched_bias_gelu() -> ktune_core::ir::Kernel {
+    use quote::quote;
+    ktune_core::syntax::parse_kernel(
+        quote!(shape(B = 4, M = 200, N = 136, K = 72)),
+        quote! {
+            fn fused(x: Tensor<bf16, (B, M, K)>, w: Tensor<bf16, (K, N)>, bias: Tensor<f32, (N,)>) -> Tensor<bf16, (B, M, N)> {
+                compute(|b, m, n| gelu(sum(K, |k| x[b][m][k] * w[k][n]) + bias[n]))
+            }
+        },
+    )
+    .expect("valid kernel")
+}
+
 /// Runs the persistent tensor-core point `t` of `kernel`, whose grid has
 /// `tiles` tiles, with 1, 2, 5, `tiles - 1`, `tiles` and more resident
 /// blocks, each time checking that it ran as many blocks (at most one a
