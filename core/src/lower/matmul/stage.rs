@@ -343,9 +343,6 @@ impl<'a> Stager<'a> {
     }
 }
 
-/// The bytes of one `cp.async` copy and the copies per access: one per
-/// element where the store transposes (`k`-major tiles), else one per
-/// vector.
 /// Moves an operand's loads on to the next `k` tile: its `pointers` by
 /// the tile's `bytes`, and `k_end`, the count of `k` values left that
 /// guards the loads (where there is one), down by `block_k`.
@@ -376,6 +373,9 @@ pub(super) fn advance(
     }
 }
 
+/// The bytes of one `cp.async` copy and the copies per access: one per
+/// element where the store transposes (`k`-major tiles), else one per
+/// vector.
 fn copy_bytes(s: &Staging) -> (u32, u32) {
     if s.k_major {
         (4, s.vector)
