@@ -5,8 +5,9 @@
 //! `EVERY_POINT` points and a seeded sample of `SAMPLE` points otherwise
 //! (the tensor-core family of a 16-bit or `allow_tf32` contraction sampled on
 //! its own, `SAMPLE_MMA` points, and its warpgroup points, `wgmma = 1`, on
-//! sm_90, `SAMPLE_WGMMA`, and `SAMPLE_WGMMA_SPLIT` of them split along
-//! `K`; a contraction's grouped walks, `group_m` above 1,
+//! sm_90, `SAMPLE_WGMMA` where every thread copies, as many beside a
+//! producer warpgroup, and `SAMPLE_WGMMA_SPLIT` split along `K`; a
+//! contraction's grouped walks, `group_m` above 1,
 //! on their own too: every one up to `SAMPLE_GROUPED`, a sample beyond;
 //! its SIMT points pipelined by `cp.async`, `stages` above 1, up to
 //! `SAMPLE_STAGED`; each family's points split along `K`, `split_k`
@@ -51,8 +52,10 @@ const SAMPLE: usize = 24;
 /// Tensor-core points sampled besides, when the space has them.
 const SAMPLE_MMA: usize = 12;
 /// Warpgroup tensor-core points (`wgmma = 1`) sampled besides on sm_90,
-/// the one target that has them, when the space there has them.
-const SAMPLE_WGMMA: usize = 8;
+/// the one target that has them, when the space there has them: this many
+/// where every thread copies, and as many beside a producer warpgroup
+/// (`producer = 1`).
+const SAMPLE_WGMMA: usize = 4;
 /// Warpgroup points split along `K` sampled besides, where the space on
 /// sm_90 has them.
 const SAMPLE_WGMMA_SPLIT: usize = 4;
@@ -766,9 +769,13 @@ pub fn points(kernel: &Kernel, seed: u64) -> Vec<(Schedule, SmVersion)> {
                 .into_iter()
                 .filter(|s| matches!(s, Schedule::Mma(t) if t.wgmma == 1))
                 .partition(split);
+        let (fed, whole_groups): (Vec<Schedule>, Vec<Schedule>) = whole_groups
+            .into_iter()
+            .partition(|s| matches!(s, Schedule::Mma(t) if t.producer == 1));
         out.extend(
             pick(whole_groups, SAMPLE_WGMMA, SAMPLE_WGMMA)
                 .into_iter()
+                .chain(pick(fed, SAMPLE_WGMMA, SAMPLE_WGMMA))
                 .chain(pick(split_groups, SAMPLE_WGMMA_SPLIT, SAMPLE_WGMMA_SPLIT))
                 .map(|s| (s, SmVersion::Sm90)),
         );
@@ -865,8 +872,9 @@ pub struct Report<E> {
     /// (`prefetch = 1`).
     pub prefetched: usize,
     /// Tensor-core runs on warpgroups' `wgmma.mma_async` (`wgmma = 1`):
-    /// all of them, those split along `K`.
-    pub warpgroup: [usize; 2],
+    /// all of them, those split along `K`, those beside a producer
+    /// warpgroup (`producer = 1`).
+    pub warpgroup: [usize; 3],
     /// Runs walking the grid in groups of block rows: SIMT, tensor cores.
     pub grouped: [usize; 2],
     /// SIMT runs pipelined by `cp.async`.
@@ -898,7 +906,7 @@ pub fn run<E: Send>(
 ) -> Report<E> {
     let jobs = shaped(catalogue);
     let next = AtomicUsize::new(0);
-    let counts: [AtomicUsize; 14] = Default::default();
+    let counts: [AtomicUsize; 15] = Default::default();
     let failures = Mutex::new(Vec::new());
     std::thread::scope(|scope| {
         for _ in 0..workers.max(1) {
@@ -933,6 +941,7 @@ pub fn run<E: Send>(
         prefetched,
         warpgroup,
         warpgroup_split,
+        fed,
         simt_grouped,
         tensor_grouped,
         staged,
@@ -949,7 +958,7 @@ pub fn run<E: Send>(
         points,
         tensor,
         prefetched,
-        warpgroup: [warpgroup, warpgroup_split],
+        warpgroup: [warpgroup, warpgroup_split, fed],
         grouped: [simt_grouped, tensor_grouped],
         staged,
         split: [simt_split, tensor_split],
@@ -963,10 +972,10 @@ pub fn run<E: Send>(
 
 /// Which of [`Report`]'s counts a run of `schedule` adds to, in the order
 /// `run` keeps them: every run, tensor cores, fragments loaded ahead,
-/// warpgroups, warpgroups split, SIMT grouped, tensor-core
-/// grouped, pipelined SIMT, SIMT split, tensor-core split, one pass, row
+/// warpgroups, warpgroups split, warpgroups beside a producer, SIMT
+/// grouped, tensor-core grouped, pipelined SIMT, SIMT split, tensor-core split, one pass, row
 /// in shared memory, shared-memory tree, two reductions in one pass.
-fn families(schedule: &Schedule) -> [bool; 14] {
+fn families(schedule: &Schedule) -> [bool; 15] {
     let tensor = schedule.kind() == Class::Mma;
     let grouped = grouped(schedule);
     let (cache, tree, online) = match *schedule {
@@ -980,12 +989,14 @@ fn families(schedule: &Schedule) -> [bool; 14] {
     };
     let prefetched = matches!(schedule, Schedule::Mma(t) if t.prefetch == 1);
     let warpgroup = matches!(schedule, Schedule::Mma(t) if t.wgmma == 1);
+    let fed = matches!(schedule, Schedule::Mma(t) if t.producer == 1);
     [
         true,
         tensor,
         prefetched,
         warpgroup,
         warpgroup && split(schedule),
+        fed,
         grouped && !tensor,
         grouped && tensor,
         staged(schedule),
@@ -1005,8 +1016,8 @@ impl<E> fmt::Display for Report<E> {
         writeln!(
             f,
             "of which on tensor cores: {} schedule points, {} with fragments loaded ahead (prefetch = 1), \
-             {} on warpgroups (wgmma = 1), {} of them split along K",
-            self.tensor, self.prefetched, self.warpgroup[0], self.warpgroup[1]
+             {} on warpgroups (wgmma = 1), {} of them split along K, {} beside a producer warpgroup",
+            self.tensor, self.prefetched, self.warpgroup[0], self.warpgroup[1], self.warpgroup[2]
         )?;
         writeln!(
             f,

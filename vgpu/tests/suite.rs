@@ -47,10 +47,10 @@ fn every_kernel_class_and_dtype_over_many_points_and_shapes() {
         "only {} tensor-core points loaded fragments ahead",
         report.prefetched
     );
-    let [warpgroup, warpgroup_split] = report.warpgroup;
+    let [warpgroup, warpgroup_split, fed] = report.warpgroup;
     assert!(
-        warpgroup >= 40 && warpgroup_split >= 10,
-        "only {warpgroup} tensor-core points ran on warpgroups (wgmma), {warpgroup_split} split along K"
+        warpgroup >= 40 && warpgroup_split >= 10 && fed >= 50,
+        "only {warpgroup} tensor-core points ran on warpgroups (wgmma), {warpgroup_split} split along K, {fed} beside a producer"
     );
     let [simt_grouped, tensor_grouped] = report.grouped;
     assert!(
