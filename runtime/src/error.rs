@@ -150,8 +150,9 @@ pub enum Error {
     #[error(
         "kernel `{kernel}`: variant {variant} needs {needed} registers per thread at launch \
          for its warpgroups to hand registers to each other, but the CUDA driver compiled it \
-         to {given}, and no other variant runs on this GPU; rebuild with a ktune that \
-         knows this driver, or select the CPU backend with KTUNE_BACKEND=cpu or Device::cpu()"
+         to {given}, and no other variant runs on this GPU; rebuild with a database record \
+         without a producer warpgroup (producer = 0) for this GPU, or select the CPU backend \
+         with KTUNE_BACKEND=cpu or Device::cpu()"
     )]
     RegisterShare {
         /// The kernel's name.

@@ -342,6 +342,7 @@ fn load_function(
     let module = context
         .load_module(Ptx::from_src(variant.ptx))
         .map_err(|e| Error::driver(what("loading"), e))?;
+    MODULE_LOADS.fetch_add(1, Ordering::Relaxed);
     module
         .load_function(variant.entry)
         .map_err(|e| Error::driver(what(&format!("finding entry `{}` of", variant.entry)), e))
@@ -460,7 +461,6 @@ fn load(
     } else {
         variant.grid
     };
-    MODULE_LOADS.fetch_add(1, Ordering::Relaxed);
     Ok(Loaded {
         variant,
         function,

@@ -22,10 +22,11 @@ use crate::{Error, KernelInfo, Variant};
 /// Ties go to the variant listed first. The sm_80 default, which every build
 /// emits, makes step 3 succeed on every Ampere or newer GPU.
 ///
-/// On a GPU, a variant whose warpgroups hand registers to each other
-/// ([`Variant::registers`]) and that the driver compiled to fewer
-/// registers per thread than it needs is passed over for the next choice
-/// by these rules ([`Error::RegisterShare`] where there is none).
+/// Launching on a GPU goes one step further: a variant whose warpgroups
+/// hand registers to each other ([`Variant::registers`]) and that the
+/// driver compiled to fewer registers per thread than it needs is passed
+/// over for the next choice by these rules ([`Error::RegisterShare`] where
+/// there is none).
 ///
 /// # Errors
 ///

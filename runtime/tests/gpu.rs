@@ -179,6 +179,52 @@ fn the_variant_tuned_on_this_gpu_model_is_launched() {
     assert_close(&stream.clone_dtoh(&out).unwrap(), &softmax_reference(&x));
 }
 
+/// A variant stating more registers per thread than the driver gives it
+/// (its warpgroups would wait forever for them) is passed over for the
+/// next choice, and refused where there is none.
+#[test]
+#[ignore = "needs a GPU: cargo test -p ktune -- --include-ignored"]
+fn a_variant_the_driver_gives_too_few_registers_is_passed_over() {
+    let device = gpu();
+    let name: &'static str = Box::leak(device.name().to_owned().into_boxed_str());
+    let softmax = |gpu: Option<&'static str>, entry: &'static str, registers: u32| Variant {
+        gpu,
+        sm: (8, 0),
+        arch_specific: false,
+        schedule: "{}",
+        entry,
+        ptx: expanded::SOFTMAX_PTX,
+        grid: [1, 1, 1],
+        block: [32, 1, 1],
+        dynamic_shared_bytes: 0,
+        workspace_bytes: 0,
+        persistent: false,
+        registers,
+    };
+    let variants: &'static [Variant] = Box::leak(Box::new([
+        softmax(None, "softmax_default", 0),
+        softmax(Some(name), "softmax_tuned", 255),
+    ]));
+    let stream = device.stream().unwrap();
+    let x = softmax_input();
+    let xs = stream.clone_htod(&x).unwrap();
+    let mut out = stream.alloc_zeros::<f32>(21).unwrap();
+    let variant = __private::launch(stream, &softmax::KERNEL, variants, &[&xs], &mut out).unwrap();
+    assert_eq!(variant.entry, "softmax_default");
+    assert_close(&stream.clone_dtoh(&out).unwrap(), &softmax_reference(&x));
+
+    let alone: &'static [Variant] = Box::leak(Box::new([softmax(None, "softmax_tuned", 255)]));
+    match __private::launch(stream, &softmax::KERNEL, alone, &[&xs], &mut out) {
+        Err(Error::RegisterShare {
+            kernel: "softmax",
+            needed: 255,
+            given,
+            ..
+        }) => assert!(given < 255, "{given}"),
+        other => panic!("{other:?}"),
+    }
+}
+
 #[test]
 #[ignore = "needs a GPU: cargo test -p ktune -- --include-ignored"]
 fn buffers_on_the_wrong_backend_are_rejected() {

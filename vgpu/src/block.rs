@@ -506,7 +506,11 @@ impl<'a> Block<'a> {
             {
                 return Ok(Progress::Waiting);
             }
-            if self.program.warpgroups {
+            // Threads at the cluster's barrier run on once the cluster's
+            // other blocks arrive; until none does, a raise may still be met.
+            if self.program.warpgroups
+                && !self.threads.iter().any(|t| t.state == State::ClusterWait)
+            {
                 self.register_deadlock(env)?;
             }
             if !self.barrier(env, stats)? {

@@ -40,8 +40,9 @@ fn tiles((block_m, block_n, block_k): (u32, u32, u32), warp_n: u32, stages: u32)
 /// Verifies `t` against `reference` and checks that its blocks have a
 /// warpgroup more than its tiles ask for, and that the launch states each
 /// thread's registers where the consumers take the producer's (so that
-/// the virtual GPU keeps the block's register pool).
-fn check(reference: &Reference, t: MmaTiles) {
+/// the virtual GPU keeps the block's register pool); returns the bytes
+/// its copies read from global memory.
+fn check(reference: &Reference, t: MmaTiles) -> u64 {
     let schedule = Schedule::Mma(t);
     let what = format!("{t:?}");
     let lowered = lower(reference.kernel(), &schedule, SmVersion::Sm90)
@@ -64,6 +65,7 @@ fn check(reference: &Reference, t: MmaTiles) {
         .check(&schedule, SmVersion::Sm90)
         .unwrap_or_else(|e| panic!("{what}: {e}"));
     assert!(verified.stats.mma_flops > 0, "{what}");
+    verified.stats.global_load_bytes
 }
 
 #[test]
@@ -105,13 +107,16 @@ fn a_producer_warpgroup_feeds_the_others() {
     // read no row at all (141 tiles along N, more than the SMs).
     let decode = Reference::new(&gemm("bf16", false, false, (5, 2248, 88)), 7);
     for persistent in [0, 1] {
-        check(
+        let read = check(
             &decode,
             MmaTiles {
                 persistent,
                 ..tiles((64, 16, 64), 16, 3)
             },
         );
+        // Each of the 141 column tiles reads A's 5 rows, and B once:
+        // nothing of the rows past M.
+        assert_eq!(read, 141 * 5 * 88 * 2 + 88 * 2248 * 2);
     }
     let grouped = MmaTiles {
         group_m: 4,

@@ -103,6 +103,54 @@ fn an_increase_the_pool_cannot_meet_is_a_deadlock() {
     run_given(&kernel, 0).unwrap();
 }
 
+/// Clusters of two blocks: every thread arrives at the cluster's barrier,
+/// the consumers then raise to 232 and the producer waits at the barrier
+/// before lowering to 40. While the producer waits for the other block,
+/// the consumers' `.inc` is not a deadlock: the barrier lets the producer
+/// go on and give its registers back.
+#[test]
+fn an_increase_waits_while_the_producer_waits_for_the_cluster() {
+    let mut b = Builder::new();
+    let tid = b.special(Special::TidX);
+    let out = b.param_ptr(0);
+    b.push(Op::ClusterArrive);
+    let done = b.label();
+    let producer = b.label();
+    let last = b.setp(Cmp::Ge, Ty::U32, tid, Operand::Int(256));
+    b.bra_if(last, false, producer);
+    b.push(Op::SetMaxNReg {
+        count: 232,
+        raise: true,
+    });
+    b.push(Op::ClusterWait);
+    b.bra(done);
+    b.place(producer);
+    b.push(Op::ClusterWait);
+    b.push(Op::SetMaxNReg {
+        count: 40,
+        raise: false,
+    });
+    b.place(done);
+    let ctaid = b.special(Special::CtaidX);
+    let at = b.u32_mad(ctaid, Operand::Int(384), tid);
+    store_at_tid(&mut b, out, at, tid);
+    let mut kernel = b.finish("cluster_realloc".into(), 1, 384, 0);
+    kernel.cluster_blocks = 2;
+    let launch = Launch {
+        grid: [2, 1, 1],
+        registers: 168,
+        ..one_block(384, 0)
+    };
+    let mut params = vec![vec![0u8; 2 * 384 * 4]];
+    ktune_vgpu::run(&kernel, &launch, &mut params).unwrap_or_else(|f| panic!("{f}"));
+    let got: Vec<u32> = params[0]
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    let want: Vec<u32> = (0..2).flat_map(|_| 0..384).collect();
+    assert_eq!(got, want);
+}
+
 #[test]
 fn a_launch_share_past_the_register_file_is_refused() {
     let fault = run_given(&realloc(&[232], 4), 176).unwrap_err();

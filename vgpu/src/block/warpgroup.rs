@@ -198,8 +198,9 @@ impl Block<'_> {
     }
 
     /// Reports a warpgroup waiting at a `setmaxnreg.inc` the block's pool
-    /// cannot meet; called once no thread of the block can run on, when
-    /// no warpgroup is left to give registers back.
+    /// cannot meet; called once no thread of the block can run on and none
+    /// waits for the cluster, when no warpgroup is left to give registers
+    /// back.
     pub(super) fn register_deadlock(&self, env: &BlockEnv<'_>) -> Result<(), Fault> {
         let Some(free) = self.warpgroups.pool else {
             return Ok(());

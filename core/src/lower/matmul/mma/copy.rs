@@ -80,8 +80,9 @@ enum Row {
 }
 
 impl<'a> Copier<'a> {
-    /// Computes the thread's addresses and the predicates that stay fixed
-    /// over the `k` loop.
+    /// Computes the thread's addresses and the guards that stay fixed over
+    /// the `k` loop (a producer's row guards are computed as each pass is
+    /// issued).
     pub fn new(
         b: &mut Builder,
         kernel: &Kernel,
@@ -267,7 +268,7 @@ impl<'a> Copier<'a> {
                     extent,
                     last,
                 } => {
-                    let Some(room) = extent.checked_sub(offset) else {
+                    let Some(room) = extent.checked_sub(offset).filter(|&r| r > 0) else {
                         src = Addr {
                             base: last,
                             offset: 0,
@@ -275,7 +276,10 @@ impl<'a> Copier<'a> {
                         return b.u32_imm(0);
                     };
                     let inside = b.setp(Cmp::Lt, Ty::U32, x, imm(room));
-                    let at = b.u64_add(src.base, Operand::Int(src.offset));
+                    let at = match src.offset {
+                        0 => src.base,
+                        offset => b.u64_add(src.base, Operand::Int(offset)),
+                    };
                     src = Addr {
                         base: b.u64_select(inside, at, last),
                         offset: 0,
