@@ -500,6 +500,41 @@ pub struct Inspection {
     pub memory: Accesses,
     /// See [`main_loop`].
     pub main_loop: Option<Loop>,
+    /// Where warpgroups move registers between them (`setmaxnreg`).
+    pub reallocation: Option<Reallocation>,
+}
+
+/// The register counts a kernel's warpgroups move to from the launch's
+/// (`USETMAXREG` in the machine code: `DEALLOC` gives registers back to the
+/// block's pool, `TRY_ALLOC` takes them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Reallocation {
+    /// The lowest count a `DEALLOC` sets (a producer's), if any.
+    pub lowered_to: Option<u32>,
+    /// The highest count a `TRY_ALLOC` sets (the consumers'), if any.
+    pub raised_to: Option<u32>,
+}
+
+impl Reallocation {
+    /// The counts the `USETMAXREG` instructions among `instructions` set;
+    /// `None` where there is none.
+    pub fn of(instructions: &[Instruction]) -> Option<Reallocation> {
+        let counts = |modifier: &'static str| {
+            instructions
+                .iter()
+                .filter(move |i| i.opcode.name == "USETMAXREG" && i.opcode.has(modifier))
+                .filter_map(|i| {
+                    let count = i.operands.rsplit(',').next()?.trim();
+                    u32::from_str_radix(count.strip_prefix("0x")?, 16).ok()
+                })
+        };
+        let lowered_to = counts("DEALLOC").min();
+        let raised_to = counts("TRY_ALLOC").max();
+        (lowered_to.is_some() || raised_to.is_some()).then_some(Reallocation {
+            lowered_to,
+            raised_to,
+        })
+    }
 }
 
 impl Inspection {
@@ -545,6 +580,7 @@ impl Inspection {
             tensor_core_instructions: u32::try_from(tensor).unwrap_or(u32::MAX),
             memory: Accesses::of(instructions),
             main_loop: main_loop(instructions).map(|range| Loop::of(&instructions[range])),
+            reallocation: Reallocation::of(instructions),
         }
     }
 }
@@ -610,6 +646,25 @@ k:
         assert_eq!(insts[18].branch_target, Some(0x120));
         let bad = "        /*zz*/ FFMA R0, R0, R0, R0 ;\n";
         assert!(matches!(parse(bad), Err(Error::Listing { line: 1, .. })));
+    }
+
+    #[test]
+    fn reads_the_register_counts_warpgroups_move_to() {
+        let listing = "\
+        /*0250*/                   USETMAXREG.TRY_ALLOC.CTAPOOL UP0, 0xe8 ;
+        /*0260*/               @!UP0 BRA `(.L_x_9) ;
+.L_x_9:
+        /*c970*/                   USETMAXREG.DEALLOC.CTAPOOL 0x28 ;
+";
+        let insts = parse(listing).expect("parses");
+        assert_eq!(
+            Reallocation::of(&insts),
+            Some(Reallocation {
+                lowered_to: Some(40),
+                raised_to: Some(232)
+            })
+        );
+        assert_eq!(Reallocation::of(&parse(LISTING).expect("parses")), None);
     }
 
     #[test]

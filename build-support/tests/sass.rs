@@ -769,6 +769,15 @@ fn a_producer_warpgroup_gives_its_registers_to_the_others() {
         assert!(!report.log.contains("setmaxnreg"), "{}", report.log);
         assert!(!report.spills(), "{}", report.log);
         let instructions = machine_code(&tools, &lowered, target);
+        assert_eq!(
+            sass::Reallocation::of(&instructions),
+            Some(sass::Reallocation {
+                lowered_to: Some(40),
+                raised_to: Some(232)
+            }),
+            "{}",
+            schedule.to_json()
+        );
         let hgmma = instructions
             .iter()
             .filter(|i| i.opcode.name == "HGMMA")

@@ -112,6 +112,15 @@ fn print(name: &str, variant: &Variant, i: &Inspection) {
         "  registers      {} per thread; spills {} B stored, {} B loaded",
         i.registers, i.spill_stores, i.spill_loads
     );
+    if let Some(r) = i.reallocation {
+        let count = |c: Option<u32>| c.map_or("-".to_owned(), |c| c.to_string());
+        println!(
+            "  setmaxnreg     {} per thread at launch; lowered to {}, raised to {}",
+            i.registers,
+            count(r.lowered_to),
+            count(r.raised_to)
+        );
+    }
     println!(
         "  shared memory  {} B per block ({} static + {} dynamic)",
         i.shared.total(),
