@@ -675,3 +675,87 @@ fn named_barriers_assemble() {
         ptxas::assemble(&ptxas, &text, target).unwrap_or_else(|e| panic!("{target}: {e}"));
     }
 }
+
+/// A seeded sample of the producer points (`producer = 1`) of two
+/// contractions with edges along every dimension, one batched with both
+/// operands stored the other way round: each assembles without spills, and
+/// where its warpgroups move registers, ptxas gives every thread at launch
+/// exactly the share their `setmaxnreg` counts assume
+/// (`Launch::registers`).
+#[test]
+fn producer_points_assemble_without_spills_at_their_launch_share() {
+    let ptxas = ptxas::find().expect("ptxas not found: run `cargo xtask test` or set KTUNE_PTXAS");
+    let kernels = [
+        kernel(
+            quote!(shape(M = 4000, N = 11000, K = 4000)),
+            quote! {
+                fn fused(a: Tensor<bf16, (M, K)>, w: Tensor<bf16, (K, N)>, bias: Tensor<bf16, (N,)>)
+                    -> Tensor<bf16, (M, N)>
+                {
+                    compute(|m, n| gelu(sum(K, |k| a[m][k] * w[k][n]) + bias[n]))
+                }
+            },
+        ),
+        kernel(
+            quote!(shape(B = 4, M = 1000, N = 3000, K = 520)),
+            quote! {
+                fn batched(a: Tensor<f16, (B, K, M)>, w: Tensor<f16, (B, N, K)>) -> Tensor<f16, (B, M, N)> {
+                    compute(|b, m, n| sum(K, |k| a[b][k][m] * w[b][n][k]))
+                }
+            },
+        ),
+    ];
+    let target = SmVersion::Sm90;
+    let jobs: Vec<(&Kernel, Schedule)> = kernels
+        .iter()
+        .flat_map(|k| {
+            let fed: Vec<Schedule> = ktune_core::space::candidates(k, target)
+                .into_iter()
+                .filter(|s| matches!(s, Schedule::Mma(t) if t.producer == 1))
+                .collect();
+            assert!(fed.len() > 100, "{}: {} producer points", k.name, fed.len());
+            ktune_core::space::sample(&fed, 4, 1)
+                .into_iter()
+                .map(move |s| (k, s))
+        })
+        .collect();
+    let reallocating = jobs
+        .iter()
+        .filter(|(k, s)| lower::lower(k, s, target).is_ok_and(|l| l.launch.registers > 0))
+        .count();
+    assert!(reallocating >= 3, "{reallocating} of the points reallocate");
+    let next = AtomicUsize::new(0);
+    let failures: Vec<String> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..2)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut failures = Vec::new();
+                    while let Some((k, schedule)) = jobs.get(next.fetch_add(1, Ordering::Relaxed)) {
+                        let what = format!("{} {}", k.name, schedule.to_json());
+                        let lowered = lower::lower(k, schedule, target)
+                            .unwrap_or_else(|e| panic!("{what}: {e}"));
+                        let text = ptx::print(&lowered.ptx, target);
+                        let report = ptxas::assemble(&ptxas, &text, target)
+                            .unwrap_or_else(|e| panic!("{what}: {e}"));
+                        if report.spills() {
+                            failures.push(format!("{what}: spills\n{}", report.log));
+                        }
+                        let share = lowered.launch.registers;
+                        if share > 0 && report.registers != share {
+                            failures.push(format!(
+                                "{what}: {} registers at launch, not {share}\n{}",
+                                report.registers, report.log
+                            ));
+                        }
+                    }
+                    failures
+                })
+            })
+            .collect();
+        workers
+            .into_iter()
+            .flat_map(|w| w.join().expect("worker panicked"))
+            .collect()
+    });
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
