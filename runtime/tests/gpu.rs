@@ -134,40 +134,33 @@ fn mixed_dtypes_and_more_than_48_kib_of_dynamic_shared_memory() {
     assert_eq!(device.download(&out).unwrap(), expected);
 }
 
+/// A variant of the expanded softmax (sm_80, one warp), tuned on `gpu`
+/// where it names one, whose launch needs `registers` per thread.
+fn softmax_variant(gpu: Option<&'static str>, entry: &'static str, registers: u32) -> Variant {
+    Variant {
+        gpu,
+        sm: (8, 0),
+        arch_specific: false,
+        schedule: "{}",
+        entry,
+        ptx: expanded::SOFTMAX_PTX,
+        grid: [1, 1, 1],
+        block: [32, 1, 1],
+        dynamic_shared_bytes: 0,
+        workspace_bytes: 0,
+        persistent: false,
+        registers,
+    }
+}
+
 #[test]
 #[ignore = "needs a GPU: cargo test -p ktune -- --include-ignored"]
 fn the_variant_tuned_on_this_gpu_model_is_launched() {
     let device = gpu();
     let name: &'static str = Box::leak(device.name().to_owned().into_boxed_str());
     let variants: &'static [Variant] = Box::leak(Box::new([
-        Variant {
-            gpu: None,
-            sm: (8, 0),
-            arch_specific: false,
-            schedule: "{}",
-            entry: "softmax_default",
-            ptx: expanded::SOFTMAX_PTX,
-            grid: [1, 1, 1],
-            block: [32, 1, 1],
-            dynamic_shared_bytes: 0,
-            workspace_bytes: 0,
-            persistent: false,
-            registers: 0,
-        },
-        Variant {
-            gpu: Some(name),
-            sm: (8, 0),
-            arch_specific: false,
-            schedule: "{}",
-            entry: "softmax_tuned",
-            ptx: expanded::SOFTMAX_PTX,
-            grid: [1, 1, 1],
-            block: [32, 1, 1],
-            dynamic_shared_bytes: 0,
-            workspace_bytes: 0,
-            persistent: false,
-            registers: 0,
-        },
+        softmax_variant(None, "softmax_default", 0),
+        softmax_variant(Some(name), "softmax_tuned", 0),
     ]));
     let stream = device.stream().unwrap();
     let x = softmax_input();
@@ -187,23 +180,9 @@ fn the_variant_tuned_on_this_gpu_model_is_launched() {
 fn a_variant_the_driver_gives_too_few_registers_is_passed_over() {
     let device = gpu();
     let name: &'static str = Box::leak(device.name().to_owned().into_boxed_str());
-    let softmax = |gpu: Option<&'static str>, entry: &'static str, registers: u32| Variant {
-        gpu,
-        sm: (8, 0),
-        arch_specific: false,
-        schedule: "{}",
-        entry,
-        ptx: expanded::SOFTMAX_PTX,
-        grid: [1, 1, 1],
-        block: [32, 1, 1],
-        dynamic_shared_bytes: 0,
-        workspace_bytes: 0,
-        persistent: false,
-        registers,
-    };
     let variants: &'static [Variant] = Box::leak(Box::new([
-        softmax(None, "softmax_default", 0),
-        softmax(Some(name), "softmax_tuned", 255),
+        softmax_variant(None, "softmax_default", 0),
+        softmax_variant(Some(name), "softmax_tuned", 255),
     ]));
     let stream = device.stream().unwrap();
     let x = softmax_input();
@@ -213,7 +192,8 @@ fn a_variant_the_driver_gives_too_few_registers_is_passed_over() {
     assert_eq!(variant.entry, "softmax_default");
     assert_close(&stream.clone_dtoh(&out).unwrap(), &softmax_reference(&x));
 
-    let alone: &'static [Variant] = Box::leak(Box::new([softmax(None, "softmax_tuned", 255)]));
+    let alone: &'static [Variant] =
+        Box::leak(Box::new([softmax_variant(None, "softmax_tuned", 255)]));
     match __private::launch(stream, &softmax::KERNEL, alone, &[&xs], &mut out) {
         Err(Error::RegisterShare {
             kernel: "softmax",
