@@ -647,3 +647,55 @@ fn register_reallocation_round_trips() {
         "{err}"
     );
 }
+
+/// Memory barriers print as `mbarrier` instructions on the shared
+/// window's addresses (and `cp.async`'s arrival at one), and parse back.
+#[test]
+fn memory_barriers_round_trip() {
+    use ktune_core::ptx::Builder;
+    use ktune_core::ptx::inst::{Addr, Op, Operand, RegClass};
+
+    let mut b = Builder::new();
+    let smem = b.shared_base();
+    let count = b.u32_imm(128);
+    let full = Addr {
+        base: smem,
+        offset: 1024,
+    };
+    let empty = Addr {
+        base: smem,
+        offset: 1032,
+    };
+    b.push(Op::MbarrierInit {
+        addr: full,
+        count: Operand::Int(128),
+    });
+    b.push(Op::MbarrierInit {
+        addr: empty,
+        count: count.into(),
+    });
+    b.push(Op::CpAsyncMbarrierArrive { addr: full });
+    b.mbarrier_arrive(empty);
+    let parity = b.u32_imm(1);
+    b.mbarrier_wait(full, parity.into());
+    b.mbarrier_wait(empty, Operand::Int(0));
+    let kernel = b.finish("mbarriers".into(), 0, 256, 1040);
+    round_trip(&kernel, SmVersion::Sm90);
+    assert!(kernel.reg_counts.contains(&(RegClass::B64, 1)));
+    let text = print(&kernel, SmVersion::Sm90);
+    for line in [
+        "\tmbarrier.init.shared.b64 [%r0+1024], 128;",
+        "\tmbarrier.init.shared.b64 [%r0+1032], %r1;",
+        "\tcp.async.mbarrier.arrive.noinc.shared.b64 [%r0+1024];",
+        "\tmbarrier.arrive.shared.b64 %rd0, [%r0+1032];",
+        "\tmbarrier.try_wait.parity.shared.b64 %p0, [%r0+1024], %r2;",
+        "\t@!%p0 bra $L__BB1;",
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "missing `{line}` in\n{text}"
+        );
+    }
+    let err = parse(&text.replace("[%r0+1024], 128", "[%r0+1024]")).unwrap_err();
+    assert!(err.message.contains("operand"), "{err}");
+}

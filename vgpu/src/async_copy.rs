@@ -57,6 +57,15 @@ impl AsyncCopies {
         self.threads[thread as usize].open.push(copy);
     }
 
+    /// Every copy `thread` started and has not waited for, committed or
+    /// not, taken out of its groups (for `cp.async.mbarrier.arrive`).
+    pub(crate) fn take(&mut self, thread: u32) -> Vec<AsyncCopy> {
+        let q = &mut self.threads[thread as usize];
+        let mut copies: Vec<AsyncCopy> = q.groups.drain(..).flatten().collect();
+        copies.append(&mut q.open);
+        copies
+    }
+
     pub(crate) fn commit(&mut self, thread: u32) {
         let q = &mut self.threads[thread as usize];
         let group = std::mem::take(&mut q.open);
@@ -78,7 +87,9 @@ impl AsyncCopies {
                 break;
             };
             for copy in group {
-                shared.finish_async(thread, copy.offset, &copy.data[..usize::from(copy.len)])?;
+                let stamp = shared.order.clock(thread);
+                let data = &copy.data[..usize::from(copy.len)];
+                shared.finish_async(thread, stamp, copy.offset, data)?;
                 landed += u64::from(copy.len);
             }
         }

@@ -14,7 +14,7 @@ use crate::async_copy::AsyncCopies;
 use crate::cluster::{self, Target};
 use crate::decode::{Exec, Program, Slot};
 use crate::exec::{self, BlockEnv, Cell, Reach, State, Thread};
-use crate::fault::{ClusterProblem, Fault, FaultKind, LaneState, NamedProblem};
+use crate::fault::{ClusterProblem, Fault, FaultKind, LaneState, MbarrierProblem, NamedProblem};
 use crate::fragment::{self, WARP};
 use crate::memory::Memory;
 use crate::numeric::shfl_source;
@@ -279,7 +279,7 @@ fn cluster_waits(
             .iter()
             .find(|t| block.shared.cluster_counts(t.id).0 < barrier)?;
         let other_pc = match t.state {
-            State::Barrier | State::NamedWait { .. } => {
+            State::Barrier | State::NamedWait { .. } | State::MbarrierWait { .. } => {
                 Some(block.program.origin[t.pc as usize] as u32)
             }
             _ => None,
@@ -418,7 +418,11 @@ impl<'a> Block<'a> {
                 })
                 .collect(),
             regs: vec![Cell::default(); threads as usize * program.slots as usize],
-            shared: Shared::new(kernel.dynamic_shared_bytes, ntid, program.named_barriers),
+            shared: Shared::new(
+                kernel.dynamic_shared_bytes,
+                ntid,
+                program.named_barriers || program.mbarriers,
+            ),
             copies: AsyncCopies::new(threads as usize),
             warpgroups: warpgroup::Warpgroups::default(),
             registers: launch.registers,
@@ -491,6 +495,11 @@ impl<'a> Block<'a> {
             if let Some((id, offset)) = parked {
                 let kind = self.shared.settle(id, offset);
                 return Err(self.fault(env, id as usize, kind));
+            }
+            // Waits that can end first: a warp's lanes parked at a memory
+            // barrier its last lanes completed then meet at what follows.
+            if self.program.mbarriers && self.release_mbarrier_waits() {
+                continue;
             }
             let warp = self.collectives(env, stats)?;
             if warp | (self.program.warpgroups && self.warpgroup_collectives(env, stats)?) {
@@ -651,7 +660,10 @@ impl<'a> Block<'a> {
                 State::Exited | State::Ready | State::Parked { .. } | State::Remote { .. } => {
                     LaneState::Exited
                 }
-                State::Barrier | State::NamedWait { .. } | State::ClusterWait => {
+                State::Barrier
+                | State::NamedWait { .. }
+                | State::MbarrierWait { .. }
+                | State::ClusterWait => {
                     let kind = FaultKind::BarrierDeadlock {
                         other_thread: t.tid,
                         other_pc: self.program.origin[t.pc as usize],
@@ -775,28 +787,36 @@ impl<'a> Block<'a> {
         any
     }
 
+    /// Readies the threads parked at a memory barrier that has completed
+    /// a phase since, to try their wait again; whether any.
+    fn release_mbarrier_waits(&mut self) -> bool {
+        let mut any = false;
+        for t in &mut self.threads {
+            if let State::MbarrierWait { offset, completed } = t.state
+                && self.shared.mbarrier_completed(offset) > completed
+            {
+                t.state = State::Ready;
+                any = true;
+            }
+        }
+        any
+    }
+
     /// Completes the `bar.sync 0` every live thread waits at; false when
     /// every thread has exited, or waits for the cluster. A thread still at
     /// a named barrier then never gets past it.
     fn barrier(&mut self, env: &BlockEnv<'_>, stats: &mut Stats) -> Result<bool, Fault> {
-        let stuck = self
-            .threads
-            .iter()
-            .enumerate()
-            .find_map(|(i, t)| match t.state {
-                State::NamedWait { id, .. } => Some((i, id)),
-                _ => None,
-            });
-        if let Some((i, id)) = stuck {
+        let stuck = self.threads.iter().position(|t| {
+            matches!(
+                t.state,
+                State::NamedWait { .. } | State::MbarrierWait { .. }
+            )
+        });
+        if let Some(i) = stuck {
             if self.threads.iter().any(|t| t.state == State::ClusterWait) {
                 return Ok(false);
             }
-            let (threads, arrived) = self.shared.order.pending(id);
-            let problem = NamedProblem::Deadlock {
-                threads,
-                arrived: arrived as u32,
-            };
-            return Err(self.fault(env, i, FaultKind::NamedBarrier { id, problem }));
+            return Err(self.fault(env, i, self.deadlock(i)));
         }
         let Some(first) = self.threads.iter().position(|t| t.state == State::Barrier) else {
             return Ok(false);
@@ -842,6 +862,32 @@ impl<'a> Block<'a> {
         self.shared.barrier();
         stats.barriers += 1;
         Ok(true)
+    }
+
+    /// The deadlock of thread `i`, waiting at a named or memory barrier
+    /// that no thread is left to complete.
+    fn deadlock(&self, i: usize) -> FaultKind {
+        match self.threads[i].state {
+            State::NamedWait { id, .. } => {
+                let (threads, arrived) = self.shared.order.pending(id);
+                let problem = NamedProblem::Deadlock {
+                    threads,
+                    arrived: arrived as u32,
+                };
+                FaultKind::NamedBarrier { id, problem }
+            }
+            State::MbarrierWait { offset, completed } => {
+                let (expected, pending) = self.shared.mbarrier_pending(offset);
+                let problem = MbarrierProblem::Deadlock {
+                    parity: completed & 1,
+                    completed,
+                    expected,
+                    pending,
+                };
+                FaultKind::Mbarrier { offset, problem }
+            }
+            _ => internal("a deadlock of a thread at no barrier"),
+        }
     }
 
     fn fault(&self, env: &BlockEnv<'_>, thread: usize, kind: FaultKind) -> Fault {

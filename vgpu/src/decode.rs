@@ -217,6 +217,32 @@ pub(crate) enum Exec {
         pending: u32,
     },
     CpWaitAll,
+    /// `cp.async.mbarrier.arrive.noinc`: the thread's copies arrive at the
+    /// memory barrier at the address once landed (see `shared::mbarrier`).
+    CpMbarrierArrive {
+        base: Slot,
+        offset: i64,
+    },
+    /// `mbarrier.init`: a memory barrier expecting `count` arrivals a phase.
+    MbarrierInit {
+        base: Slot,
+        offset: i64,
+        count: Src,
+    },
+    /// `mbarrier.arrive`, the phase's token (its number) in `state`.
+    MbarrierArrive {
+        state: Slot,
+        base: Slot,
+        offset: i64,
+    },
+    /// `mbarrier.try_wait.parity`: `done` once the phase of parity
+    /// `parity` has completed; the thread waits for that in place.
+    MbarrierTryWait {
+        done: Slot,
+        base: Slot,
+        offset: i64,
+        parity: Src,
+    },
     /// Warp-collective: the lanes' operands are read when the whole warp
     /// has arrived.
     Ldmatrix {
@@ -338,6 +364,8 @@ pub(crate) struct Program {
     pub warpgroups: bool,
     /// Whether any instruction is a named barrier's.
     pub named_barriers: bool,
+    /// Whether any instruction is a memory barrier's.
+    pub mbarriers: bool,
     class_base: [u32; 5],
     class_count: [u32; 5],
 }
@@ -365,6 +393,7 @@ impl Program {
             wgmma_accumulators: Vec::new(),
             warpgroups: false,
             named_barriers: false,
+            mbarriers: false,
             class_base,
             class_count,
         };
@@ -416,6 +445,14 @@ impl Program {
         program.named_barriers = insts
             .iter()
             .any(|i| matches!(i.exec, Exec::NamedBar { .. }));
+        program.mbarriers = insts.iter().any(|i| {
+            matches!(
+                i.exec,
+                Exec::MbarrierInit { .. }
+                    | Exec::MbarrierArrive { .. }
+                    | Exec::CpMbarrierArrive { .. }
+            )
+        });
         program.insts = insts;
         program.origin = origin;
         Ok(program)
@@ -818,6 +855,26 @@ impl Decoder<'_> {
             Op::CpAsyncCommit => Exec::CpCommit,
             Op::CpAsyncWait { pending } => Exec::CpWait { pending: *pending },
             Op::CpAsyncWaitAll => Exec::CpWaitAll,
+            Op::CpAsyncMbarrierArrive { addr } => Exec::CpMbarrierArrive {
+                base: self.address(Space::Shared, addr.base)?,
+                offset: addr.offset,
+            },
+            Op::MbarrierInit { addr, count } => Exec::MbarrierInit {
+                base: self.address(Space::Shared, addr.base)?,
+                offset: addr.offset,
+                count: self.src(*count, Ty::U32)?,
+            },
+            Op::MbarrierArrive { state, addr } => Exec::MbarrierArrive {
+                state: self.reg(*state, Width::W64)?,
+                base: self.address(Space::Shared, addr.base)?,
+                offset: addr.offset,
+            },
+            Op::MbarrierTryWait { done, addr, parity } => Exec::MbarrierTryWait {
+                done: self.reg(*done, Width::Pred)?,
+                base: self.address(Space::Shared, addr.base)?,
+                offset: addr.offset,
+                parity: self.src(*parity, Ty::U32)?,
+            },
             Op::Ldmatrix { trans, dsts, addr } => {
                 if !matches!(dsts.len(), 1 | 2 | 4) {
                     return Err(format!(

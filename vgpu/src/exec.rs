@@ -10,7 +10,7 @@ use crate::decode::{Bin, CmpKind, Exec, Guard, Mad, Program, Slot, Src, Un};
 use crate::fault::{ClusterProblem, FaultKind};
 use crate::memory::Memory;
 use crate::numeric;
-use crate::shared::Shared;
+use crate::shared::{Shared, Waited};
 
 /// Where a thread is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,6 +46,13 @@ pub(crate) enum State {
     },
     /// Waiting at the `barrier.cluster.wait` at its pc.
     ClusterWait,
+    /// At the `mbarrier.try_wait` at its pc, which failed: it tries again
+    /// once the barrier at window `offset` has completed more than
+    /// `completed` phases.
+    MbarrierWait {
+        offset: u32,
+        completed: u32,
+    },
     Exited,
 }
 
@@ -452,6 +459,44 @@ fn step(
         Exec::CpWaitAll => {
             reach.copies.commit(t.id);
             reach.stats.shared_store_bytes += reach.copies.wait(t.id, 0, reach.shared)?;
+        }
+        Exec::CpMbarrierArrive { base, offset } => {
+            let addr = get!(base).wrapping_add(offset as u64);
+            let copies = reach.copies.take(t.id);
+            let (_, landed) = reach.shared.mbarrier_arrive(t.id, addr, copies)?;
+            reach.stats.shared_store_bytes += landed;
+        }
+        Exec::MbarrierInit {
+            base,
+            offset,
+            count,
+        } => {
+            let addr = get!(base).wrapping_add(offset as u64);
+            reach.shared.mbarrier_init(t.id, addr, val!(count))?;
+        }
+        Exec::MbarrierArrive {
+            state,
+            base,
+            offset,
+        } => {
+            let addr = get!(base).wrapping_add(offset as u64);
+            let (phase, landed) = reach.shared.mbarrier_arrive(t.id, addr, Vec::new())?;
+            reach.stats.shared_store_bytes += landed;
+            set!(state, u64::from(phase));
+        }
+        Exec::MbarrierTryWait {
+            done,
+            base,
+            offset,
+            parity,
+        } => {
+            let addr = get!(base).wrapping_add(offset as u64);
+            match reach.shared.mbarrier_try_wait(t.id, addr, val!(parity))? {
+                Waited::Done => set!(done, 1),
+                Waited::Parked { offset, completed } => {
+                    return Ok(Flow::Stop(State::MbarrierWait { offset, completed }));
+                }
+            }
         }
         Exec::Ldmatrix { .. }
         | Exec::Mma { .. }

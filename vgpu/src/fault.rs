@@ -235,6 +235,12 @@ pub enum FaultKind {
     Cluster { problem: ClusterProblem },
     /// A misuse of named barrier `id` (`bar.sync id, n`, `bar.arrive id, n`).
     NamedBarrier { id: u32, problem: NamedProblem },
+    /// A misuse of the memory barrier at shared window `offset`
+    /// (`mbarrier`).
+    Mbarrier {
+        offset: u32,
+        problem: MbarrierProblem,
+    },
     /// A `setmaxnreg` that moves the warpgroup's register count the other
     /// way than its action says: `.inc` (`raise`) to fewer registers than
     /// the warpgroup already has, `.dec` to more.
@@ -312,6 +318,59 @@ impl fmt::Display for NamedProblem {
             NamedProblem::Deadlock { threads, arrived } => write!(
                 f,
                 "deadlock: the barrier waits for {threads} threads, {arrived} arrived, and no thread can run on"
+            ),
+        }
+    }
+}
+
+/// What went wrong at a memory barrier (`mbarrier`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum MbarrierProblem {
+    /// A plain load, store or copy of a live barrier's bytes.
+    PlainAccess { access: Access },
+    /// An arrival or wait where no barrier was initialised.
+    Uninitialized,
+    /// An init of a barrier that is already live.
+    Reinit,
+    /// An init expecting `count` arrivals a phase; 1 to 2^20 - 1 are
+    /// allowed.
+    Count { count: u64 },
+    /// A wait for the phase of parity `parity` that no thread is left to
+    /// complete: `completed` phases completed, and the current one, of
+    /// `expected` arrivals, misses `pending`.
+    Deadlock {
+        parity: u32,
+        completed: u32,
+        expected: u32,
+        pending: u32,
+    },
+}
+
+impl fmt::Display for MbarrierProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MbarrierProblem::PlainAccess { access } => write!(
+                f,
+                "a plain {} of a live memory barrier's bytes; only mbarrier instructions reach them",
+                access_name(*access)
+            ),
+            MbarrierProblem::Uninitialized => {
+                write!(f, "no mbarrier.init made a barrier there in this block")
+            }
+            MbarrierProblem::Reinit => write!(f, "mbarrier.init of a barrier already live"),
+            MbarrierProblem::Count { count } => write!(
+                f,
+                "mbarrier.init expecting {count} arrivals a phase; 1 to 1048575 are allowed"
+            ),
+            MbarrierProblem::Deadlock {
+                parity,
+                completed,
+                expected,
+                pending,
+            } => write!(
+                f,
+                "deadlock: a wait for the phase of parity {parity}, with {completed} phases completed and {pending} of the current one's {expected} arrivals missing, and no thread can run on"
             ),
         }
     }
@@ -673,6 +732,9 @@ impl fmt::Display for FaultKind {
             ),
             FaultKind::Cluster { problem } => write!(f, "cluster: {problem}"),
             FaultKind::NamedBarrier { id, problem } => write!(f, "named barrier {id}: {problem}"),
+            FaultKind::Mbarrier { offset, problem } => {
+                write!(f, "memory barrier at window +{offset}: {problem}")
+            }
             FaultKind::RegisterCount {
                 count,
                 current,

@@ -175,7 +175,9 @@ pub mod suite;
 pub mod timing;
 pub mod verify;
 
-pub use fault::{Access, ClusterProblem, Fault, FaultKind, FenceSide, LaneState, NamedProblem};
+pub use fault::{
+    Access, ClusterProblem, Fault, FaultKind, FenceSide, LaneState, MbarrierProblem, NamedProblem,
+};
 pub use memory::Memory;
 pub use poison::{POISON_16, POISON_F32, first_poisoned, poisoned};
 pub use shared::SHARED_BASE;

@@ -156,6 +156,39 @@ impl Order {
         Ok(number)
     }
 
+    /// `thread` releases what it did so far through a memory barrier
+    /// (`mbarrier.arrive`): its clock moves on, and what it knows, its own
+    /// clock included, is joined into `into` (one entry per thread).
+    /// Returns its clock before the arrival, the stamp of what it did
+    /// before.
+    pub(crate) fn release(&mut self, thread: u32, into: &mut [u32]) -> u32 {
+        let (t, n) = (thread as usize, self.threads);
+        let stamp = self.clock[t];
+        self.clock[t] += 1;
+        for (j, r) in into.iter_mut().zip(&self.rows[t * n..(t + 1) * n]) {
+            *j = (*j).max(*r);
+        }
+        into[t] = self.clock[t];
+        stamp
+    }
+
+    /// `thread` acquires what a memory barrier's completed phases released
+    /// (`join`, from [`Order::release`]).
+    pub(crate) fn acquire(&mut self, thread: u32, join: &[u32]) {
+        let (t, n) = (thread as usize, self.threads);
+        for (r, j) in self.rows[t * n..(t + 1) * n].iter_mut().zip(join) {
+            *r = (*r).max(*j);
+        }
+        self.used = true;
+    }
+
+    /// What `thread` knows now: for each thread, the clock up to which its
+    /// accesses are ordered before `thread`'s.
+    pub(crate) fn row(&self, thread: u32) -> &[u32] {
+        let (t, n) = (thread as usize, self.threads);
+        &self.rows[t * n..(t + 1) * n]
+    }
+
     fn complete(&mut self, id: u32) -> Result<(), FaultKind> {
         let n = self.threads;
         let phase = &mut self.phases[id as usize];

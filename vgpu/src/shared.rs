@@ -18,14 +18,19 @@
 //! further readers are kept aside for the epoch. A `cp.async` destination
 //! is *pending* from the copy's start until it lands: any access to it
 //! then is a fault; it lands as a write by the issuing thread at the
-//! `cp.async.wait_group` that completes it.
+//! `cp.async.wait_group` that completes it, or as the memory-barrier phase
+//! its thread's `cp.async.mbarrier.arrive` arrived in completes
+//! ([`mbarrier`], which also keeps the barriers themselves).
 //!
 //! Hopper's `wgmma.mma_async` reads shared memory through the async proxy
 //! ([`Shared::async_read`]): a byte must have been written before the
-//! current barrier interval, and made visible to that proxy by a
-//! `fence.proxy.async` of its writer after the write (each write is
+//! current barrier interval, or by a write a named or memory barrier
+//! orders before the reading warpgroup, and made visible to that proxy by
+//! a `fence.proxy.async` after the write: its writer's (each write is
 //! numbered, and each thread remembers the number current at its last such
-//! fence). While the instruction is in flight its bytes must not be
+//! fence), or that of a thread of the reading warpgroup the write was
+//! ordered before when it fenced (each thread remembers what it knew
+//! then). While the instruction is in flight its bytes must not be
 //! written, and until the next barrier no thread of another warpgroup may
 //! write them: the read is unordered with such a write, whichever the
 //! interpreter runs first (each byte keeps the warpgroups that read it in
@@ -47,11 +52,15 @@
 //! must not exit before each of its threads has waited at the barrier
 //! that orders every remote read of its window.
 
+mod mbarrier;
+
 use ktune_core::ptx::inst::Space;
 
 use crate::block::warpgroup::WARPGROUP;
-use crate::fault::{Access, ClusterProblem, FaultKind};
+use crate::fault::{Access, ClusterProblem, FaultKind, MbarrierProblem};
 use crate::order::Order;
+
+pub(crate) use mbarrier::Waited;
 
 /// The address `mov.u32 %r, ktune_smem` yields: a fake base, so a shared
 /// offset used as an address (or the reverse) is caught.
@@ -94,6 +103,9 @@ struct ByteState {
     remote_read: u32,
     remote_reader: u32,
     remote_read_epoch: u32,
+    /// Whether the byte is part of a live memory barrier (see
+    /// [`mbarrier`]).
+    mbarrier: bool,
 }
 
 /// [`ByteState::crowd`] when no further reader was kept.
@@ -116,6 +128,7 @@ const FRESH: ByteState = ByteState {
     remote_read: 0,
     remote_reader: NOBODY,
     remote_read_epoch: 0,
+    mbarrier: false,
 };
 
 #[derive(Debug)]
@@ -137,6 +150,11 @@ pub(crate) struct Shared {
     /// For each thread, [`Shared::writes`] at its last `fence.proxy.async`:
     /// its writes numbered below are visible to the async proxy.
     proxy_fenced: Vec<u64>,
+    /// For each thread, what it knew at its last `fence.proxy.async`
+    /// (its row of [`Order`]): the other threads' writes ordered before
+    /// the fence are visible to the async proxy too. Kept in kernels with
+    /// named or memory barriers, allocated at the first fence.
+    proxy_rows: Vec<u32>,
     /// `%ntid`, to name threads in faults.
     ntid: [u32; 3],
     /// The order named barriers put threads in.
@@ -153,6 +171,8 @@ pub(crate) struct Shared {
     /// `async_read_epoch`, the ticket of the last such read (allocated by
     /// the first `wgmma`).
     async_tickets: Vec<[u32; 8]>,
+    /// The block's memory barriers.
+    mbarriers: Vec<mbarrier::Mbarrier>,
 }
 
 impl Shared {
@@ -169,12 +189,14 @@ impl Shared {
             last_reader: NOBODY,
             writes: 0,
             proxy_fenced: vec![0; threads],
+            proxy_rows: Vec::new(),
             ntid,
             order: Order::new(threads),
             named,
             crowds: Vec::new(),
             tickets: Vec::new(),
             async_tickets: Vec::new(),
+            mbarriers: Vec::new(),
         }
     }
 
@@ -193,6 +215,7 @@ impl Shared {
         self.last_reader = NOBODY;
         self.order.begin_block();
         self.tickets.clear();
+        self.end_mbarriers();
     }
 
     /// A `bar.sync 0` completed, or a barrier of the whole cluster.
@@ -300,6 +323,12 @@ impl Shared {
         let offset = i as u32;
         if s.copier != NOBODY {
             return Err(self.pending(offset, s, Access::Load));
+        }
+        if s.mbarrier {
+            let problem = MbarrierProblem::PlainAccess {
+                access: Access::Load,
+            };
+            return Err(FaultKind::Mbarrier { offset, problem });
         }
         if s.writer == NOBODY || s.write_epoch < self.block_start {
             return Err(FaultKind::UninitializedShared {
@@ -417,14 +446,15 @@ impl Shared {
         let start = self.offset(addr, size, Access::Store)?;
         let end = start + size as usize;
         self.check_write(thread, start, end)?;
-        self.mark_written(thread, start, end);
+        self.mark_written(thread, self.order.clock(thread), start, end);
         Ok(&mut self.data[start..end])
     }
 
-    fn mark_written(&mut self, thread: u32, start: usize, end: usize) {
+    /// Records a write by `thread` of window bytes `start..end`, stamped
+    /// with its clock `clock`.
+    fn mark_written(&mut self, thread: u32, clock: u32, start: usize, end: usize) {
         self.writes += 1;
         let release = self.arrived[thread as usize] + 1;
-        let clock = self.order.clock(thread);
         for s in &mut self.state[start..end] {
             s.writer = thread;
             s.write_epoch = self.epoch;
@@ -438,6 +468,34 @@ impl Shared {
     /// to the async proxy.
     pub(crate) fn fence_proxy(&mut self, thread: u32) {
         self.proxy_fenced[thread as usize] = self.writes + 1;
+        if self.named {
+            let n = self.proxy_fenced.len();
+            if self.proxy_rows.is_empty() {
+                self.proxy_rows = vec![0; n * n];
+            }
+            let t = thread as usize;
+            self.proxy_rows[t * n..(t + 1) * n].copy_from_slice(self.order.row(thread));
+        }
+    }
+
+    /// Whether a fence of one of `members` made `writer`'s write stamped
+    /// `clock` visible to the async proxy: its own fence after the write,
+    /// or another's fence after the write was ordered before it.
+    fn proxy_visible(
+        &self,
+        members: std::ops::Range<u32>,
+        writer: u32,
+        clock: u32,
+        number: u64,
+    ) -> bool {
+        if self.proxy_fenced[writer as usize] > number {
+            return true;
+        }
+        let n = self.proxy_fenced.len();
+        !self.proxy_rows.is_empty()
+            && members
+                .map(|m| m as usize)
+                .any(|m| m < n && self.proxy_rows[m * n + writer as usize] > clock)
     }
 
     /// The `size` bytes at `addr` as an in-flight `wgmma.mma_async` reads
@@ -454,6 +512,8 @@ impl Shared {
         let start = self.offset(addr, size, Access::Load)?;
         let end = start + size as usize;
         let members = group as u32 * WARPGROUP as u32..(group as u32 + 1) * WARPGROUP as u32;
+        // The bytes of one write share its number, writer and stamp.
+        let mut visible = (0, false);
         for i in start..end {
             let s = self.written(i)?;
             let offset = i as u32;
@@ -467,7 +527,12 @@ impl Shared {
             if s.write_epoch == self.epoch && !ordered() {
                 return Err(self.race(offset, s.writer, true, false));
             }
-            if self.proxy_fenced[s.writer as usize] <= s.write_number {
+            if visible.0 != s.write_number {
+                let fenced =
+                    self.proxy_visible(members.clone(), s.writer, s.write_clock, s.write_number);
+                visible = (s.write_number, fenced);
+            }
+            if !visible.1 {
                 return Err(FaultKind::AsyncProxyUnfenced {
                     addr: u64::from(SHARED_BASE) + u64::from(offset),
                     offset,
@@ -536,6 +601,12 @@ impl Shared {
             let offset = i as u32;
             if s.copier != NOBODY {
                 return Err(self.pending(offset, s, Access::Store));
+            }
+            if s.mbarrier {
+                let problem = MbarrierProblem::PlainAccess {
+                    access: Access::Store,
+                };
+                return Err(FaultKind::Mbarrier { offset, problem });
             }
             if s.async_readers > 0 {
                 return Err(FaultKind::WgmmaOverwrite {
@@ -620,10 +691,11 @@ impl Shared {
     }
 
     /// Lands a `cp.async` started by `thread`: a store of `data` at window
-    /// `offset`, by that thread, now.
+    /// `offset`, by that thread, stamped with its clock `stamp`.
     pub(crate) fn finish_async(
         &mut self,
         thread: u32,
+        stamp: u32,
         offset: u32,
         data: &[u8],
     ) -> Result<(), FaultKind> {
@@ -631,7 +703,7 @@ impl Shared {
         let end = start + data.len();
         self.cancel_async(offset, data.len() as u32);
         self.check_write(thread, start, end)?;
-        self.mark_written(thread, start, end);
+        self.mark_written(thread, stamp, start, end);
         self.data[start..end].copy_from_slice(data);
         Ok(())
     }
@@ -768,6 +840,40 @@ mod tests {
                 assert_eq!(race_with(write), [0, 0, 0]);
             }
         }
+    }
+
+    /// Thread 200 (warpgroup 1) writes 16 bytes and arrives at a memory
+    /// barrier; thread 5 (warpgroup 0) waits for its phase. Warpgroup 0's
+    /// `wgmma` may read the bytes once thread 5 has fenced for the async
+    /// proxy after its wait, though the writer never fenced.
+    #[test]
+    fn a_fence_after_a_memory_barrier_hands_another_threads_write_to_the_async_proxy() {
+        let mut shared = Shared::new(24, [256, 1, 1], true);
+        shared.begin_block();
+        shared.mbarrier_init(0, AT + 16, 1).expect("a fresh window");
+        shared.barrier();
+        shared.store(200, AT, 16).expect("the data");
+        shared.mbarrier_arrive(200, AT + 16, Vec::new()).expect("an arrival");
+        let waited = shared.mbarrier_try_wait(5, AT + 16, 0).expect("a wait");
+        assert_eq!(waited, Waited::Done);
+        let ticket = shared.open_ticket(0);
+        assert!(matches!(
+            shared.async_read(AT, 16, 0, ticket),
+            Err(FaultKind::AsyncProxyUnfenced {
+                writer: [200, 0, 0],
+                ..
+            })
+        ));
+        shared.fence_proxy(5);
+        assert!(shared.async_read(AT, 16, 0, ticket).is_ok());
+        // Warpgroup 1, the writer's, waited for nothing: no barrier
+        // orders the write before its `wgmma`'s read, fence or not.
+        shared.fence_proxy(130);
+        let other = shared.open_ticket(1);
+        assert!(matches!(
+            shared.async_read(AT, 16, 1, other),
+            Err(FaultKind::SharedRace { .. })
+        ));
     }
 
     #[test]

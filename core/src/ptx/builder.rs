@@ -482,6 +482,23 @@ impl Builder {
         self.push(Op::CpAsyncWaitAll);
     }
 
+    /// Arrives at the memory barrier at `addr` (the phase token is
+    /// dropped).
+    pub fn mbarrier_arrive(&mut self, addr: Addr) {
+        let state = self.reg(RegClass::B64);
+        self.push(Op::MbarrierArrive { state, addr });
+    }
+
+    /// Waits until the phase of parity `parity` of the memory barrier at
+    /// `addr` has completed: `try_wait` in a loop, since it may give up.
+    pub fn mbarrier_wait(&mut self, addr: Addr, parity: Operand) {
+        let again = self.label();
+        self.place(again);
+        let done = self.reg(RegClass::Pred);
+        self.push(Op::MbarrierTryWait { done, addr, parity });
+        self.bra_if(done, true, again);
+    }
+
     /// `ldmatrix` of `count` (1, 2 or 4) 8×8 b16 matrices from shared memory:
     /// every lane of the warp must execute it, lane `8i + r` giving the
     /// 16-byte-aligned address of row `r` of matrix `i`. Returns one `.b32`

@@ -331,6 +331,33 @@ pub enum Op {
     CpAsyncWait { pending: u32 },
     /// `cp.async.wait_all`: waits for every copy the thread started.
     CpAsyncWaitAll,
+    /// `cp.async.mbarrier.arrive.noinc.shared.b64 [addr]`: an arrival at
+    /// the memory barrier at `addr` once every `cp.async` the thread
+    /// started before it has landed; with `.noinc` the barrier's pending
+    /// count is not raised first, so the count its `init` gave includes
+    /// these arrivals.
+    CpAsyncMbarrierArrive { addr: Addr },
+    /// `mbarrier.init.shared.b64 [addr], count`: the 8 aligned shared bytes
+    /// at `addr` become a memory barrier whose phases each complete after
+    /// `count` arrivals (1 to 2^20 - 1), starting in phase 0. Until then,
+    /// and while it lives, no plain access may touch those bytes.
+    MbarrierInit { addr: Addr, count: Operand },
+    /// `mbarrier.arrive.shared.b64 state, [addr]`: an arrival at the memory
+    /// barrier at `addr`, releasing the thread's memory accesses before
+    /// it; the phase completes with its last expected arrival. `state`
+    /// (`.b64`) is an opaque token of the phase arrived in.
+    MbarrierArrive { state: Reg, addr: Addr },
+    /// `mbarrier.try_wait.parity.shared.b64 done, [addr], parity` (sm_90):
+    /// `done` (a predicate) is set once the phase of the barrier at `addr`
+    /// with parity `parity` (0 or 1, the operand's low bit) has completed,
+    /// that is, once the current phase's parity differs from it, acquiring
+    /// what that phase's arrivals released; it may wait a while first, and
+    /// may give up, leaving `done` false.
+    MbarrierTryWait {
+        done: Reg,
+        addr: Addr,
+        parity: Operand,
+    },
     /// `ldmatrix.sync.aligned.m8n8.x<n>[.trans].shared.b16 {dsts}, [addr]`:
     /// warp-collective; `dsts.len()` (1, 2 or 4) 8×8 matrices of 16-bit
     /// values, matrix `i`'s rows addressed by lanes `8i..8i+8`.

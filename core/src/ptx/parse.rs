@@ -511,6 +511,12 @@ impl<'t> Parser<'t> {
             "cp" if parts.get(1) == Some(&"async") => match parts.get(2) {
                 Some(&"commit_group") => Op::CpAsyncCommit,
                 Some(&"wait_all") => Op::CpAsyncWaitAll,
+                Some(&"mbarrier") if opcode == "cp.async.mbarrier.arrive.noinc.shared.b64" => {
+                    arity(1)?;
+                    Op::CpAsyncMbarrierArrive {
+                        addr: self.addr(ops[0], counts)?,
+                    }
+                }
                 Some(&"wait_group") => {
                     arity(1)?;
                     Op::CpAsyncWait {
@@ -542,6 +548,28 @@ impl<'t> Parser<'t> {
                     }
                 }
             },
+            "mbarrier" if opcode == "mbarrier.init.shared.b64" => {
+                arity(2)?;
+                Op::MbarrierInit {
+                    addr: self.addr(ops[0], counts)?,
+                    count: operand(1)?,
+                }
+            }
+            "mbarrier" if opcode == "mbarrier.arrive.shared.b64" => {
+                arity(2)?;
+                Op::MbarrierArrive {
+                    state: reg(0)?,
+                    addr: self.addr(ops[1], counts)?,
+                }
+            }
+            "mbarrier" if opcode == "mbarrier.try_wait.parity.shared.b64" => {
+                arity(3)?;
+                Op::MbarrierTryWait {
+                    done: reg(0)?,
+                    addr: self.addr(ops[1], counts)?,
+                    parity: operand(2)?,
+                }
+            }
             "ldmatrix" => {
                 arity(2)?;
                 Op::Ldmatrix {

@@ -477,6 +477,31 @@ pub(super) fn write_instr(out: &mut String, instr: &Instr) -> std::fmt::Result {
         Op::CpAsyncCommit => write!(out, "cp.async.commit_group"),
         Op::CpAsyncWait { pending } => write!(out, "cp.async.wait_group {pending}"),
         Op::CpAsyncWaitAll => write!(out, "cp.async.wait_all"),
+        Op::CpAsyncMbarrierArrive { addr } => {
+            write!(
+                out,
+                "cp.async.mbarrier.arrive.noinc.shared.b64 {}",
+                A(*addr)
+            )
+        }
+        Op::MbarrierInit { addr, count } => {
+            write!(out, "mbarrier.init.shared.b64 {}, {}", A(*addr), O(*count))
+        }
+        Op::MbarrierArrive { state, addr } => {
+            write!(
+                out,
+                "mbarrier.arrive.shared.b64 {}, {}",
+                R(*state),
+                A(*addr)
+            )
+        }
+        Op::MbarrierTryWait { done, addr, parity } => write!(
+            out,
+            "mbarrier.try_wait.parity.shared.b64 {}, {}, {}",
+            R(*done),
+            A(*addr),
+            O(*parity)
+        ),
         Op::Ldmatrix { trans, dsts, addr } => write!(
             out,
             "ldmatrix.sync.aligned.m8n8.x{}{}.shared.b16 {}, {}",

@@ -258,7 +258,10 @@ impl Block<'_> {
                 State::Ready | State::Collective | State::Shuffle { .. } | State::Remote { .. } => {
                     return Ok(None);
                 }
-                State::Barrier | State::NamedWait { .. } | State::ClusterWait => {
+                State::Barrier
+                | State::NamedWait { .. }
+                | State::MbarrierWait { .. }
+                | State::ClusterWait => {
                     let kind = FaultKind::BarrierDeadlock {
                         other_thread: t.tid,
                         other_pc: self.program.origin[t.pc as usize],
