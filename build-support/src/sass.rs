@@ -325,12 +325,19 @@ fn branch_label(operands: &str) -> Option<&str> {
 /// the most FFMA and tensor-core instructions; among equals (kernels without
 /// such arithmetic), the one with the most instructions; among those, the
 /// first. A branch to itself is no loop: ptxas ends every function with
-/// one, never reached, after its `EXIT`. A kernel without a backward branch
+/// one, never reached, after its `EXIT`. Nor are the branches of what
+/// ptxas moves past the function's last `EXIT`: the slow paths it takes
+/// out of line, such as a memory barrier's retried waits, which branch
+/// back into the loop they came from. A kernel without a backward branch
 /// has none.
 pub fn main_loop(instructions: &[Instruction]) -> Option<std::ops::Range<usize>> {
     let index_of = |offset: u32| instructions.iter().position(|i| i.offset == offset);
+    let body = instructions
+        .iter()
+        .rposition(|i| i.opcode.name == "EXIT")
+        .map_or(instructions.len(), |last| last + 1);
     let mut loops: BTreeMap<usize, usize> = BTreeMap::new();
-    for (end, inst) in instructions.iter().enumerate() {
+    for (end, inst) in instructions[..body].iter().enumerate() {
         if let Some(head) = inst.branch_target.and_then(index_of).filter(|&h| h < end) {
             let last = loops.entry(head).or_insert(end);
             *last = (*last).max(end);

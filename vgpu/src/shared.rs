@@ -853,7 +853,9 @@ mod tests {
         shared.mbarrier_init(0, AT + 16, 1).expect("a fresh window");
         shared.barrier();
         shared.store(200, AT, 16).expect("the data");
-        shared.mbarrier_arrive(200, AT + 16, Vec::new()).expect("an arrival");
+        shared
+            .mbarrier_arrive(200, AT + 16, Vec::new())
+            .expect("an arrival");
         let waited = shared.mbarrier_try_wait(5, AT + 16, 0).expect("a wait");
         assert_eq!(waited, Waited::Done);
         let ticket = shared.open_ticket(0);

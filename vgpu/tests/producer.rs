@@ -1,6 +1,6 @@
 //! Warp-specialized warpgroup blocks (`producer = 1`) on the virtual GPU:
 //! a producer warpgroup copies every fill of the ring, the others
-//! multiply, handing slots over by named barriers. Checked against the
+//! multiply, handing slots over by memory barriers. Checked against the
 //! CPU reference with edges along `M`, `N` and `K`, rings of 2 to 4 slots
 //! (a held slot included), one, two and four consumer warpgroups, a `K`
 //! of one tile, an `M` shallower than a pass of the producer's copies, a grouped walk, a batch with a fused epilogue, a block per tile
@@ -11,7 +11,7 @@ mod common;
 
 use common::{batched_bias_gelu, gemm};
 use ktune_core::lower::{Constraint, LowerError, lower, validate};
-use ktune_core::ptx::inst::Op;
+use ktune_core::ptx::inst::{Op, Reg, RegClass};
 use ktune_core::schedule::{MmaTiles, Schedule};
 use ktune_core::target::SmVersion;
 use ktune_vgpu::verify::Reference;
@@ -159,12 +159,12 @@ enum Break {
     /// The producer copies into a slot without waiting for it to be
     /// released.
     ProducerDoesNotWait,
-    /// The consumers arrive at a slot's `full` barrier without waiting.
+    /// The consumers read a slot without waiting for its `full` barrier.
     ConsumersDoNotWait,
-    /// The producer signals a fill with two in flight, the one signalled
-    /// included.
+    /// The producer arrives at a slot's `full` barrier as it issues its
+    /// copies (`mbarrier.arrive`), not as they land.
     SignalBeforeLanding,
-    /// The producer's copies are not fenced for the async proxy.
+    /// No thread fences the copies for the async proxy.
     NoProxyFence,
     /// The consumers leave two fills' `wgmma`s in flight, and release the
     /// older while it is still read.
@@ -173,23 +173,34 @@ enum Break {
 
 fn broken(kernel: &ktune_core::ir::Kernel, t: MmaTiles, how: Break) -> ktune_vgpu::Fault {
     let mut lowered = lower(kernel, &Schedule::Mma(t), SmVersion::Sm90).expect("lowers");
-    let body = &mut lowered.ptx.body;
-    let products = body
+    let products = lowered
+        .ptx
+        .body
         .iter()
         .rposition(|i| matches!(i.op, Op::Wgmma { .. }))
         .expect("the consumers multiply");
+    // A fresh `.b64` register for an arrival's token.
+    let tokens = lowered.ptx.reg_counts.iter_mut();
+    let token = tokens
+        .filter(|(class, _)| *class == RegClass::B64)
+        .map(|(class, count)| {
+            *count += 1;
+            Reg {
+                class: *class,
+                index: *count - 1,
+            }
+        })
+        .next()
+        .expect("a .b64 register class");
+    let body = &mut lowered.ptx.body;
     let mut edited = 0;
-    for (at, inst) in body.iter_mut().enumerate() {
-        let producers = at > products;
+    for inst in body.iter_mut() {
         match (&mut inst.op, how) {
-            (Op::NamedBar { wait, .. }, Break::ProducerDoesNotWait) if producers && *wait => {
-                *wait = false;
-            }
-            (Op::NamedBar { wait, .. }, Break::ConsumersDoNotWait) if !producers && *wait => {
-                *wait = false;
-            }
-            (Op::CpAsyncWait { pending }, Break::SignalBeforeLanding) if *pending == 1 => {
-                *pending = 2;
+            (Op::CpAsyncMbarrierArrive { addr }, Break::SignalBeforeLanding) => {
+                inst.op = Op::MbarrierArrive {
+                    state: token,
+                    addr: *addr,
+                };
             }
             (Op::WgmmaWait { pending }, Break::ReleaseWhileRead) if *pending == 1 => {
                 *pending = 2;
@@ -198,11 +209,21 @@ fn broken(kernel: &ktune_core::ir::Kernel, t: MmaTiles, how: Break) -> ktune_vgp
         }
         edited += 1;
     }
-    if how == Break::NoProxyFence {
-        let before = body.len();
-        body.retain(|i| i.op != Op::FenceProxyAsync);
-        edited = before - body.len();
+    // A wait is a `try_wait` and the branch back to it while it fails.
+    let waits = |at: usize| matches!(body[at].op, Op::MbarrierTryWait { .. });
+    let removed: Vec<usize> = match how {
+        Break::ProducerDoesNotWait => (products..body.len()).filter(|&at| waits(at)).collect(),
+        Break::ConsumersDoNotWait => (0..products).filter(|&at| waits(at)).collect(),
+        Break::NoProxyFence => (0..body.len())
+            .filter(|&at| body[at].op == Op::FenceProxyAsync)
+            .collect(),
+        _ => Vec::new(),
+    };
+    let span = if how == Break::NoProxyFence { 1 } else { 2 };
+    for &at in removed.iter().rev() {
+        body.drain(at..at + span);
     }
+    edited += removed.len();
     assert!(edited > 0, "{how:?} edits nothing");
     fault_of(kernel, &lowered, &format!("{how:?}"))
 }
@@ -231,7 +252,7 @@ fn fault_of(
 
 #[test]
 fn a_broken_handover_is_a_fault() {
-    use ktune_vgpu::{FaultKind, NamedProblem};
+    use ktune_vgpu::FaultKind;
 
     let kernel = gemm("bf16", false, true, (760, 184, 96));
     // Three slots, one held (released a fill later), and two.
@@ -251,17 +272,13 @@ fn a_broken_handover_is_a_fault() {
         };
         let fault = broken(&kernel, t, how);
         let expected = match how {
-            // Running ahead, it overwrites a slot still read or signals
-            // a slot's full barrier again before the consumers took the
-            // fill before.
+            // Running ahead, it overwrites a slot still read, or its own
+            // copies there, which land only as their phase completes.
             Break::ProducerDoesNotWait => matches!(
                 fault.kind,
                 FaultKind::WgmmaOverwrite { .. }
                     | FaultKind::SharedRace { .. }
-                    | FaultKind::NamedBarrier {
-                        problem: NamedProblem::Twice,
-                        ..
-                    }
+                    | FaultKind::AsyncCopyPending { .. }
             ),
             Break::ReleaseWhileRead => matches!(
                 fault.kind,

@@ -112,7 +112,7 @@
 //!   [`Constraint::Tiling`](crate::lower::Constraint) rejection.
 //! - **Producer warpgroups** (`producer`, where warpgroups are offered):
 //!   0, every thread copies, and 1, a warpgroup of its own copies while
-//!   the others multiply, handing over ring slots by named barriers and
+//!   the others multiply, handing over ring slots by memory barriers and
 //!   giving them its registers. A point without `wgmma`, with one stage,
 //!   a split of `K` or `min_blocks` 0 is a
 //!   [`Constraint::Range`](crate::lower::Constraint) or

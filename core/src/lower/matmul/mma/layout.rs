@@ -359,13 +359,21 @@ impl MmaLayout {
         } else {
             a.bytes() + b.bytes()
         };
-        let shared_bytes = stages * slot_bytes;
+        // Beside a producer each slot has two memory barriers (8 bytes
+        // each) after the ring.
+        let barriers = if tiles.producer == 1 { 16 * stages } else { 0 };
+        let shared_bytes = stages * slot_bytes + barriers;
         let max_shared = target.limits().max_shared_per_block;
         if shared_bytes > max_shared {
+            let with = if barriers > 0 {
+                format!(" and their {barriers} bytes of barriers")
+            } else {
+                String::new()
+            };
             return Err(Violation::new(
                 Constraint::SharedMemory,
                 format!(
-                    "{stages} stages of A and B tiles need {shared_bytes} bytes of shared memory; {target} allows {max_shared} per block"
+                    "{stages} stages of A and B tiles{with} need {shared_bytes} bytes of shared memory; {target} allows {max_shared} per block"
                 ),
             ));
         }
@@ -431,6 +439,12 @@ impl MmaLayout {
     }
 
     /// `K` tiles each block's loop runs over: all of them, or its slice's.
+    /// The window offset of the first byte past the ring: where a
+    /// producer point's memory barriers start.
+    pub fn barriers(&self) -> u32 {
+        self.tiles.stages * self.slot_bytes
+    }
+
     pub fn k_tiles(&self) -> u32 {
         split::k_tiles(self.split, self.k_extent, self.tiles.block_k)
     }

@@ -5,45 +5,49 @@
 //! Both walk the same sequence of fills: the block's output tiles
 //! `ctaid.x, ctaid.x + nctaid.x, …` (one, unless the launch is
 //! persistent), each tile's `K` tiles in turn, fill `j` in ring slot `j %
-//! stages`. Each slot has two named barriers over the whole block: `full`
-//! (`1 + slot`), at which the producer arrives once the fill has landed
-//! and the consumers wait, and `empty` (`1 + stages + slot`), at which the
-//! consumers arrive once their `wgmma`s no longer read it and the producer
-//! waits before copying into it again. Nothing else orders the two
-//! sides, so the producer runs ahead across tiles: while the consumers
-//! compute a tile's epilogue, it fills the ring with the next tile's
-//! first `K` tiles, as far as the slots allow.
+//! stages`. Each slot has two memory barriers (`mbarrier`) after the ring:
+//! `full`, at which the producer's 128 threads arrive as their copies of a
+//! fill land (`cp.async.mbarrier.arrive.noinc`) and the consumers wait,
+//! and `empty`, at which a lane of each consumer warp arrives once its
+//! warpgroup's `wgmma`s no longer read the slot and the producer waits
+//! before copying into it again. Fill `j` is phase `j / stages` of its
+//! slot's barriers; each side keeps that phase's parity, which flips as
+//! its slot wraps. Nothing else orders the two sides, so the producer runs
+//! ahead across tiles: while the consumers compute a tile's epilogue, it
+//! fills the ring with the next tile's first `K` tiles, as far as the
+//! slots allow.
 //!
 //! ```text
-//! a block past the tiles exits; fills = the block's tiles · K tiles
+//! a block past the tiles exits
+//! thread 0: mbarrier.init full[s] 128, empty[s] (consumer warps); bar.sync 0
 //! producer (the last warpgroup):
 //!     setmaxnreg.dec (where the block reallocates, see `layout::Realloc`)
-//!     for each fill j (slot s):
-//!         j ≥ stages: bar.sync empty[s]; fence.proxy.async (the fill before in s is read)
-//!         cp.async fill j into s; commit
-//!         j ≥ 1: cp.async.wait_group 1; fence.proxy.async; bar.arrive full[s − 1]
-//!     cp.async.wait_group 0; fence.proxy.async; bar.arrive full[last slot]
+//!     for each fill j (slot s, parity p):
+//!         wait empty[s] for parity p ^ 1 (the fill before in s released; in
+//!             the first round the phase before phase 0, complete already)
+//!         fence.proxy.async (the slot's last reads were wgmma's)
+//!         cp.async fill j into s; cp.async.mbarrier.arrive.noinc full[s]
+//!     wait empty[s] as for the next `stages` fills: the consumers are done
+//!         with every fill before the producer exits
 //! consumers:
 //!     setmaxnreg.inc
 //!     for each tile: accumulators zeroed;
-//!         for each of its fills j (slot s):
-//!             bar.sync full[s]; wgmma.fence; the k-steps' wgmma; commit;
-//!             wgmma.wait_group held
+//!         for each of its fills j (slot s, parity p):
+//!             wait full[s] for parity p; fence.proxy.async (the copies, the
+//!             producer's writes, handed to the async proxy wgmma reads through)
+//!             wgmma.fence; the k-steps' wgmma; commit; wgmma.wait_group held
 //!             release the fill whose wgmmas are now done (j − held, within the
-//!             tile): bar.arrive empty[its slot] if fill + stages < fills
+//!             tile): a lane of each warp arrives at empty[its slot]
 //!         wgmma.wait_group 0; release the tile's last fill (held = 1); epilogue
 //! ```
 //!
-//! The producer signals a fill once the next has been issued and the fill
-//! has landed, so two are in flight while it waits. Before copying fill
-//! `j` it waits for the release of fill `j − stages`, which the consumers
-//! give once they hold fill `j − stages + held` at most, and it has
-//! signalled every fill up to `j − 2` by then: neither side waits for the
-//! other in a cycle (a ring of two slots holds nothing in flight past a
-//! fill, `held` 0). The
-//! consumers' releases and the producer's waits are counted alike: fill
-//! `j` is waited for by the copies of fill `j + stages` exactly when
-//! there is one.
+//! The consumers see a fill as soon as its copies land, while the
+//! producer goes on issuing the next. Before copying fill `j` the producer
+//! waits for the release of fill `j − stages`, which the consumers give
+//! once they hold fill `j − stages + held` at most, an earlier fill than
+//! `j` (`held` is 0 or 1, `stages` at least 2) whose copies the producer
+//! issued without waiting for anything later: neither side waits for the
+//! other in a cycle.
 
 use super::MmaLayout;
 use super::copy::Copier;
@@ -54,10 +58,13 @@ use crate::lower::Lowered;
 use crate::lower::matmul::output::{Tile, assemble};
 use crate::lower::matmul::{MatmulPlan, Side};
 use crate::ptx::Builder;
-use crate::ptx::inst::{ArithOp, Cmp, Label, Op, Operand, Reg, Special, Ty};
+use crate::ptx::inst::{Addr, ArithOp, Cmp, Label, Op, Operand, Reg, RegClass, Special, Ty};
 
 /// Threads of a warpgroup.
 const WARPGROUP: u32 = 128;
+
+/// Threads of a warp.
+const WARP: u32 = 32;
 
 pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &MmaLayout) -> Lowered {
     let t = layout.tiles;
@@ -74,14 +81,11 @@ pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &MmaLayout) -> Lo
     let done = b.label();
     let any = b.setp(Cmp::Lt, Ty::U32, ctaid, tiles);
     b.bra_if(any, true, done);
-    let last = b.u32_op(ArithOp::Sub, imm(grid as u32 - 1), ctaid);
-    let own = b.u32_op(ArithOp::Div, last, stride);
-    let own = b.u32_op(ArithOp::Add, own, imm(1));
-    let fills = b.u32_op(ArithOp::Mul, own, imm(layout.k_tiles()));
-    let ring = Slots::new(&mut b, layout);
+    let consumers = layout.threads - WARPGROUP;
+    let ring = Slots::new(&mut b, layout, smem);
+    ring.init(&mut b, tid, consumers / WARP);
 
     let producer = b.label();
-    let consumers = layout.threads - WARPGROUP;
     let copies = b.setp(Cmp::Ge, Ty::U32, tid, imm(consumers));
     b.bra_if(copies, false, producer);
 
@@ -92,6 +96,8 @@ pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &MmaLayout) -> Lo
         });
     }
     let group = Warpgroup::new(&mut b, layout, tid, smem);
+    let lane = b.u32_op(ArithOp::Rem, tid, imm(WARP));
+    let leader = b.setp(Cmp::Eq, Ty::U32, lane, imm(0));
     let index = copy_of(&mut b, ctaid);
     let top = b.label();
     b.place(top);
@@ -99,20 +105,23 @@ pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &MmaLayout) -> Lo
     let acc = accumulators(&mut b, layout);
     let mut compute = group.compute(layout, &acc);
     tiles_loop(&mut b, layout, &ring, |b, kt| {
-        ring.wait(b, Barrier::Full, ring.slot);
+        ring.wait(b, Barrier::Full, ring.parity);
+        // The fill's copies are the producer's generic-proxy writes; the
+        // consumer's fence, after the wait that ordered them before it,
+        // makes them visible to the async proxy `wgmma` reads through.
+        b.push(Op::FenceProxyAsync);
         let offset = b.u32_op(ArithOp::Mul, ring.slot, imm(layout.slot_bytes));
         compute(b, offset);
         match (t.held(), kt) {
             // The fill's wgmmas are done.
-            (0, _) => ring.release(b, ring.fill, ring.slot, fills),
+            (0, _) => ring.release(b, leader, ring.slot),
             // The fill before's are: release it, unless this is the tile's
             // first (whose fill before was released with its tile's last).
             (_, Some(kt)) => {
                 let first = b.label();
                 let at_first = b.setp(Cmp::Eq, Ty::U32, kt, imm(0));
                 b.bra_if(at_first, false, first);
-                let before = b.u32_op(ArithOp::Sub, ring.fill, imm(1));
-                ring.release(b, before, ring.previous, fills);
+                ring.release(b, leader, ring.previous);
                 b.place(first);
             }
             // A tile of one fill: it is released once drained.
@@ -121,8 +130,7 @@ pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &MmaLayout) -> Lo
     });
     drain(&mut b, layout);
     if t.held() == 1 {
-        let before = b.u32_op(ArithOp::Sub, ring.fill, imm(1));
-        ring.release(&mut b, before, ring.previous, fills);
+        ring.release(&mut b, leader, ring.previous);
     }
     group.epilogue(&mut b, (kernel, plan, layout), &tile, &acc);
     next_tile(&mut b, index, stride, tiles, top);
@@ -144,27 +152,24 @@ pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &MmaLayout) -> Lo
         .map(|side| Copier::new(&mut b, kernel, plan, layout, side, &tile, (smem, None)));
     let issue = issuer(&a, &bs);
     tiles_loop(&mut b, layout, &ring, |b, _| {
-        let reused = b.label();
-        let fresh = b.setp(Cmp::Lt, Ty::U32, ring.fill, imm(t.stages));
-        b.bra_if(fresh, false, reused);
-        ring.wait(b, Barrier::Empty, ring.slot);
-        // The slot's last reads were the async proxy's (`wgmma`); the
-        // copies that overwrite it are generic-proxy writes.
-        b.push(Op::FenceProxyAsync);
-        b.place(reused);
+        ring.acquire(b);
         let offset = b.u32_op(ArithOp::Mul, ring.slot, imm(layout.slot_bytes));
         issue(b, offset);
-        b.cp_async_commit();
-        let first = b.label();
-        let at_first = b.setp(Cmp::Eq, Ty::U32, ring.fill, imm(0));
-        b.bra_if(at_first, false, first);
-        b.cp_async_wait(1);
-        ring.signal(b, ring.previous);
-        b.place(first);
+        let full = ring.barrier(b, Barrier::Full, ring.slot);
+        b.push(Op::CpAsyncMbarrierArrive { addr: full });
     });
     next_tile(&mut b, index, stride, tiles, top);
-    b.cp_async_wait(0);
-    ring.signal(&mut b, ring.previous);
+    // Exit once the consumers have released every fill: the slots as
+    // they would be acquired for the next `stages` fills.
+    let slots = b.u32_imm(0);
+    let tail = b.label();
+    b.place(tail);
+    ring.acquire(&mut b);
+    ring.advance(&mut b);
+    let next = b.u32_op(ArithOp::Add, slots, imm(1));
+    assign(&mut b, slots, next);
+    let more = b.setp(Cmp::Lt, Ty::U32, slots, imm(t.stages));
+    b.bra_if(more, false, tail);
     b.place(done);
     assemble(b, kernel, grid, block_shape(layout))
 }
@@ -179,82 +184,102 @@ enum Barrier {
 /// Where a side of the block stands in the sequence of fills.
 struct Slots {
     stages: u32,
-    /// The block's threads, all of which meet at every barrier.
-    threads: u32,
-    /// The current fill's index and slot, and the slot of the fill before.
-    fill: Reg,
+    /// The shared window's address.
+    smem: Reg,
+    /// The window offset of the first slot's `full` barrier, after the
+    /// ring; the `empty` barriers follow the `full` ones.
+    barriers: u32,
+    /// The current fill's slot and the parity of its phase there, and
+    /// the slot of the fill before.
     slot: Reg,
+    parity: Reg,
     previous: Reg,
 }
 
 impl Slots {
-    fn new(b: &mut Builder, layout: &MmaLayout) -> Slots {
+    fn new(b: &mut Builder, layout: &MmaLayout, smem: Reg) -> Slots {
         Slots {
             stages: layout.tiles.stages,
-            threads: layout.threads,
-            fill: b.u32_imm(0),
+            smem,
+            barriers: layout.barriers(),
             slot: b.u32_imm(0),
+            parity: b.u32_imm(0),
             previous: b.u32_imm(0),
         }
     }
 
-    /// The number of `slot`'s barrier `which`, in a register.
-    fn barrier(&self, b: &mut Builder, which: Barrier, slot: Reg) -> Operand {
+    /// Thread 0 sets up every slot's barriers: `full` for the producer's
+    /// threads' arrivals, `empty` for one from each of the `warps`
+    /// consumer warps; the block's barrier after it orders that before
+    /// any use.
+    fn init(&self, b: &mut Builder, tid: Reg, warps: u32) {
+        let skip = b.label();
+        let first = b.setp(Cmp::Eq, Ty::U32, tid, imm(0));
+        b.bra_if(first, true, skip);
+        for (first, count) in [(0, WARPGROUP), (self.stages, warps)] {
+            for slot in first..first + self.stages {
+                let addr = Addr {
+                    base: self.smem,
+                    offset: i64::from(self.barriers + 8 * slot),
+                };
+                b.push(Op::MbarrierInit {
+                    addr,
+                    count: imm(count),
+                });
+            }
+        }
+        b.place(skip);
+        b.push(Op::BarSync);
+    }
+
+    /// The address of `slot`'s barrier `which`.
+    fn barrier(&self, b: &mut Builder, which: Barrier, slot: Reg) -> Addr {
         let first = match which {
-            Barrier::Full => 1,
-            Barrier::Empty => 1 + self.stages,
+            Barrier::Full => self.barriers,
+            Barrier::Empty => self.barriers + 8 * self.stages,
         };
-        b.u32_op(ArithOp::Add, slot, imm(first)).into()
+        Addr {
+            base: b.u32_mad(slot, imm(8), self.smem),
+            offset: i64::from(first),
+        }
     }
 
-    /// Waits at `slot`'s barrier `which`.
-    fn wait(&self, b: &mut Builder, which: Barrier, slot: Reg) {
-        let id = self.barrier(b, which, slot);
-        b.push(Op::NamedBar {
-            id,
-            threads: self.threads,
-            wait: true,
-        });
+    /// Waits at the current slot's barrier `which` for the phase of
+    /// parity `parity`.
+    fn wait(&self, b: &mut Builder, which: Barrier, parity: Reg) {
+        let addr = self.barrier(b, which, self.slot);
+        b.mbarrier_wait(addr, parity.into());
     }
 
-    /// Hands the fill in `slot`, landed, to the consumers: the copies
-    /// fenced for the async proxy `wgmma` reads through, then an arrival
-    /// at the slot's `full` barrier.
-    fn signal(&self, b: &mut Builder, slot: Reg) {
+    /// The producer takes the current slot once the consumers released
+    /// the fill before in it (in the first round, the phase before phase
+    /// 0, which counts as completed).
+    fn acquire(&self, b: &mut Builder) {
+        let parity = b.u32_op(ArithOp::Xor, self.parity, imm(1));
+        self.wait(b, Barrier::Empty, parity);
+        // The slot's last reads were the async proxy's (`wgmma`); the
+        // copies that overwrite it are generic-proxy writes.
         b.push(Op::FenceProxyAsync);
-        let id = self.barrier(b, Barrier::Full, slot);
-        b.push(Op::NamedBar {
-            id,
-            threads: self.threads,
-            wait: false,
-        });
     }
 
-    /// Releases fill `fill` in `slot` to the producer, where it copies
-    /// another fill into the slot (`fill + stages < fills`).
-    fn release(&self, b: &mut Builder, fill: Reg, slot: Reg, fills: Reg) {
-        let last = b.label();
-        let refilled = b.u32_op(ArithOp::Add, fill, imm(self.stages));
-        let more = b.setp(Cmp::Lt, Ty::U32, refilled, fills);
-        b.bra_if(more, true, last);
-        let id = self.barrier(b, Barrier::Empty, slot);
-        b.push(Op::NamedBar {
-            id,
-            threads: self.threads,
-            wait: false,
-        });
-        b.place(last);
+    /// Releases the fill in `slot` to the producer: `leader`, a lane of
+    /// each consumer warp, arrives at the slot's `empty` barrier.
+    fn release(&self, b: &mut Builder, leader: Reg, slot: Reg) {
+        let addr = self.barrier(b, Barrier::Empty, slot);
+        let state = b.reg(RegClass::B64);
+        b.push_guarded(leader, false, Op::MbarrierArrive { state, addr });
     }
 
-    /// Moves on to the next fill and its slot.
+    /// Moves on to the next fill, its slot and its parity there.
     fn advance(&self, b: &mut Builder) {
         assign(b, self.previous, self.slot);
         let next = b.u32_op(ArithOp::Add, self.slot, imm(1));
         let wrapped = b.setp(Cmp::Eq, Ty::U32, next, imm(self.stages));
         let next = b.u32_select(wrapped, imm(0), next);
         assign(b, self.slot, next);
-        let fill = b.u32_op(ArithOp::Add, self.fill, imm(1));
-        assign(b, self.fill, fill);
+        let flipped = b.u32_op(ArithOp::Xor, self.parity, imm(1));
+        let parity = b.u32_select(wrapped, flipped, self.parity);
+        assign(b, self.parity, parity);
     }
 }
 
