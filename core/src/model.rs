@@ -86,9 +86,10 @@
 //!   slots; one slot waits every step). A persistent block
 //!   (`persistent = 1`) copies them for its next tile during the epilogue
 //!   of the one before, so only its first tile waits.
-//! - **A producer warpgroup** (`producer = 1`) issues the copies in place
-//!   of the warpgroups that multiply, and its threads count in the block's
-//!   (one block an SM: `min_blocks = 1`). What it is for, the products
+//! - **A producer warpgroup** (`producer` 1, or 2 beside two sets of
+//!   warpgroups taking tiles in turn) issues the copies in place of the
+//!   warpgroups that multiply, and its threads count in the block's (one
+//!   block an SM: `min_blocks = 1`). What it is for, the products
 //!   never waiting at a barrier for another warp's copies and, on
 //!   persistent blocks, the ring filling during the epilogue, the model
 //!   does not see (it counts no epilogue): the copies being the
@@ -980,10 +981,11 @@ fn tensor_core(
     let shared_cycles = shared_bytes / SHARED_BYTES_PER_CLOCK;
     let k_steps = bk / f64::from(layout.kind.k());
     let copies = f64::from(layout.a.passes + layout.b.passes);
-    let issued = if tiles.producer == 1 {
+    let issued = if tiles.producer >= 1 {
         // The consumers' warps issue their warpgroup's `wgmma`s and
-        // descriptors, the producer's four the copies.
-        let consumers = f64::from((layout.threads - 128) / 32);
+        // descriptors, the producer's four the copies; in ping-pong one
+        // set of consumers a tile.
+        let consumers = f64::from((layout.threads - 128) / 32 / tiles.consumer_sets());
         consumers * ((wm / 64.0) * k_steps * 2.0 + 24.0) + 4.0 * (3.0 * copies + 16.0)
     } else if warpgroups {
         // Each warp issues its warpgroup's `wgmma`s (64 rows each) and

@@ -195,9 +195,12 @@ pub struct MmaTiles {
     /// Who copies the operand tiles (`wgmma = 1`): 0, every thread, in
     /// turn with its `wgmma`s; 1, a warpgroup of its own (a producer,
     /// beside the block's `warp_m × warp_n` ones), which keeps the ring
-    /// full while the others multiply, each slot handed over by named
-    /// barriers, and gives its registers to them (`setmaxnreg`). Absent
-    /// from the JSON form when 0.
+    /// full while the others multiply, each slot handed over by memory
+    /// barriers, and gives its registers to them (`setmaxnreg`); 2, the
+    /// same producer beside two such sets of warpgroups that take the
+    /// block's tiles in turn (ping-pong, persistent blocks only): one's
+    /// epilogue runs while the other multiplies. Absent from the JSON form
+    /// when 0.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub producer: u32,
 }

@@ -6,7 +6,9 @@
 //! (the tensor-core family of a 16-bit or `allow_tf32` contraction sampled on
 //! its own, `SAMPLE_MMA` points, and its warpgroup points, `wgmma = 1`, on
 //! sm_90, `SAMPLE_WGMMA` where every thread copies, as many beside a
-//! producer warpgroup, and `SAMPLE_WGMMA_SPLIT` split along `K`; a
+//! producer warpgroup, `SAMPLE_PONG` beside one and two sets of
+//! warpgroups taking tiles in turn, and `SAMPLE_WGMMA_SPLIT` split along
+//! `K`; a
 //! contraction's grouped walks, `group_m` above 1,
 //! on their own too: every one up to `SAMPLE_GROUPED`, a sample beyond;
 //! its SIMT points pipelined by `cp.async`, `stages` above 1, up to
@@ -56,6 +58,9 @@ const SAMPLE_MMA: usize = 12;
 /// where every thread copies, and as many beside a producer warpgroup
 /// (`producer = 1`).
 const SAMPLE_WGMMA: usize = 4;
+/// Ping-pong points (`producer = 2`) sampled besides, where the space on
+/// sm_90 has them.
+const SAMPLE_PONG: usize = 2;
 /// Warpgroup points split along `K` sampled besides, where the space on
 /// sm_90 has them.
 const SAMPLE_WGMMA_SPLIT: usize = 4;
@@ -771,11 +776,15 @@ pub fn points(kernel: &Kernel, seed: u64) -> Vec<(Schedule, SmVersion)> {
                 .partition(split);
         let (fed, whole_groups): (Vec<Schedule>, Vec<Schedule>) = whole_groups
             .into_iter()
-            .partition(|s| matches!(s, Schedule::Mma(t) if t.producer == 1));
+            .partition(|s| matches!(s, Schedule::Mma(t) if t.producer >= 1));
+        let (pong, fed): (Vec<Schedule>, Vec<Schedule>) = fed
+            .into_iter()
+            .partition(|s| matches!(s, Schedule::Mma(t) if t.producer == 2));
         out.extend(
             pick(whole_groups, SAMPLE_WGMMA, SAMPLE_WGMMA)
                 .into_iter()
                 .chain(pick(fed, SAMPLE_WGMMA, SAMPLE_WGMMA))
+                .chain(pick(pong, SAMPLE_PONG, SAMPLE_PONG))
                 .chain(pick(split_groups, SAMPLE_WGMMA_SPLIT, SAMPLE_WGMMA_SPLIT))
                 .map(|s| (s, SmVersion::Sm90)),
         );
@@ -989,7 +998,7 @@ fn families(schedule: &Schedule) -> [bool; 15] {
     };
     let prefetched = matches!(schedule, Schedule::Mma(t) if t.prefetch == 1);
     let warpgroup = matches!(schedule, Schedule::Mma(t) if t.wgmma == 1);
-    let fed = matches!(schedule, Schedule::Mma(t) if t.producer == 1);
+    let fed = matches!(schedule, Schedule::Mma(t) if t.producer >= 1);
     [
         true,
         tensor,

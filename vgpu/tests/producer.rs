@@ -47,7 +47,7 @@ fn check(reference: &Reference, t: MmaTiles) -> u64 {
     let what = format!("{t:?}");
     let lowered = lower(reference.kernel(), &schedule, SmVersion::Sm90)
         .unwrap_or_else(|e| panic!("{what}: {e}"));
-    let consumers = (t.block_m / t.warp_m) * (t.block_n / t.warp_n);
+    let consumers = (t.block_m / t.warp_m) * (t.block_n / t.warp_n) * t.consumer_sets();
     assert_eq!(
         lowered.launch.block,
         [128 * (consumers + 1), 1, 1],
@@ -126,6 +126,44 @@ fn a_producer_warpgroup_feeds_the_others() {
     check(&reference, grouped);
 }
 
+/// Ping-pong (`producer = 2`): two sets of warpgroups take a persistent
+/// block's tiles in turn, each passing over the other's fills of the
+/// ring; the second set of a block with one tile has none.
+#[test]
+fn two_sets_of_consumers_take_the_tiles_in_turn() {
+    let pong = |t: MmaTiles| MmaTiles {
+        producer: 2,
+        persistent: 1,
+        ..t
+    };
+    let reference = Reference::new(&gemm("bf16", false, true, (760, 184, 88)), 7);
+    for stages in 2..=4 {
+        check(&reference, pong(tiles((64, 16, 16), 16, stages)));
+    }
+    // Sets of two warpgroups (8 × 18 tiles of 128 × 16, K shallower
+    // than the ring); K of a single tile; a grouped walk.
+    let wide = Reference::new(&gemm("f16", false, true, (1000, 280, 72)), 7);
+    check(&wide, pong(tiles((128, 16, 64), 16, 4)));
+    let single = Reference::new(&gemm("bf16", false, false, (760, 184, 40)), 7);
+    for stages in 2..=3 {
+        check(&single, pong(tiles((64, 16, 64), 16, stages)));
+    }
+    let grouped = MmaTiles {
+        group_m: 4,
+        ..tiles((64, 32, 32), 32, 3)
+    };
+    check(&wide, pong(grouped));
+    let decode = Reference::new(&gemm("bf16", false, false, (5, 2248, 88)), 7);
+    let read = check(&decode, pong(tiles((64, 16, 64), 16, 3)));
+    assert_eq!(read, 141 * 5 * 88 * 2 + 88 * 2248 * 2);
+    let batched = Reference::new(&batched_bias_gelu(), 7);
+    check(&batched, pong(tiles((64, 16, 32), 16, 3)));
+    // From one block for all 144 tiles to a block per tile, where the
+    // second set of every block has nothing to do.
+    let kernel = gemm("bf16", false, true, (760, 184, 88));
+    common::with_any_number_of_blocks(&kernel, pong(tiles((64, 16, 16), 16, 3)), 144);
+}
+
 #[test]
 fn a_fused_epilogue_over_a_batch_runs_beside_a_producer() {
     let kernel = batched_bias_gelu();
@@ -169,9 +207,21 @@ enum Break {
     /// The consumers leave two fills' `wgmma`s in flight, and release the
     /// older while it is still read.
     ReleaseWhileRead,
+    /// Ping-pong's sets do not wait for their turn.
+    NoTurns,
 }
 
 fn broken(kernel: &ktune_core::ir::Kernel, t: MmaTiles, how: Break) -> ktune_vgpu::Fault {
+    let lowered = broken_lowering(kernel, t, how);
+    fault_of(kernel, &lowered, &format!("{how:?}"))
+}
+
+/// `t` lowered for `kernel`, its body edited to break it `how`.
+fn broken_lowering(
+    kernel: &ktune_core::ir::Kernel,
+    t: MmaTiles,
+    how: Break,
+) -> ktune_core::lower::Lowered {
     let mut lowered = lower(kernel, &Schedule::Mma(t), SmVersion::Sm90).expect("lowers");
     let products = lowered
         .ptx
@@ -211,7 +261,19 @@ fn broken(kernel: &ktune_core::ir::Kernel, t: MmaTiles, how: Break) -> ktune_vgp
     }
     // A wait is a `try_wait` and the branch back to it while it fails.
     let waits = |at: usize| matches!(body[at].op, Op::MbarrierTryWait { .. });
+    // The turns' barriers come last, after the slots'.
+    let turns = (0..products)
+        .filter_map(|at| match body[at].op {
+            Op::MbarrierTryWait { addr, .. } => Some(addr.offset),
+            _ => None,
+        })
+        .max();
     let removed: Vec<usize> = match how {
+        Break::NoTurns => (0..products)
+            .filter(|&at| {
+                matches!(body[at].op, Op::MbarrierTryWait { addr, .. } if Some(addr.offset) == turns)
+            })
+            .collect(),
         Break::ProducerDoesNotWait => (products..body.len()).filter(|&at| waits(at)).collect(),
         Break::ConsumersDoNotWait => (0..products).filter(|&at| waits(at)).collect(),
         Break::NoProxyFence => (0..body.len())
@@ -225,7 +287,7 @@ fn broken(kernel: &ktune_core::ir::Kernel, t: MmaTiles, how: Break) -> ktune_vgp
     }
     edited += removed.len();
     assert!(edited > 0, "{how:?} edits nothing");
-    fault_of(kernel, &lowered, &format!("{how:?}"))
+    lowered
 }
 
 /// The fault a broken kernel (`what`) runs into, on a few resident blocks.
@@ -292,9 +354,40 @@ fn a_broken_handover_is_a_fault() {
                     | FaultKind::UninitializedShared { .. }
             ),
             Break::NoProxyFence => matches!(fault.kind, FaultKind::AsyncProxyUnfenced { .. }),
+            Break::NoTurns => unreachable!("ping-pong's turns are broken in their own test"),
         };
         assert!(expected, "{how:?}, {stages} stages: {fault}");
     }
+}
+
+/// Ping-pong's sets not taking turns: K's 6 tiles over 3 slots put the
+/// second set's first fill two phases ahead of its slot's, and the parity
+/// it waits for is the one the barrier shows once the first fill landed:
+/// it multiplies the first set's fill.
+#[test]
+fn ping_pong_sets_that_do_not_take_turns_multiply_the_wrong_fill() {
+    let kernel = gemm("bf16", false, true, (760, 184, 176));
+    let t = MmaTiles {
+        persistent: 1,
+        producer: 2,
+        ..tiles((64, 16, 32), 16, 3)
+    };
+    let reference = Reference::new(&kernel, 5);
+    let inputs: Vec<&[u8]> = reference.buffers().iter().map(Vec::as_slice).collect();
+    let config = Config::default().resident_blocks(3);
+    let run = |lowered: &ktune_core::lower::Lowered| {
+        let output = poisoned(kernel.output.dtype, reference.output().len());
+        run_bytes_with(&lowered.ptx, &lowered.launch, &inputs, output, &config)
+            .map(|(bytes, _)| reference.compare(&bytes))
+    };
+    let lowered = lower(&kernel, &Schedule::Mma(t), SmVersion::Sm90).expect("lowers");
+    assert!(matches!(run(&lowered), Ok(Ok(_))));
+    let broken = broken_lowering(&kernel, t, Break::NoTurns);
+    // A fault, or a wrong output.
+    assert!(
+        !matches!(run(&broken), Ok(Ok(_))),
+        "ran with the right output without turns"
+    );
 }
 
 /// Two consumer warpgroups raising to 240 registers where the producer's
@@ -346,11 +439,19 @@ fn points_a_producer_cannot_feed_are_rejected_by_their_constraint() {
     for (t, want, says) in [
         (
             MmaTiles {
+                producer: 3,
+                ..good
+            },
+            Constraint::Range,
+            "producer = 3",
+        ),
+        (
+            MmaTiles {
                 producer: 2,
                 ..good
             },
             Constraint::Range,
-            "producer = 2",
+            "persistent = 0",
         ),
         (
             MmaTiles { stages: 1, ..good },

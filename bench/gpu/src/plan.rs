@@ -174,7 +174,7 @@ impl Plan {
 /// deep (`block_k`, up to 64) in either layout: whole 128-byte rows of
 /// 16-bit `k`-contiguous operands per copy; then with its last partial
 /// wave split 2 and 4 ways, and with `persistent` flipped; for warpgroups,
-/// with a producer warpgroup (see below). For a rows `default`: its row read once per pass, with two
+/// with a producer warpgroup, and in ping-pong (see below). For a rows `default`: its row read once per pass, with two
 /// reductions in one pass where they pair (`online = 1`) or not, or kept
 /// in shared memory (`cache = 2`), at its own threads per row and, one row
 /// a block, at a block's most (1024) and half of it (512: the fastest of
@@ -283,8 +283,21 @@ fn alternatives(default: &Schedule) -> Vec<Schedule> {
                 ..t
             })
         });
+    // And ping-pong: two sets of one 128 × 128 warpgroup taking tiles in
+    // turn, one's epilogue beside the other's products.
+    let pong = MmaTiles {
+        block_m: 128,
+        warp_m: 128,
+        producer: 2,
+        ..wide[1]
+    };
     let producers = (t.wgmma == 1)
-        .then(|| [fed(t), fed(persistent)].into_iter().chain(wide))
+        .then(|| {
+            [fed(t), fed(persistent)]
+                .into_iter()
+                .chain(wide)
+                .chain([pong])
+        })
         .into_iter()
         .flatten();
     std::iter::once(prefetch)

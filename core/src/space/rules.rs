@@ -113,8 +113,10 @@
 //! - **Producer warpgroups** (`producer`, where warpgroups are offered):
 //!   0, every thread copies, and 1, a warpgroup of its own copies while
 //!   the others multiply, handing over ring slots by memory barriers and
-//!   giving them its registers. A point without `wgmma`, with one stage,
-//!   a split of `K` or `min_blocks` 0 is a
+//!   giving them its registers; where blocks may loop over tiles, 2, the
+//!   same beside two sets of warpgroups taking the tiles in turn
+//!   (ping-pong). A point without `wgmma`, with one stage, a split of
+//!   `K`, `min_blocks` 0 or, for 2, a block per tile is a
 //!   [`Constraint::Range`](crate::lower::Constraint) or
 //!   [`Constraint::Split`](crate::lower::Constraint) rejection; one whose
 //!   consumers would not fit the registers left them, a
@@ -239,7 +241,7 @@ fn matmul(kernel: &Kernel, plan: &MatmulPlan, target: SmVersion) -> Space {
     if mma::applies(kernel, plan) {
         let warpgroups = wgmmas(kernel, plan, target);
         let persistent = persistents(kernel, plan, target, &warpgroups);
-        let producer = producers(&warpgroups);
+        let producer = producers(&warpgroups, &persistent);
         // Tensor-core tiles are at least one 16-wide fragment.
         let tile = |extent: u32, high: u32| powers(16, extent.next_power_of_two().clamp(16, high));
         families.push(Family {
@@ -293,12 +295,14 @@ fn persistents(
 }
 
 /// Who copies a tensor-core block's operand tiles: every thread (0), and
-/// where warpgroups are offered, a producer warpgroup of its own (1).
-fn producers(warpgroups: &[u32]) -> Vec<u32> {
-    if warpgroups.contains(&1) {
-        vec![0, 1]
-    } else {
-        vec![0]
+/// where warpgroups are offered, a producer warpgroup of its own (1), and
+/// where blocks may loop over tiles too, beside two sets of warpgroups
+/// taking the tiles in turn (2).
+fn producers(warpgroups: &[u32], persistent: &[u32]) -> Vec<u32> {
+    match (warpgroups.contains(&1), persistent.contains(&1)) {
+        (false, _) => vec![0],
+        (true, false) => vec![0, 1],
+        (true, true) => vec![0, 1, 2],
     }
 }
 

@@ -140,7 +140,7 @@ impl<'a> Copier<'a> {
         // A producer warpgroup keeps few registers and has issue slots to
         // spare (it only copies): it computes each pass's guards as it
         // issues the pass. Threads that also multiply keep them.
-        let checked = layout.tiles.producer == 1;
+        let checked = layout.tiles.producer >= 1;
         let mut access = Vec::new();
         let mut pointers = Vec::new();
         let mut rows = vec![None; staging.passes as usize];

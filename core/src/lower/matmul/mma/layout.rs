@@ -326,17 +326,17 @@ impl MmaLayout {
             reason: format!(
                 "{}·(block_m/warp_m)·(block_n/warp_n){} gives {}",
                 if warpgroups { 128 } else { 32 },
-                if tiles.producer == 1 {
-                    " + 128 (the producer)"
-                } else {
-                    ""
+                match tiles.producer {
+                    0 => "",
+                    1 => " + 128 (the producer)",
+                    _ => " · 2 (ping-pong) + 128 (the producer)",
                 },
                 v.reason
             ),
             ..v
         })?;
 
-        let copiers = if tiles.producer == 1 {
+        let copiers = if tiles.producer >= 1 {
             WARPGROUP
         } else {
             threads
@@ -360,8 +360,12 @@ impl MmaLayout {
             a.bytes() + b.bytes()
         };
         // Beside a producer each slot has two memory barriers (8 bytes
-        // each) after the ring.
-        let barriers = if tiles.producer == 1 { 16 * stages } else { 0 };
+        // each) after the ring, and ping-pong's sets one each.
+        let barriers = match tiles.producer {
+            0 => 0,
+            1 => 16 * stages,
+            _ => 16 * stages + 16,
+        };
         let shared_bytes = stages * slot_bytes + barriers;
         let max_shared = target.limits().max_shared_per_block;
         if shared_bytes > max_shared {
@@ -391,7 +395,7 @@ impl MmaLayout {
             // epilogue (ptxas 12.9), 128 accumulators spill in 224
             // registers and not in 232, 64 spill in 104.
             let accumulators = warp_m * warp_n / 128;
-            let registers = if tiles.producer == 1 {
+            let registers = if tiles.producer >= 1 {
                 accumulators * 7 / 4 + 8
             } else {
                 accumulators + 2 * (a.passes + b.passes) + 34
@@ -438,13 +442,13 @@ impl MmaLayout {
         })
     }
 
-    /// `K` tiles each block's loop runs over: all of them, or its slice's.
     /// The window offset of the first byte past the ring: where a
     /// producer point's memory barriers start.
     pub fn barriers(&self) -> u32 {
         self.tiles.stages * self.slot_bytes
     }
 
+    /// `K` tiles each block's loop runs over: all of them, or its slice's.
     pub fn k_tiles(&self) -> u32 {
         split::k_tiles(self.split, self.k_extent, self.tiles.block_k)
     }
@@ -463,7 +467,7 @@ const WARPGROUP: u32 = 128;
 /// rest to the others: its copies' addresses and counters.
 const PRODUCER_REGISTERS: u32 = 40;
 
-/// How a block with a producer warpgroup (`producer = 1`) shares its
+/// How a block with a producer warpgroup (`producer` 1 or 2) shares its
 /// registers: ptxas gives every thread the block's share of the SM's
 /// registers at launch (the kernel says one block an SM, `.minnctapersm
 /// 1`); the producer then lowers its count to `producer`
@@ -482,7 +486,7 @@ pub(crate) struct Realloc {
 impl Realloc {
     /// The reallocation of a producer point, if it has one.
     pub fn new(tiles: MmaTiles, target: SmVersion) -> Option<Realloc> {
-        if tiles.producer != 1 {
+        if tiles.producer == 0 {
             return None;
         }
         let threads = tiles.threads();
@@ -503,24 +507,26 @@ impl Realloc {
 /// is a multiple of 8, and a thread addresses at most 255).
 const MAX_REALLOC: u32 = 248;
 
-/// Checks `producer`: 0, or 1 for warpgroups (whose ring is read by the
-/// tensor cores themselves) over a ring of several slots, with no split of
-/// `K` (each block's tiles run whole) and `min_blocks = 1`, which makes
-/// ptxas give each thread its share of the SM at launch, as `setmaxnreg`
-/// needs.
+/// Checks `producer`: 0, or 1 and 2 for warpgroups (whose ring is read by
+/// the tensor cores themselves) over a ring of several slots, with no
+/// split of `K` (each block's tiles run whole) and `min_blocks = 1`, which
+/// makes ptxas give each thread its share of the SM at launch, as
+/// `setmaxnreg` needs; 2 (ping-pong) only for persistent blocks, whose
+/// tiles its two sets of warpgroups take in turn.
 fn check_producer(tiles: MmaTiles) -> Result<(), Violation> {
     let range = |reason: String| Err(Violation::new(Constraint::Range, reason));
-    match (tiles.producer, tiles.wgmma) {
+    let producer = tiles.producer;
+    match (producer, tiles.wgmma) {
         (0, _) => Ok(()),
-        (1, 1) => {
+        (1 | 2, 1) => {
             if tiles.stages == 1 {
-                return range(
-                    "producer = 1 copies into one slot while the others are multiplied; stages = 1 has one".to_owned(),
-                );
+                return range(format!(
+                    "producer = {producer} copies into one slot while the others are multiplied; stages = 1 has one"
+                ));
             }
             if tiles.min_blocks != 1 {
                 return range(format!(
-                    "producer = 1 hands registers between warpgroups (setmaxnreg), which needs each thread's count fixed at launch: min_blocks = 1, not {}",
+                    "producer = {producer} hands registers between warpgroups (setmaxnreg), which needs each thread's count fixed at launch: min_blocks = 1, not {}",
                     tiles.min_blocks
                 ));
             }
@@ -528,18 +534,23 @@ fn check_producer(tiles: MmaTiles) -> Result<(), Violation> {
                 return Err(Violation::new(
                     Constraint::Split,
                     format!(
-                        "producer = 1 runs each tile's whole K in one block; split_k = {} and tail_split = {} split tiles across blocks",
+                        "producer = {producer} runs each tile's whole K in one block; split_k = {} and tail_split = {} split tiles across blocks",
                         tiles.split_k, tiles.tail_split
                     ),
                 ));
             }
+            if producer == 2 && tiles.persistent != 1 {
+                return range(
+                    "producer = 2 has two sets of warpgroups take a block's tiles in turn; a block of one tile (persistent = 0) gives the second none".to_owned(),
+                );
+            }
             Ok(())
         }
-        (1, _) => {
-            range("producer = 1 is implemented for warpgroups (wgmma = 1); wgmma = 0".to_owned())
-        }
+        (1 | 2, _) => range(format!(
+            "producer = {producer} is implemented for warpgroups (wgmma = 1); wgmma = 0"
+        )),
         (other, _) => range(format!(
-            "producer = {other}; expected 0 (every thread copies) or 1 (a producer warpgroup copies)"
+            "producer = {other}; expected 0 (every thread copies), 1 (a producer warpgroup copies) or 2 (and two sets of warpgroups take tiles in turn)"
         )),
     }
 }

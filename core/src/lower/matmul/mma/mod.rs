@@ -156,11 +156,19 @@ impl MmaTiles {
         self.stages.saturating_sub(1 + self.held())
     }
 
+    /// The sets of warpgroups that multiply, each computing whole block
+    /// tiles: two taking tiles in turn with `producer = 2`, else one.
+    pub fn consumer_sets(self) -> u32 {
+        if self.producer == 2 { 2 } else { 1 }
+    }
+
     /// Threads per block: 32 a warp, or 128 a warpgroup with `wgmma = 1`,
-    /// and 128 more for a producer warpgroup.
+    /// each set's (see [`MmaTiles::consumer_sets`]), and 128 more for a
+    /// producer warpgroup.
     pub fn threads(self) -> u32 {
         let per: u32 = if self.wgmma == 1 { 128 } else { 32 };
         per.saturating_mul(self.warps())
+            .saturating_mul(self.consumer_sets())
             .saturating_add(128 * self.producer.min(1))
     }
 }
@@ -181,7 +189,7 @@ pub(crate) fn lower(
     target: SmVersion,
 ) -> Result<Lowered, Violation> {
     let layout = MmaLayout::new(kernel, plan, tiles, target)?;
-    Ok(if tiles.producer == 1 {
+    Ok(if tiles.producer >= 1 {
         producer::emit(kernel, plan, &layout)
     } else if tiles.wgmma == 1 {
         warpgroup::emit(kernel, plan, &layout)

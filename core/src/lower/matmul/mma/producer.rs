@@ -1,6 +1,9 @@
-//! Emits a warp-specialized warpgroup contraction (`producer = 1`): the
-//! block's `(block_m / warp_m) · (block_n / warp_n)` warpgroups only
-//! multiply, and one more warpgroup, the producer, only copies.
+//! Emits a warp-specialized warpgroup contraction (`producer` 1 or 2):
+//! the block's `(block_m / warp_m) · (block_n / warp_n)` warpgroups only
+//! multiply, and one more warpgroup, the producer, only copies. With
+//! `producer = 2` (ping-pong) two such sets of warpgroups take the tiles
+//! of a persistent block in turn, so that one's epilogue runs while the
+//! other multiplies.
 //!
 //! Both walk the same sequence of fills: the block's output tiles
 //! `ctaid.x, ctaid.x + nctaid.x, …` (one, unless the launch is
@@ -48,6 +51,15 @@
 //! `j` (`held` is 0 or 1, `stages` at least 2) whose copies the producer
 //! issued without waiting for anything later: neither side waits for the
 //! other in a cycle.
+//!
+//! In ping-pong, set `s` takes the block's tiles `s, s + 2, …`, passing
+//! over the other set's fills in the ring (their slots and phases), and a
+//! lane of each warp releases each of its fills (`empty` counts one set's
+//! warps). A `turn` barrier for each set orders them (see `Turns`):
+//! a set waits for the other to have waited for its tile's last fill
+//! before it waits for its own first, which keeps every wait within one
+//! phase of its barrier and the sets' products in turn. It cannot cycle:
+//! the other set's waits need only fills issued before this set's.
 
 use super::MmaLayout;
 use super::copy::Copier;
@@ -82,8 +94,10 @@ pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &MmaLayout) -> Lo
     let any = b.setp(Cmp::Lt, Ty::U32, ctaid, tiles);
     b.bra_if(any, true, done);
     let consumers = layout.threads - WARPGROUP;
+    let sets = t.consumer_sets();
+    let per_set = consumers / sets;
     let ring = Slots::new(&mut b, layout, smem);
-    ring.init(&mut b, tid, consumers / WARP);
+    ring.init(&mut b, tid, per_set / WARP, sets);
 
     let producer = b.label();
     let copies = b.setp(Cmp::Ge, Ty::U32, tid, imm(consumers));
@@ -95,15 +109,37 @@ pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &MmaLayout) -> Lo
             raise: true,
         });
     }
-    let group = Warpgroup::new(&mut b, layout, tid, smem);
     let lane = b.u32_op(ArithOp::Rem, tid, imm(WARP));
     let leader = b.setp(Cmp::Eq, Ty::U32, lane, imm(0));
     let index = copy_of(&mut b, ctaid);
+    let (member, turns) = if sets == 1 {
+        (tid, None)
+    } else {
+        // Set `s` takes the block's tiles `s, s + sets, …` and passes over
+        // the other's fills; the second may have none.
+        let set = b.u32_op(ArithOp::Div, tid, imm(per_set));
+        let member = b.u32_op(ArithOp::Rem, tid, imm(per_set));
+        let first = b.u32_mad(set, stride, index);
+        assign(&mut b, index, first);
+        let none = b.setp(Cmp::Ge, Ty::U32, index, tiles);
+        b.bra_if(none, false, done);
+        let skipped = b.u32_op(ArithOp::Mul, set, imm(layout.k_tiles()));
+        ring.skip(&mut b, skipped.into());
+        let turns = Turns {
+            own: ring.turn(&mut b, set),
+            parity: b.u32_op(ArithOp::Xor, set, imm(1)),
+        };
+        (member, Some(turns))
+    };
+    let group = Warpgroup::new(&mut b, layout, member, smem);
     let top = b.label();
     b.place(top);
-    let tile = Tile::at(&mut b, (kernel, plan), blocks, t.group_m, (tid, index));
+    let tile = Tile::at(&mut b, (kernel, plan), blocks, t.group_m, (member, index));
     let acc = accumulators(&mut b, layout);
     let mut compute = group.compute(layout, &acc);
+    if let Some(turns) = &turns {
+        turns.wait(&mut b);
+    }
     tiles_loop(&mut b, layout, &ring, |b, kt| {
         ring.wait(b, Barrier::Full, ring.parity);
         // The fill's copies are the producer's generic-proxy writes; the
@@ -128,12 +164,19 @@ pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &MmaLayout) -> Lo
             (_, None) => {}
         }
     });
+    if let Some(turns) = &turns {
+        turns.pass(&mut b, leader);
+    }
     drain(&mut b, layout);
     if t.held() == 1 {
         ring.release(&mut b, leader, ring.previous);
     }
     group.epilogue(&mut b, (kernel, plan, layout), &tile, &acc);
-    next_tile(&mut b, index, stride, tiles, top);
+    if sets > 1 {
+        ring.skip(&mut b, imm((sets - 1) * layout.k_tiles()));
+    }
+    let step = b.u32_op(ArithOp::Mul, stride, imm(sets));
+    next_tile(&mut b, index, step, tiles, top);
     b.bra(done);
 
     b.place(producer);
@@ -208,28 +251,39 @@ impl Slots {
         }
     }
 
-    /// Thread 0 sets up every slot's barriers: `full` for the producer's
-    /// threads' arrivals, `empty` for one from each of the `warps`
-    /// consumer warps; the block's barrier after it orders that before
-    /// any use.
-    fn init(&self, b: &mut Builder, tid: Reg, warps: u32) {
+    /// Thread 0 sets up every slot's barriers, `full` for the producer's
+    /// threads' arrivals and `empty` for one from each of the `warps`
+    /// warps of a set of consumers, and with two sets their `turn`s, for
+    /// as many; the block's barrier after it orders that before any use.
+    fn init(&self, b: &mut Builder, tid: Reg, warps: u32, sets: u32) {
         let skip = b.label();
         let first = b.setp(Cmp::Eq, Ty::U32, tid, imm(0));
         b.bra_if(first, true, skip);
-        for (first, count) in [(0, WARPGROUP), (self.stages, warps)] {
-            for slot in first..first + self.stages {
-                let addr = Addr {
-                    base: self.smem,
-                    offset: i64::from(self.barriers + 8 * slot),
-                };
-                b.push(Op::MbarrierInit {
-                    addr,
-                    count: imm(count),
-                });
-            }
+        let turns = if sets > 1 { sets } else { 0 };
+        let counts = std::iter::repeat_n(WARPGROUP, self.stages as usize)
+            .chain(std::iter::repeat_n(warps, (self.stages + turns) as usize));
+        for (barrier, count) in (0..).zip(counts) {
+            let addr = Addr {
+                base: self.smem,
+                offset: i64::from(self.barriers + 8 * barrier),
+            };
+            b.push(Op::MbarrierInit {
+                addr,
+                count: imm(count),
+            });
         }
         b.place(skip);
         b.push(Op::BarSync);
+    }
+
+    /// The address of set `set`'s `turn` barrier (ping-pong), after the
+    /// slots' barriers: the two are the halves of 16 aligned bytes (the
+    /// window and the ring are 1024-byte aligned, the barriers before them
+    /// 16 bytes a slot).
+    fn turn(&self, b: &mut Builder, set: Reg) -> Reg {
+        let first = self.barriers + 16 * self.stages;
+        let base = b.u32_op(ArithOp::Add, self.smem, imm(first));
+        b.u32_mad(set, imm(8), base)
     }
 
     /// The address of `slot`'s barrier `which`.
@@ -270,6 +324,18 @@ impl Slots {
         b.push_guarded(leader, false, Op::MbarrierArrive { state, addr });
     }
 
+    /// Passes over `fills` fills (another set's, in ping-pong): the slot
+    /// moves on by as many, its parity flipping at each wrap.
+    fn skip(&self, b: &mut Builder, fills: Operand) {
+        let at = b.u32_op(ArithOp::Add, self.slot, fills);
+        let wraps = b.u32_op(ArithOp::Div, at, imm(self.stages));
+        let slot = b.u32_op(ArithOp::Rem, at, imm(self.stages));
+        assign(b, self.slot, slot);
+        let odd = b.u32_op(ArithOp::And, wraps, imm(1));
+        let parity = b.u32_op(ArithOp::Xor, self.parity, odd);
+        assign(b, self.parity, parity);
+    }
+
     /// Moves on to the next fill, its slot and its parity there.
     fn advance(&self, b: &mut Builder) {
         assign(b, self.previous, self.slot);
@@ -280,6 +346,44 @@ impl Slots {
         let flipped = b.u32_op(ArithOp::Xor, self.parity, imm(1));
         let parity = b.u32_select(wrapped, flipped, self.parity);
         assign(b, self.parity, parity);
+    }
+}
+
+/// Ping-pong's order between the two sets of consumers: a set waits at
+/// its `turn` barrier before it waits for its tile's first fill, and once
+/// it has waited for the last, a lane of each of its warps arrives at the
+/// other set's. The fills of a tile then follow the other set's wait for
+/// every fill before them, so no set waits for a slot's phase more than
+/// one ahead of the barrier's (a parity names only the next phase to
+/// complete), and one set's products run while the other's epilogue does.
+/// Set 0's first wait, for the phase before phase 0, passes at once; set
+/// 1's first is for set 0's first tile.
+struct Turns {
+    /// The address of the set's own `turn` barrier; the other set's is the
+    /// other half of their 16 bytes.
+    own: Reg,
+    /// The parity of the phase of `own` the set waits for next.
+    parity: Reg,
+}
+
+impl Turns {
+    fn wait(&self, b: &mut Builder) {
+        let own = Addr {
+            base: self.own,
+            offset: 0,
+        };
+        b.mbarrier_wait(own, self.parity.into());
+        let flipped = b.u32_op(ArithOp::Xor, self.parity, imm(1));
+        assign(b, self.parity, flipped);
+    }
+
+    fn pass(&self, b: &mut Builder, leader: Reg) {
+        let other = Addr {
+            base: b.u32_op(ArithOp::Xor, self.own, imm(8)),
+            offset: 0,
+        };
+        let state = b.reg(RegClass::B64);
+        b.push_guarded(leader, false, Op::MbarrierArrive { state, addr: other });
     }
 }
 
