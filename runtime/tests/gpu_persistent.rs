@@ -5,9 +5,10 @@
 //! still computed. The kernel is a bf16 product with edges along `M`, `N`
 //! and `K`, lowered here by ktune-core for `sm_90a`. The same product on
 //! persistent blocks with a producer warpgroup (`producer = 1`: two
-//! warpgroups multiply 128 × 16 tiles, a third copies, named barriers hand
-//! the ring's slots over, `setmaxnreg` moves registers) is checked the
-//! same way. GPU-only and ignored without one, as explained in `gpu.rs`,
+//! warpgroups multiply 128 × 16 tiles, a third copies, memory barriers
+//! hand the ring's slots over, `setmaxnreg` moves registers), and in
+//! ping-pong (`producer = 2`: two warpgroups take 64 × 16 tiles in turn
+//! beside the producer) is checked the same way. GPU-only and ignored without one, as explained in `gpu.rs`,
 //! except the check that the variants are what the GPU test needs.
 
 mod lowered;
@@ -72,6 +73,12 @@ static VARIANTS: LazyLock<Vec<Variant>> = LazyLock::new(|| variants(SCHEDULE));
 
 static PRODUCER_VARIANTS: LazyLock<Vec<Variant>> = LazyLock::new(|| variants(PRODUCER));
 
+/// The tiles of [`SCHEDULE`] taken in turn by two warpgroups beside a
+/// producer, over the same ring.
+const PONG: &str = r#"{"class":"mma","block_m":64,"block_n":16,"block_k":64,"warp_m":64,"warp_n":16,"stages":4,"min_blocks":1,"swizzle":1,"wgmma":1,"persistent":1,"producer":2}"#;
+
+static PONG_VARIANTS: LazyLock<Vec<Variant>> = LazyLock::new(|| variants(PONG));
+
 /// Small integers, so that the product is exact in f32 whatever the order
 /// of summation.
 fn inputs(seed: usize) -> (Vec<bf16>, Vec<bf16>) {
@@ -109,6 +116,10 @@ fn the_variant_has_more_tiles_than_an_h100_or_h200_holds_blocks() {
     assert_eq!(fed.grid, [8 * 88, 1, 1], "{fed}");
     assert_eq!(fed.block, [384, 1, 1], "{fed}");
     assert!(fed.grid[0] > 2 * limits.sm_count, "{fed}");
+    let pong = &PONG_VARIANTS[0];
+    assert!(pong.persistent, "{pong}");
+    assert_eq!(pong.grid, [16 * 88, 1, 1], "{pong}");
+    assert_eq!(pong.block, [384, 1, 1], "{pong}");
 }
 
 #[test]
@@ -118,7 +129,7 @@ fn a_persistent_variant_computes_every_tile() {
     let cc = device.compute_capability().unwrap();
     assert_eq!(cc, (9, 0), "this test needs a Hopper GPU (sm_90): {device}");
     let stream = device.stream().unwrap();
-    for variants in [&*VARIANTS, &*PRODUCER_VARIANTS] {
+    for variants in [&*VARIANTS, &*PRODUCER_VARIANTS, &*PONG_VARIANTS] {
         for seed in 0..3 {
             let (a, b) = inputs(seed);
             let a_gpu = stream.clone_htod(&a).unwrap();

@@ -1,12 +1,14 @@
 //! `cp.async`: copies each thread has started, grouped by
 //! `cp.async.commit_group`, landing in shared memory when the thread's
-//! `cp.async.wait_group` (or `wait_all`) completes their group.
+//! `cp.async.wait_group` (or `wait_all`) completes their group, or, taken
+//! by a `cp.async.mbarrier.arrive`, as the memory barrier's phase
+//! completes (see `shared::mbarrier`).
 //!
 //! The source is read (and checked) when the copy starts; the destination
 //! bytes are then *pending* in [`Shared`] until the copy lands, and any
-//! access to them by any thread is a fault. Landing is a store by the
-//! issuing thread at its wait, so another thread sees the data only after
-//! a `bar.sync`, like any other store, and the race checks apply.
+//! access to them by any thread is a fault. Landing at a wait is a store
+//! by the issuing thread there, so another thread sees the data only
+//! after a `bar.sync`, like any other store, and the race checks apply.
 
 use std::collections::VecDeque;
 

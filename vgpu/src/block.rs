@@ -415,6 +415,7 @@ impl<'a> Block<'a> {
                     steps: 0,
                     id,
                     tid: thread_coords(id, ntid),
+                    gave_up: None,
                 })
                 .collect(),
             regs: vec![Cell::default(); threads as usize * program.slots as usize],
@@ -435,6 +436,7 @@ impl<'a> Block<'a> {
             t.pc = 0;
             t.state = State::Ready;
             t.steps = 0;
+            t.gave_up = None;
         }
         self.copies.begin_block(&mut self.shared);
         self.shared.begin_block();
@@ -551,10 +553,13 @@ impl<'a> Block<'a> {
             }) else {
                 continue;
             };
-            // A lane's load of the cluster's shared memory completes first.
+            // A lane's load of the cluster's shared memory completes first,
+            // and a lane's wait at a memory barrier (not `.aligned`: other
+            // warps may complete the phase, and a wait no one ends is
+            // reported as the deadlock it is).
             if self.threads[lanes.clone()]
                 .iter()
-                .any(|t| matches!(t.state, State::Remote { .. }))
+                .any(|t| matches!(t.state, State::Remote { .. } | State::MbarrierWait { .. }))
             {
                 continue;
             }
@@ -656,14 +661,14 @@ impl<'a> Block<'a> {
                     pc: self.program.origin[t.pc as usize],
                 },
                 // No thread is ready or parked after the run phase, and
-                // warps with a lane at a cluster load wait for it.
-                State::Exited | State::Ready | State::Parked { .. } | State::Remote { .. } => {
-                    LaneState::Exited
-                }
-                State::Barrier
-                | State::NamedWait { .. }
-                | State::MbarrierWait { .. }
-                | State::ClusterWait => {
+                // warps with a lane at a cluster load or a memory barrier
+                // wait for it.
+                State::Exited
+                | State::Ready
+                | State::Parked { .. }
+                | State::Remote { .. }
+                | State::MbarrierWait { .. } => LaneState::Exited,
+                State::Barrier | State::NamedWait { .. } | State::ClusterWait => {
                     let kind = FaultKind::BarrierDeadlock {
                         other_thread: t.tid,
                         other_pc: self.program.origin[t.pc as usize],

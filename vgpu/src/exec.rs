@@ -46,9 +46,10 @@ pub(crate) enum State {
     },
     /// Waiting at the `barrier.cluster.wait` at its pc.
     ClusterWait,
-    /// At the `mbarrier.try_wait` at its pc, which failed: it tries again
-    /// once the barrier at window `offset` has completed more than
-    /// `completed` phases.
+    /// At the `mbarrier.try_wait` at its pc, which gave up there before
+    /// with as many phases completed (a first failure returns false): it
+    /// tries again once the barrier at window `offset` has completed more
+    /// than `completed` phases.
     MbarrierWait {
         offset: u32,
         completed: u32,
@@ -73,6 +74,9 @@ pub(crate) struct Thread {
     /// Linear index within the block.
     pub id: u32,
     pub tid: [u32; 3],
+    /// The `mbarrier.try_wait` (its body index) that last gave up, and the
+    /// phases its barrier had completed then (see [`State::MbarrierWait`]).
+    pub gave_up: Option<(u32, u32)>,
 }
 
 /// What a thread sees that is the same for its whole block.
@@ -175,7 +179,7 @@ enum Flow {
 fn step(
     env: &BlockEnv<'_>,
     reach: &mut Reach<'_>,
-    t: &Thread,
+    t: &mut Thread,
     regs: &mut [Cell],
     insts: &[crate::decode::Inst],
     pc: usize,
@@ -492,9 +496,21 @@ fn step(
         } => {
             let addr = get!(base).wrapping_add(offset as u64);
             match reach.shared.mbarrier_try_wait(t.id, addr, val!(parity))? {
-                Waited::Done => set!(done, 1),
-                Waited::Parked { offset, completed } => {
+                Waited::Done => {
+                    t.gave_up = None;
+                    set!(done, 1);
+                }
+                // The same wait again, with no phase completed since: it
+                // waits in place rather than spin.
+                Waited::Parked { offset, completed }
+                    if t.gave_up == Some((pc as u32, completed)) =>
+                {
                     return Ok(Flow::Stop(State::MbarrierWait { offset, completed }));
+                }
+                // A `try_wait` may give up, and the first failure does.
+                Waited::Parked { completed, .. } => {
+                    t.gave_up = Some((pc as u32, completed));
+                    set!(done, 0);
                 }
             }
         }

@@ -1,5 +1,7 @@
 //! Named barriers (`bar.sync id, n` and `bar.arrive id, n`) and the order
-//! they put a block's threads' shared-memory accesses in.
+//! they, and memory barriers (`shared::mbarrier`, through
+//! [`Order::release`] and [`Order::acquire`]), put a block's threads'
+//! shared-memory accesses in.
 //!
 //! A block-wide `bar.sync 0` orders everything before it against
 //! everything after it, which [`crate::shared`] counts in epochs. A named
@@ -8,8 +10,8 @@
 //! barrier completes; a thread that only arrives (`bar.arrive`) goes on at
 //! once and is ordered after nothing. That order is kept with vector
 //! clocks:
-//! - each thread's clock counts its arrivals at named barriers, and an
-//!   access is stamped with its thread's clock;
+//! - each thread's clock counts its arrivals at named and memory barriers,
+//!   and an access is stamped with its thread's clock;
 //! - each thread keeps, for every thread `u`, the clock `u` had at the last
 //!   arrival of its that has been ordered before this thread, through a
 //!   chain of barriers;
@@ -56,7 +58,8 @@ pub(crate) struct Order {
     phases: Vec<Phase>,
     /// Phases of each barrier completed in this block.
     completed: [u32; NAMED_BARRIERS],
-    /// Whether a named barrier completed since [`Order::begin_block`]:
+    /// Whether a named barrier completed, or a memory barrier's wait
+    /// acquired, since [`Order::begin_block`]:
     /// until then the rows are not consulted.
     used: bool,
 }
@@ -89,8 +92,8 @@ impl Order {
     }
 
     /// Whether `u`'s access stamped `stamp` is ordered before what thread
-    /// `x` does now by named barriers (not by program order: `u == x`
-    /// counts only through a barrier too).
+    /// `x` does now by named or memory barriers (not by program order:
+    /// `u == x` counts only through a barrier too).
     pub(crate) fn before(&self, u: u32, stamp: u32, x: u32) -> bool {
         self.used && self.rows[x as usize * self.threads + u as usize] > stamp
     }

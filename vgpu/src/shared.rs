@@ -30,7 +30,9 @@
 //! numbered, and each thread remembers the number current at its last such
 //! fence), or that of a thread of the reading warpgroup the write was
 //! ordered before when it fenced (each thread remembers what it knew
-//! then). While the instruction is in flight its bytes must not be
+//! then). A copy landed by a memory barrier's phase counts only the
+//! latter. (A write after a `wgmma`'s read is checked for its order, not
+//! for a proxy fence.) While the instruction is in flight its bytes must not be
 //! written, and until the next barrier no thread of another warpgroup may
 //! write them: the read is unordered with such a write, whichever the
 //! interpreter runs first (each byte keeps the warpgroups that read it in
@@ -106,6 +108,9 @@ struct ByteState {
     /// Whether the byte is part of a live memory barrier (see
     /// [`mbarrier`]).
     mbarrier: bool,
+    /// Whether the last write was a copy that landed as a memory
+    /// barrier's phase completed (see [`Shared::write_before`]).
+    landed: bool,
 }
 
 /// [`ByteState::crowd`] when no further reader was kept.
@@ -129,6 +134,7 @@ const FRESH: ByteState = ByteState {
     remote_reader: NOBODY,
     remote_read_epoch: 0,
     mbarrier: false,
+    landed: false,
 };
 
 #[derive(Debug)]
@@ -266,6 +272,26 @@ impl Shared {
         u == x || self.order.before(u, stamp, x)
     }
 
+    /// Whether the last write of a byte (its state `s`) in this block is
+    /// ordered before what `x` does now: by a `bar.sync 0` since, or by
+    /// named or memory barriers. A copy that landed as a memory barrier's
+    /// phase completed lands in its own time, whatever its thread or the
+    /// block's barriers do meanwhile: only the waits that saw the phase
+    /// complete, and what they are ordered before, come after it.
+    fn write_before(&self, s: &ByteState, x: u32) -> bool {
+        if self.landed(s) {
+            self.order.before(s.writer, s.write_clock, x)
+        } else {
+            s.write_epoch != self.epoch || self.before(s.writer, s.write_clock, x)
+        }
+    }
+
+    /// Whether the last write of a byte (its state `s`) is a copy this
+    /// block landed as a memory barrier's phase completed.
+    fn landed(&self, s: &ByteState) -> bool {
+        s.landed && s.write_epoch >= self.block_start
+    }
+
     /// Renumbers epochs before the counter overflows, keeping what matters:
     /// written (or read by another block) in this block or not, and
     /// accesses in the current interval.
@@ -347,7 +373,7 @@ impl Shared {
         for i in start..end {
             let s = self.written(i)?;
             let offset = i as u32;
-            if s.write_epoch == self.epoch && !self.before(s.writer, s.write_clock, thread) {
+            if !self.write_before(&s, thread) {
                 return Err(self.race(offset, s.writer, true, false));
             }
             self.note_read(i, thread);
@@ -459,6 +485,7 @@ impl Shared {
             s.writer = thread;
             s.write_epoch = self.epoch;
             s.write_clock = clock;
+            s.landed = false;
             s.write_number = self.writes;
             s.release = release;
         }
@@ -478,24 +505,20 @@ impl Shared {
         }
     }
 
-    /// Whether a fence of one of `members` made `writer`'s write stamped
-    /// `clock` visible to the async proxy: its own fence after the write,
-    /// or another's fence after the write was ordered before it.
-    fn proxy_visible(
-        &self,
-        members: std::ops::Range<u32>,
-        writer: u32,
-        clock: u32,
-        number: u64,
-    ) -> bool {
-        if self.proxy_fenced[writer as usize] > number {
+    /// Whether a fence of one of `members` made the last write of a byte
+    /// (its state `s`) visible to the async proxy: its writer's fence after
+    /// the write (not for a copy landed by a memory barrier's phase, which
+    /// lands in its own time), or another's after the write was ordered
+    /// before it.
+    fn proxy_visible(&self, members: std::ops::Range<u32>, s: &ByteState) -> bool {
+        if !self.landed(s) && self.proxy_fenced[s.writer as usize] > s.write_number {
             return true;
         }
         let n = self.proxy_fenced.len();
         !self.proxy_rows.is_empty()
             && members
                 .map(|m| m as usize)
-                .any(|m| m < n && self.proxy_rows[m * n + writer as usize] > clock)
+                .any(|m| m < n && self.proxy_rows[m * n + s.writer as usize] > s.write_clock)
     }
 
     /// The `size` bytes at `addr` as an in-flight `wgmma.mma_async` reads
@@ -524,12 +547,11 @@ impl Shared {
                     .clone()
                     .any(|m| self.order.before(s.writer, s.write_clock, m))
             };
-            if s.write_epoch == self.epoch && !ordered() {
+            if (s.write_epoch == self.epoch || self.landed(&s)) && !ordered() {
                 return Err(self.race(offset, s.writer, true, false));
             }
             if visible.0 != s.write_number {
-                let fenced =
-                    self.proxy_visible(members.clone(), s.writer, s.write_clock, s.write_number);
+                let fenced = self.proxy_visible(members.clone(), &s);
                 visible = (s.write_number, fenced);
             }
             if !visible.1 {
@@ -634,10 +656,7 @@ impl Shared {
                     },
                 });
             }
-            if s.write_epoch == self.epoch
-                && s.writer != NOBODY
-                && !self.before(s.writer, s.write_clock, thread)
-            {
+            if s.writer != NOBODY && !self.write_before(&s, thread) {
                 return Err(self.race(offset, s.writer, true, true));
             }
             if s.read_epoch == self.epoch
@@ -731,10 +750,7 @@ impl Shared {
     /// be, now that every other thread has run up to its next barrier.
     pub(crate) fn settle(&self, thread: u32, offset: u32) -> FaultKind {
         let s = self.state[offset as usize];
-        if s.writer != NOBODY
-            && s.write_epoch == self.epoch
-            && !self.before(s.writer, s.write_clock, thread)
-        {
+        if s.writer != NOBODY && !self.write_before(&s, thread) {
             self.race(offset, s.writer, true, false)
         } else {
             FaultKind::UninitializedShared {
@@ -866,15 +882,36 @@ mod tests {
                 ..
             })
         ));
+        // A fence by a thread of another warpgroup that waited too counts
+        // for its warpgroup only.
+        assert_eq!(shared.mbarrier_try_wait(130, AT + 16, 0), Ok(Waited::Done));
+        shared.fence_proxy(130);
+        assert!(matches!(
+            shared.async_read(AT, 16, 0, ticket),
+            Err(FaultKind::AsyncProxyUnfenced { .. })
+        ));
         shared.fence_proxy(5);
         assert!(shared.async_read(AT, 16, 0, ticket).is_ok());
-        // Warpgroup 1, the writer's, waited for nothing: no barrier
-        // orders the write before its `wgmma`'s read, fence or not.
-        shared.fence_proxy(130);
-        let other = shared.open_ticket(1);
+    }
+
+    /// A fence before the wait that ordered the write hands nothing over.
+    #[test]
+    fn a_fence_before_the_wait_hands_over_nothing() {
+        let mut shared = Shared::new(24, [256, 1, 1], true);
+        shared.begin_block();
+        shared.mbarrier_init(0, AT + 16, 1).expect("a fresh window");
+        shared.barrier();
+        shared.store(200, AT, 16).expect("the data");
+        shared.fence_proxy(5);
+        shared
+            .mbarrier_arrive(200, AT + 16, Vec::new())
+            .expect("an arrival");
+        let waited = shared.mbarrier_try_wait(5, AT + 16, 0).expect("a wait");
+        assert_eq!(waited, Waited::Done);
+        let ticket = shared.open_ticket(0);
         assert!(matches!(
-            shared.async_read(AT, 16, 1, other),
-            Err(FaultKind::SharedRace { .. })
+            shared.async_read(AT, 16, 0, ticket),
+            Err(FaultKind::AsyncProxyUnfenced { .. })
         ));
     }
 

@@ -312,12 +312,20 @@ fn a_plain_access_to_a_barrier_is_a_fault() {
     );
 }
 
-/// A one-warp kernel running `build` after thread 0 initialised a barrier
-/// at window offset 0 expecting `count` arrivals, and a `bar.sync`.
-fn one_warp(count: i64, build: impl FnOnce(&mut Builder, Addr)) -> Result<(), Fault> {
+/// A block of `threads` threads running `build` (given the barrier's
+/// address, `%tid.x` and the address of the thread's `u32` of an input)
+/// after thread 0 initialised a barrier at window offset 0 expecting
+/// `count` arrivals, and a `bar.sync`. Each thread's 4 bytes of data lie
+/// at window offset `16 + 4 tid` ([`data`]).
+fn block_of(
+    threads: u32,
+    count: i64,
+    build: impl FnOnce(&mut Builder, Addr, Reg, Addr),
+) -> Result<(), Fault> {
     let mut b = Builder::new();
     let tid = b.special(Special::TidX);
     let smem = b.shared_base();
+    let input = b.param_ptr(0);
     let addr = Addr {
         base: smem,
         offset: 0,
@@ -331,9 +339,191 @@ fn one_warp(count: i64, build: impl FnOnce(&mut Builder, Addr)) -> Result<(), Fa
     });
     b.place(skip);
     b.push(Op::BarSync);
-    build(&mut b, addr);
-    let kernel = b.finish("one_warp".into(), 0, 32, 16);
-    ktune_vgpu::run(&kernel, &one_block(32, 16), &mut Vec::new()).map(|_| ())
+    let own = Addr {
+        base: b.global_addr(input, tid, 4),
+        offset: 0,
+    };
+    build(&mut b, addr, tid, own);
+    let shared = 16 + 4 * threads;
+    let kernel = b.finish("block_of".into(), 1, threads, shared);
+    let mut params = vec![(0..threads).flat_map(|t| (7 * t).to_le_bytes()).collect()];
+    ktune_vgpu::run(&kernel, &one_block(threads, shared), &mut params).map(|_| ())
+}
+
+/// A one-warp [`block_of`].
+fn one_warp(count: i64, build: impl FnOnce(&mut Builder, Addr)) -> Result<(), Fault> {
+    block_of(32, count, |b, addr, _, _| build(b, addr))
+}
+
+/// Thread `thread`'s 4 bytes of data in the window of [`block_of`], whose
+/// barrier is at `barrier`.
+fn data(b: &mut Builder, barrier: Addr, thread: impl Into<Operand>) -> Addr {
+    Addr {
+        base: b.u32_mad(thread, Operand::Int(4), barrier.base),
+        offset: 16,
+    }
+}
+
+fn load(b: &mut Builder, addr: Addr) {
+    let value = b.reg(RegClass::B32);
+    b.push(Op::Ld {
+        space: Space::Shared,
+        ty: Ty::U32,
+        dsts: vec![value],
+        addr,
+    });
+}
+
+/// Runs `body` on thread `thread` alone (the others branch over it).
+fn only(b: &mut Builder, tid: Reg, thread: i64, body: impl FnOnce(&mut Builder)) {
+    let skip = b.label();
+    let me = b.setp(Cmp::Eq, Ty::U32, tid, Operand::Int(thread));
+    b.bra_if(me, true, skip);
+    body(b);
+    b.place(skip);
+}
+
+fn race_with_a_write(fault: &Fault) -> bool {
+    matches!(
+        fault.kind,
+        FaultKind::SharedRace {
+            first_was_write: true,
+            ..
+        }
+    )
+}
+
+/// Thread 0 copies its value into the window and arrives at a barrier
+/// expecting only it: the phase completes and the copy lands at once. It
+/// is ordered before a wait that sees the phase complete, and what comes
+/// after such a wait; not before its own thread's read without a wait,
+/// nor across a `bar.sync`, which does not wait for copies.
+#[test]
+fn a_copy_landed_by_a_phase_comes_only_before_its_waits() {
+    let copy = |b: &mut Builder, barrier: Addr, own: Addr| {
+        let dst = data(b, barrier, Operand::Int(0));
+        b.cp_async(CpAsyncCache::Ca, dst, own, 4, None);
+        b.push(Op::CpAsyncMbarrierArrive { addr: barrier });
+    };
+    let waited = block_of(32, 1, |b, barrier, tid, own| {
+        only(b, tid, 0, |b| copy(b, barrier, own));
+        b.mbarrier_wait(barrier, Operand::Int(0));
+        let addr = data(b, barrier, Operand::Int(0));
+        load(b, addr);
+    });
+    waited.unwrap();
+    let own_read = block_of(32, 1, |b, barrier, tid, own| {
+        only(b, tid, 0, |b| {
+            copy(b, barrier, own);
+            let addr = data(b, barrier, Operand::Int(0));
+            load(b, addr);
+        });
+    });
+    let fault = own_read.unwrap_err();
+    assert!(race_with_a_write(&fault), "{fault}");
+    let across_bar_sync = block_of(32, 1, |b, barrier, tid, own| {
+        only(b, tid, 0, |b| copy(b, barrier, own));
+        b.push(Op::BarSync);
+        only(b, tid, 1, |b| {
+            let addr = data(b, barrier, Operand::Int(0));
+            load(b, addr);
+        });
+    });
+    let fault = across_bar_sync.unwrap_err();
+    assert!(race_with_a_write(&fault), "{fault}");
+    assert_eq!(fault.thread, [1, 0, 0], "{fault}");
+}
+
+/// An arrival releases what its thread did before it, not a store after.
+#[test]
+fn a_store_after_an_arrival_is_not_released_by_it() {
+    let fault = block_of(32, 1, |b, barrier, tid, _| {
+        only(b, tid, 0, |b| {
+            b.mbarrier_arrive(barrier);
+            let addr = data(b, barrier, Operand::Int(0));
+            b.push(Op::St {
+                space: Space::Shared,
+                ty: Ty::U32,
+                addr,
+                srcs: vec![Operand::Int(5)],
+            });
+        });
+        only(b, tid, 1, |b| {
+            b.mbarrier_wait(barrier, Operand::Int(0));
+            let addr = data(b, barrier, Operand::Int(0));
+            load(b, addr);
+        });
+    })
+    .unwrap_err();
+    assert!(race_with_a_write(&fault), "{fault}");
+}
+
+/// A `try_wait` may give up: code that reads on without looking at its
+/// result reads data still in flight.
+#[test]
+fn a_try_wait_may_give_up() {
+    let ring = |retry: bool| {
+        block_of(64, 32, |b, barrier, tid, own| {
+            let consumer = b.label();
+            let done = b.label();
+            let copies = b.setp(Cmp::Ge, Ty::U32, tid, Operand::Int(32));
+            b.bra_if(copies, true, consumer);
+            let dst = data(b, barrier, tid);
+            b.cp_async(CpAsyncCache::Ca, dst, own, 4, None);
+            b.push(Op::CpAsyncMbarrierArrive { addr: barrier });
+            b.bra(done);
+            b.place(consumer);
+            if retry {
+                b.mbarrier_wait(barrier, Operand::Int(0));
+            } else {
+                let ignored = b.reg(RegClass::Pred);
+                b.push(Op::MbarrierTryWait {
+                    done: ignored,
+                    addr: barrier,
+                    parity: Operand::Int(0),
+                });
+            }
+            let producer = b.u32_op(ArithOp::Add, tid, Operand::Int(32));
+            let addr = data(b, barrier, producer);
+            load(b, addr);
+            b.place(done);
+        })
+    };
+    ring(true).unwrap();
+    let fault = ring(false).unwrap_err();
+    assert!(fault.instruction.starts_with("ld.shared"), "{fault}");
+}
+
+/// Lane 0 of warp 0 waits for a phase warp 1 completes once it has met at
+/// a shuffle, while warp 0's other lanes wait at theirs: the lanes of a
+/// warp may wait at a memory barrier apart, and meet after it.
+#[test]
+fn a_lane_waiting_apart_from_its_warp_is_no_deadlock() {
+    let shuffle = |b: &mut Builder| {
+        let value = b.u32_imm(1);
+        let lane = b.special(Special::LaneId);
+        b.push(Op::Shfl {
+            mode: ktune_core::ptx::inst::ShflMode::Bfly,
+            dst: value,
+            src: value,
+            lane: lane.into(),
+            clamp: 31,
+        });
+    };
+    block_of(64, 32, |b, barrier, tid, _| {
+        let second = b.label();
+        let done = b.label();
+        let first = b.setp(Cmp::Lt, Ty::U32, tid, Operand::Int(32));
+        b.bra_if(first, true, second);
+        only(b, tid, 0, |b| b.mbarrier_wait(barrier, Operand::Int(0)));
+        shuffle(b);
+        b.bra(done);
+        b.place(second);
+        shuffle(b);
+        b.mbarrier_arrive(barrier);
+        b.place(done);
+    })
+    .unwrap();
 }
 
 #[test]

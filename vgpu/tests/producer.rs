@@ -202,7 +202,9 @@ enum Break {
     /// The producer arrives at a slot's `full` barrier as it issues its
     /// copies (`mbarrier.arrive`), not as they land.
     SignalBeforeLanding,
-    /// No thread fences the copies for the async proxy.
+    /// The consumers do not fence a fill for the async proxy after their
+    /// wait (the producer's copies land in their own time: its own fence
+    /// would not do).
     NoProxyFence,
     /// The consumers leave two fills' `wgmma`s in flight, and release the
     /// older while it is still read.
@@ -276,7 +278,7 @@ fn broken_lowering(
             .collect(),
         Break::ProducerDoesNotWait => (products..body.len()).filter(|&at| waits(at)).collect(),
         Break::ConsumersDoNotWait => (0..products).filter(|&at| waits(at)).collect(),
-        Break::NoProxyFence => (0..body.len())
+        Break::NoProxyFence => (0..products)
             .filter(|&at| body[at].op == Op::FenceProxyAsync)
             .collect(),
         _ => Vec::new(),

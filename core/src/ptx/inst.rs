@@ -352,7 +352,8 @@ pub enum Op {
     /// with parity `parity` (0 or 1, the operand's low bit) has completed,
     /// that is, once the current phase's parity differs from it, acquiring
     /// what that phase's arrivals released; it may wait a while first, and
-    /// may give up, leaving `done` false.
+    /// may give up, leaving `done` false (the virtual GPU's first failure
+    /// at a phase does).
     MbarrierTryWait {
         done: Reg,
         addr: Addr,

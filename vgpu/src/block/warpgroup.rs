@@ -254,14 +254,18 @@ impl Block<'_> {
                     pc: self.program.origin[t.pc as usize],
                 },
                 // Its warp's collective completed in this round, or its
-                // load of the cluster's shared memory is still to come.
-                State::Ready | State::Collective | State::Shuffle { .. } | State::Remote { .. } => {
+                // load of the cluster's shared memory is still to come, or
+                // it waits at a memory barrier (not `.aligned`: other warps
+                // may complete the phase first, and a wait no one ends is
+                // reported as the deadlock it is).
+                State::Ready
+                | State::Collective
+                | State::Shuffle { .. }
+                | State::Remote { .. }
+                | State::MbarrierWait { .. } => {
                     return Ok(None);
                 }
-                State::Barrier
-                | State::NamedWait { .. }
-                | State::MbarrierWait { .. }
-                | State::ClusterWait => {
+                State::Barrier | State::NamedWait { .. } | State::ClusterWait => {
                     let kind = FaultKind::BarrierDeadlock {
                         other_thread: t.tid,
                         other_pc: self.program.origin[t.pc as usize],

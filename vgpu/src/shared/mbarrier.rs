@@ -19,9 +19,15 @@
 //!
 //! `cp.async.mbarrier.arrive.noinc` takes every copy its thread started
 //! and has not waited for (a later `cp.async.wait_group` no longer lands
-//! them) and arrives once they land; they land as writes by that thread,
-//! ordered before its arrival, when the phase completes (the last moment
-//! the hardware may land them).
+//! them, which is stricter than the hardware) and arrives once they land.
+//! They land as the phase completes (the last moment the hardware may land
+//! them), as writes by that thread stamped before its arrival, but
+//! ordered before nothing but the waits that see the phase complete and
+//! what those are ordered before: not before the thread's own later
+//! accesses, nor across a `bar.sync`, and visible to the async proxy only
+//! through a fence after such a wait. The arrival releases what else the
+//! thread did before it too (the vector clocks cannot tell the two
+//! apart): more than the hardware promises.
 
 use super::{FRESH, Shared};
 use crate::async_copy::AsyncCopy;
@@ -147,6 +153,10 @@ impl Shared {
             for copy in copies {
                 let data = &copy.data[..usize::from(copy.len)];
                 self.finish_async(copier, stamp, copy.offset, data)?;
+                let start = copy.offset as usize;
+                for s in &mut self.state[start..start + data.len()] {
+                    s.landed = true;
+                }
                 landed += u64::from(copy.len);
             }
         }
