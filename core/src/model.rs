@@ -1057,7 +1057,7 @@ fn padded_rows_slowdown(layout: &MmaLayout, target: SmVersion) -> f64 {
 mod tests {
     use super::*;
     use crate::space::candidates;
-    use crate::test_kernels::{matmul, softmax};
+    use crate::test_kernels::{matmul, rows_with, softmax};
 
     fn seconds(k: &Kernel, s: Schedule) -> f64 {
         estimate(k, &s, SmVersion::Sm90).expect("valid").seconds
@@ -1148,37 +1148,16 @@ mod tests {
             );
             let one_pass = estimate(&k, &default, SmVersion::Sm90).expect("valid");
             let passes =
-                estimate(&k, &with(default.clone(), 0, 0), SmVersion::Sm90).expect("valid");
+                estimate(&k, &rows_with(default.clone(), 0, 0), SmVersion::Sm90).expect("valid");
             assert!(one_pass.seconds < passes.seconds, "{k:?}");
             assert!(one_pass.registers > passes.registers);
             assert_eq!(one_pass.cached_per_thread, 32);
             assert_eq!(passes.cached_per_thread, 0);
         }
         let k = softmax(8192, 4096);
-        assert!(seconds(&k, rows(128, 1, 4)) < seconds(&k, with(rows(128, 1, 4), 0, 1)));
-        let tree = estimate(&k, &with(rows(128, 1, 4), 0, 1), SmVersion::Sm90).expect("valid");
+        assert!(seconds(&k, rows(128, 1, 4)) < seconds(&k, rows_with(rows(128, 1, 4), 0, 1)));
+        let tree = estimate(&k, &rows_with(rows(128, 1, 4), 0, 1), SmVersion::Sm90).expect("valid");
         assert_eq!(tree.shared_bytes, 2 * 128 * 4);
-    }
-
-    /// A rows point with its `cache` and `tree` replaced.
-    fn with(s: Schedule, cache: u32, tree: u32) -> Schedule {
-        match s {
-            Schedule::Rows {
-                threads_per_row,
-                rows_per_block,
-                vector,
-                ..
-            } => Schedule::Rows {
-                threads_per_row,
-                rows_per_block,
-                vector,
-                cache,
-                tree,
-                online: 0,
-                cluster: 1,
-            },
-            other => other,
-        }
     }
 
     #[test]
@@ -1191,7 +1170,7 @@ mod tests {
         let k = softmax(4096, 50257);
         let seconds: Vec<f64> = [128, 256, 512, 1024]
             .map(|t| {
-                let point = with(rows(t, 1, 1), 2, 0);
+                let point = rows_with(rows(t, 1, 1), 2, 0);
                 estimate(&k, &point, SmVersion::Sm90)
                     .expect("valid")
                     .seconds
@@ -1211,7 +1190,7 @@ mod tests {
         // iterations.
         let k = softmax(4096, 50257);
         let spread = |cluster| {
-            with(rows(1024, 1, 1), 2, 0)
+            rows_with(rows(1024, 1, 1), 2, 0)
                 .with_knob("cluster", cluster)
                 .expect("a rows point")
         };
@@ -1234,9 +1213,9 @@ mod tests {
         // registers; kept in shared memory, one block fills an SM, and is
         // faster than reading the row once for each of its three passes.
         let k = softmax(4096, 50257);
-        let kept = with(rows(1024, 1, 1), 2, 0);
+        let kept = rows_with(rows(1024, 1, 1), 2, 0);
         let shared = estimate(&k, &kept, SmVersion::Sm90).expect("valid");
-        let passes = estimate(&k, &with(kept, 0, 0), SmVersion::Sm90).expect("valid");
+        let passes = estimate(&k, &rows_with(kept, 0, 0), SmVersion::Sm90).expect("valid");
         assert!(shared.seconds < passes.seconds);
         assert_eq!(shared.shared_bytes, 2 * 32 * 4 + 201_040);
         assert_eq!(shared.occupancy.blocks_per_sm, 1);

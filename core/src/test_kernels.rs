@@ -1,9 +1,33 @@
-//! Kernels shared by this crate's unit tests.
+//! Kernels, and a schedule edit, shared by this crate's unit tests.
 
 use quote::quote;
 
 use crate::ir::Kernel;
+use crate::schedule::Schedule;
 use crate::syntax::parse_kernel;
+
+/// The rows point `s` with its `cache` and `tree` replaced, one
+/// reduction a pass (`online = 0`) and no cluster; any other point as it
+/// is.
+pub(crate) fn rows_with(s: Schedule, cache: u32, tree: u32) -> Schedule {
+    match s {
+        Schedule::Rows {
+            threads_per_row,
+            rows_per_block,
+            vector,
+            ..
+        } => Schedule::Rows {
+            threads_per_row,
+            rows_per_block,
+            vector,
+            cache,
+            tree,
+            online: 0,
+            cluster: 1,
+        },
+        other => other,
+    }
+}
 
 /// Row softmax over an `r × c` input.
 pub(crate) fn softmax(r: u32, c: u32) -> Kernel {

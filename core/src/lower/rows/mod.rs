@@ -784,6 +784,7 @@ mod tests {
     use crate::schedule::{Class, Schedule};
     use crate::syntax::parse_kernel;
     use crate::target::SmVersion;
+    use crate::test_kernels::rows_with;
 
     fn layernorm(r: u32, c: u32) -> Kernel {
         layernorm_of(quote!(f32), r, c)
@@ -818,26 +819,6 @@ mod tests {
         }
     }
 
-    fn with(s: Schedule, cache: u32, tree: u32) -> Schedule {
-        match s {
-            Schedule::Rows {
-                threads_per_row,
-                rows_per_block,
-                vector,
-                ..
-            } => Schedule::Rows {
-                threads_per_row,
-                rows_per_block,
-                vector,
-                cache,
-                tree,
-                online: 0,
-                cluster: 1,
-            },
-            other => other,
-        }
-    }
-
     fn invalid(k: &Kernel, s: Schedule, target: SmVersion) -> String {
         match lower(k, &s, target) {
             Err(LowerError::Invalid { reason, .. }) => reason,
@@ -861,7 +842,7 @@ mod tests {
         assert!(invalid(&k, point(4, 3, 1), sm80).contains("multiple of 32"));
         // 1025 positions: peeled with cache 0 (see `peel`), not otherwise.
         assert!(lower(&k, &point(32, 1, 2), sm80).is_ok());
-        let reason = invalid(&k, with(point(32, 1, 2), 1, 0), sm80);
+        let reason = invalid(&k, rows_with(point(32, 1, 2), 1, 0), sm80);
         assert!(reason.contains("reduced extent `C`"), "{reason}");
         assert!(reason.contains("only with cache 0"), "{reason}");
         let reason = invalid(&layernorm(10, 7), point(32, 1, 4), sm80);
@@ -876,30 +857,30 @@ mod tests {
             Err(LowerError::Invalid { constraint, .. }) => constraint,
             other => panic!("{s:?} should be invalid, got {other:?}"),
         };
-        assert!(invalid(&k, with(point(64, 1, 1), 0, 2), sm80).contains("tree 2"));
-        assert!(invalid(&k, with(point(32, 2, 1), 0, 1), sm80).contains("within one warp"));
-        let reason = invalid(&k, with(point(64, 1, 1), 3, 0), sm80);
+        assert!(invalid(&k, rows_with(point(64, 1, 1), 0, 2), sm80).contains("tree 2"));
+        assert!(invalid(&k, rows_with(point(32, 2, 1), 0, 1), sm80).contains("within one warp"));
+        let reason = invalid(&k, rows_with(point(64, 1, 1), 3, 0), sm80);
         assert!(reason.contains("cache 3"), "{reason}");
         assert!(
             reason.contains("or 2 (one pass, the row in shared memory)"),
             "{reason}"
         );
         // 1024 values per thread on one thread per row; 256 on 4.
-        let reason = invalid(&k, with(point(1, 32, 4), 1, 0), sm80);
+        let reason = invalid(&k, rows_with(point(1, 32, 4), 1, 0), sm80);
         assert!(reason.contains("1024 values per thread"), "{reason}");
         assert!(reason.contains("1024 of `x`"), "{reason}");
         assert_eq!(
-            constraint(&k, with(point(4, 8, 4), 1, 0)),
+            constraint(&k, rows_with(point(4, 8, 4), 1, 0)),
             Constraint::Registers
         );
-        assert!(lower(&k, &with(point(8, 4, 4), 1, 0), sm80).is_ok());
+        assert!(lower(&k, &rows_with(point(8, 4, 4), 1, 0), sm80).is_ok());
         // 1024 threads per block leave 64 registers a thread: 24 values.
         assert_eq!(
-            constraint(&k, with(point(32, 32, 1), 1, 0)),
+            constraint(&k, rows_with(point(32, 32, 1), 1, 0)),
             Constraint::Registers
         );
-        assert!(lower(&k, &with(point(64, 16, 1), 1, 0), sm80).is_ok());
-        assert!(lower(&k, &with(point(64, 1, 4), 1, 1), sm80).is_ok());
+        assert!(lower(&k, &rows_with(point(64, 16, 1), 1, 0), sm80).is_ok());
+        assert!(lower(&k, &rows_with(point(64, 1, 4), 1, 1), sm80).is_ok());
         let row_sum = parse_kernel(
             quote!(shape(R = 4, C = 64)),
             quote! {
@@ -909,9 +890,9 @@ mod tests {
             },
         )
         .expect("valid kernel");
-        let reason = invalid(&row_sum, with(point(32, 1, 1), 1, 0), sm80);
+        let reason = invalid(&row_sum, rows_with(point(32, 1, 1), 1, 0), sm80);
         assert!(reason.contains("keeps nothing"), "{reason}");
-        let reason = invalid(&row_sum, with(point(32, 1, 1), 2, 0), sm80);
+        let reason = invalid(&row_sum, rows_with(point(32, 1, 1), 2, 0), sm80);
         assert!(reason.contains("cache 2 keeps nothing"), "{reason}");
     }
 
@@ -932,7 +913,7 @@ mod tests {
         assert_eq!(global_loads(&l), [4, 4, 4, 4]);
         // Kept: 1024 / 4 / 128 = 2 vector loads per thread, before any
         // reduction, and no loop.
-        let l = lower(&k, &with(point(128, 3, 4), 1, 0), SmVersion::Sm80).expect("lowers");
+        let l = lower(&k, &rows_with(point(128, 3, 4), 1, 0), SmVersion::Sm80).expect("lowers");
         assert_eq!(global_loads(&l), [4, 4]);
         let first_shuffle = l
             .ptx
@@ -948,7 +929,7 @@ mod tests {
         // its values drop out of the reductions (selected away) and its
         // stores are guarded.
         let k = layernorm(10, 1000);
-        let l = lower(&k, &with(point(128, 1, 4), 1, 0), SmVersion::Sm80).expect("lowers");
+        let l = lower(&k, &rows_with(point(128, 1, 4), 1, 0), SmVersion::Sm80).expect("lowers");
         assert_eq!(global_loads(&l), [4, 4]);
         assert_eq!(count(&l, |op| matches!(op, Op::Selp { .. })), 2 * 4);
         let guarded_stores = l
@@ -1032,7 +1013,7 @@ mod tests {
     #[test]
     fn a_row_in_shared_memory_is_read_from_global_memory_once() {
         let k = layernorm(10, 1024);
-        let l = lower(&k, &with(point(128, 3, 4), 2, 0), SmVersion::Sm80).expect("lowers");
+        let l = lower(&k, &rows_with(point(128, 3, 4), 2, 0), SmVersion::Sm80).expect("lowers");
         // The fill: 1024 / 4 / 128 = 2 chunks per thread, each one 16-byte
         // `cp.async`, in a loop that always has both in the row; nothing
         // else reads global memory.
@@ -1070,7 +1051,7 @@ mod tests {
         // are 9 chunks per thread, the 8 past the first guarded (the last
         // of them lies past the row for all lanes but one).
         let k = layernorm(10, 1025);
-        let l = lower(&k, &with(point(128, 2, 1), 2, 0), SmVersion::Sm80).expect("lowers");
+        let l = lower(&k, &rows_with(point(128, 2, 1), 2, 0), SmVersion::Sm80).expect("lowers");
         let fill: Vec<bool> = async_copies(&l).iter().map(|c| c.1).collect();
         assert_eq!(
             fill,
@@ -1086,7 +1067,7 @@ mod tests {
         // fill is guarded; the passes loop over the 250 as without a
         // cache.
         let k = layernorm(10, 1000);
-        let l = lower(&k, &with(point(128, 1, 4), 2, 1), SmVersion::Sm90).expect("lowers");
+        let l = lower(&k, &rows_with(point(128, 1, 4), 2, 1), SmVersion::Sm90).expect("lowers");
         assert_eq!(async_copies(&l), [(16, false), (16, true)]);
         assert_eq!(
             loads(&l, Space::Shared).iter().filter(|n| **n == 4).count(),
@@ -1101,7 +1082,7 @@ mod tests {
     #[test]
     fn a_16_bit_row_is_widened_through_registers_into_shared_memory() {
         let k = layernorm_of(quote!(bf16), 10, 1024);
-        let l = lower(&k, &with(point(128, 3, 4), 2, 0), SmVersion::Sm90).expect("lowers");
+        let l = lower(&k, &rows_with(point(128, 3, 4), 2, 0), SmVersion::Sm90).expect("lowers");
         // No `cp.async`: the row is stored as f32. Both chunks are loaded
         // before either is stored, then the warp leaders' slots.
         assert_eq!(async_copies(&l), []);
@@ -1121,13 +1102,13 @@ mod tests {
     fn a_row_in_shared_memory_must_fit_the_target() {
         // A row of 50257 f32 values: 201028 bytes, 201040 aligned.
         let k = layernorm(4, 50257);
-        let one = with(point(512, 1, 1), 2, 0);
+        let one = rows_with(point(512, 1, 1), 2, 0);
         let l = lower(&k, &one, SmVersion::Sm90).expect("fits 227 KiB");
         assert_eq!(l.launch.dynamic_shared_bytes, 2 * 16 * 4 + 201_040);
         assert_eq!(async_copies(&l).len(), 16);
         for (s, target) in [
             (one, SmVersion::Sm86),
-            (with(point(512, 2, 1), 2, 0), SmVersion::Sm90),
+            (rows_with(point(512, 2, 1), 2, 0), SmVersion::Sm90),
         ] {
             match lower(&k, &s, target) {
                 Err(LowerError::Invalid {
@@ -1205,7 +1186,8 @@ mod tests {
         // Elements a thread evaluates in one stretch of code: a chunk of 4
         // in a loop, or with `cache = 1` its 2 slots of 4, unrolled.
         for (cache, elements) in [(0, 4), (1, 8), (2, 4)] {
-            let l = lower(&k, &with(point(128, 1, 4), cache, 0), SmVersion::Sm90).expect("lowers");
+            let l =
+                lower(&k, &rows_with(point(128, 1, 4), cache, 0), SmVersion::Sm90).expect("lowers");
             // `1 / s` once, before the first store; the division by an
             // element's own value stays, once per element.
             let [(at, reciprocal)] = reciprocals(&l)[..] else {
@@ -1282,7 +1264,7 @@ mod tests {
         for tree in [0, 1] {
             let l = lower(
                 &k,
-                &online(with(point(128, 1, 4), 0, tree)),
+                &online(rows_with(point(128, 1, 4), 0, tree)),
                 SmVersion::Sm90,
             )
             .expect("lowers");
@@ -1330,7 +1312,7 @@ mod tests {
         let reason = invalid(&share, online(point(32, 1, 1)), SmVersion::Sm90);
         assert!(reason.contains("online 1 pairs nothing"), "{reason}");
         for cache in [1, 2] {
-            let s = online(with(point(32, 1, 1), cache, 0));
+            let s = online(rows_with(point(32, 1, 1), cache, 0));
             let reason = invalid(&softmax(4, 64), s, SmVersion::Sm90);
             assert!(reason.contains(&format!("with cache {cache}")), "{reason}");
         }
@@ -1483,7 +1465,7 @@ mod tests {
     #[test]
     fn a_shared_tree_has_a_barrier_per_level() {
         let k = layernorm(10, 1024);
-        let l = lower(&k, &with(point(128, 3, 4), 0, 1), SmVersion::Sm90).expect("lowers");
+        let l = lower(&k, &rows_with(point(128, 3, 4), 0, 1), SmVersion::Sm90).expect("lowers");
         // Per reduction: a barrier after the writes and after each of the 7
         // levels of 128 threads.
         assert_eq!(count(&l, |op| matches!(op, Op::BarSync)), 2 * (1 + 7));
