@@ -58,6 +58,25 @@ pub(crate) fn matmul(m: u32, n: u32, k: u32) -> Kernel {
     .expect("valid kernel")
 }
 
+/// A bf16 matrix product with a bias and GELU (the benchmark's fused
+/// case), and the same product alone.
+pub(crate) fn matmul_bias_gelu(m: u32, n: u32, k: u32) -> [Kernel; 2] {
+    let shape = quote!(shape(M = #m, N = #n, K = #k));
+    let fused = quote! {
+        fn mm_bias_gelu(a: Tensor<bf16, (M, K)>, w: Tensor<bf16, (K, N)>, bias: Tensor<bf16, (N,)>)
+            -> Tensor<bf16, (M, N)>
+        {
+            compute(|m, n| gelu(sum(K, |k| a[m][k] * w[k][n]) + bias[n]))
+        }
+    };
+    let plain = quote! {
+        fn mm(a: Tensor<bf16, (M, K)>, w: Tensor<bf16, (K, N)>) -> Tensor<bf16, (M, N)> {
+            compute(|m, n| sum(K, |k| a[m][k] * w[k][n]))
+        }
+    };
+    [fused, plain].map(|source| parse_kernel(shape.clone(), source).expect("valid kernel"))
+}
+
 /// Layer normalization over an `t × d` input, with scale and shift (the
 /// benchmark's layernorm).
 pub(crate) fn layernorm(t: u32, d: u32) -> Kernel {

@@ -425,7 +425,8 @@ fn sigmoid(b: &mut Builder, x: Reg) -> Reg {
     b.f32_unary(UnaryOp::RcpApprox, den)
 }
 
-fn unary(b: &mut Builder, op: ir::UnaryOp, x: Reg) -> Reg {
+/// `op` of `x`, an f32 register.
+pub(crate) fn unary(b: &mut Builder, op: ir::UnaryOp, x: Reg) -> Reg {
     use ir::UnaryOp as U;
     match op {
         U::Neg => b.f32_unary(UnaryOp::Neg, x),
