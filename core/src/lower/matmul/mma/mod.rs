@@ -99,15 +99,17 @@
 //! `persistent = 1`, blocks loop over the grid's tiles, each filling its
 //! ring for the next tile before the current one's epilogue. With
 //! `producer = 1` a warpgroup of its own does all the copying while the
-//! others multiply, each ring slot handed over by a pair of named
+//! others multiply, each ring slot handed over by a pair of memory
 //! barriers, and gives its registers to them with `setmaxnreg` (see
-//! `producer`, and `layout::Realloc` for the registers).
+//! `producer`, and `layout::Realloc` for the registers); with `producer =
+//! 2` two sets of such warpgroups take a persistent block's tiles in turn
+//! (ping-pong).
 //!
 //! The code is split by pass: `layout` (checking a schedule), `copy`
 //! (global → shared with `cp.async`), `emit` (the rest; its `k` loop is
 //! the ring of `pipeline`, which the SIMT lowering's
 //! multi-stage points share), `warpgroup` (the rest for `wgmma = 1`),
-//! `producer` (the rest for `producer = 1`).
+//! `producer` (the rest for `producer` 1 and 2).
 
 mod copy;
 mod emit;

@@ -11,8 +11,9 @@
 //! stages`. Each slot has two memory barriers (`mbarrier`) after the ring:
 //! `full`, at which the producer's 128 threads arrive as their copies of a
 //! fill land (`cp.async.mbarrier.arrive.noinc`) and the consumers wait,
-//! and `empty`, at which a lane of each consumer warp arrives once its
-//! warpgroup's `wgmma`s no longer read the slot and the producer waits
+//! and `empty`, at which a lane of each consumer warp (of one set, in
+//! ping-pong) arrives once its warpgroup's `wgmma`s no longer read the
+//! slot and the producer waits
 //! before copying into it again. Fill `j` is phase `j / stages` of its
 //! slot's barriers; each side keeps that phase's parity, which flips as
 //! its slot wraps. Nothing else orders the two sides, so the producer runs
@@ -22,7 +23,8 @@
 //!
 //! ```text
 //! a block past the tiles exits
-//! thread 0: mbarrier.init full[s] 128, empty[s] (consumer warps); bar.sync 0
+//! thread 0: mbarrier.init full[s] 128, empty[s] (a set's consumer warps),
+//!     in ping-pong turn[0], turn[1] (as many); bar.sync 0
 //! producer (the last warpgroup):
 //!     setmaxnreg.dec (where the block reallocates, see `layout::Realloc`)
 //!     for each fill j (slot s, parity p):
@@ -32,16 +34,21 @@
 //!         cp.async fill j into s; cp.async.mbarrier.arrive.noinc full[s]
 //!     wait empty[s] as for the next `stages` fills: the consumers are done
 //!         with every fill before the producer exits
-//! consumers:
+//! consumers (in ping-pong, set t: from its first tile, t, passing over
+//!     set 0's first tile's fills; none, it exits):
 //!     setmaxnreg.inc
-//!     for each tile: accumulators zeroed;
+//!     for each tile (every other one in ping-pong): accumulators zeroed;
+//!         in ping-pong, wait turn[t] (the first: set 0 at once, set 1 for
+//!             set 0's first tile)
 //!         for each of its fills j (slot s, parity p):
 //!             wait full[s] for parity p; fence.proxy.async (the copies, the
 //!             producer's writes, handed to the async proxy wgmma reads through)
 //!             wgmma.fence; the k-steps' wgmma; commit; wgmma.wait_group held
 //!             release the fill whose wgmmas are now done (j − held, within the
 //!             tile): a lane of each warp arrives at empty[its slot]
+//!         in ping-pong, a lane of each warp arrives at the other set's turn
 //!         wgmma.wait_group 0; release the tile's last fill (held = 1); epilogue
+//!         in ping-pong, pass over the other set's tile's fills
 //! ```
 //!
 //! The consumers see a fill as soon as its copies land, while the
@@ -175,7 +182,11 @@ pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &MmaLayout) -> Lo
     if sets > 1 {
         ring.skip(&mut b, imm((sets - 1) * layout.k_tiles()));
     }
-    let step = b.u32_op(ArithOp::Mul, stride, imm(sets));
+    let step = if sets > 1 {
+        b.u32_op(ArithOp::Mul, stride, imm(sets))
+    } else {
+        stride
+    };
     next_tile(&mut b, index, step, tiles, top);
     b.bra(done);
 
