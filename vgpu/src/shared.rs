@@ -858,23 +858,35 @@ mod tests {
         }
     }
 
-    /// Thread 200 (warpgroup 1) writes 16 bytes and arrives at a memory
-    /// barrier; thread 5 (warpgroup 0) waits for its phase. Warpgroup 0's
-    /// `wgmma` may read the bytes once thread 5 has fenced for the async
-    /// proxy after its wait, though the writer never fenced.
-    #[test]
-    fn a_fence_after_a_memory_barrier_hands_another_threads_write_to_the_async_proxy() {
+    /// Thread 200 writes 16 bytes and arrives at a memory barrier at
+    /// window offset 16, after `fence_first` (a thread, if any) fenced for
+    /// the async proxy; thread 5 waits for the phase, and warpgroup 0
+    /// opens a ticket for its `wgmma`'s reads.
+    fn waited_for_a_write(fence_first: Option<u32>) -> (Shared, u32) {
         let mut shared = Shared::new(24, [256, 1, 1], true);
         shared.begin_block();
         shared.mbarrier_init(0, AT + 16, 1).expect("a fresh window");
         shared.barrier();
         shared.store(200, AT, 16).expect("the data");
+        if let Some(thread) = fence_first {
+            shared.fence_proxy(thread);
+        }
         shared
             .mbarrier_arrive(200, AT + 16, Vec::new())
             .expect("an arrival");
         let waited = shared.mbarrier_try_wait(5, AT + 16, 0).expect("a wait");
         assert_eq!(waited, Waited::Done);
         let ticket = shared.open_ticket(0);
+        (shared, ticket)
+    }
+
+    /// Thread 200 (warpgroup 1) writes 16 bytes and arrives at a memory
+    /// barrier; thread 5 (warpgroup 0) waits for its phase. Warpgroup 0's
+    /// `wgmma` may read the bytes once thread 5 has fenced for the async
+    /// proxy after its wait, though the writer never fenced.
+    #[test]
+    fn a_fence_after_a_memory_barrier_hands_another_threads_write_to_the_async_proxy() {
+        let (mut shared, ticket) = waited_for_a_write(None);
         assert!(matches!(
             shared.async_read(AT, 16, 0, ticket),
             Err(FaultKind::AsyncProxyUnfenced {
@@ -897,18 +909,7 @@ mod tests {
     /// A fence before the wait that ordered the write hands nothing over.
     #[test]
     fn a_fence_before_the_wait_hands_over_nothing() {
-        let mut shared = Shared::new(24, [256, 1, 1], true);
-        shared.begin_block();
-        shared.mbarrier_init(0, AT + 16, 1).expect("a fresh window");
-        shared.barrier();
-        shared.store(200, AT, 16).expect("the data");
-        shared.fence_proxy(5);
-        shared
-            .mbarrier_arrive(200, AT + 16, Vec::new())
-            .expect("an arrival");
-        let waited = shared.mbarrier_try_wait(5, AT + 16, 0).expect("a wait");
-        assert_eq!(waited, Waited::Done);
-        let ticket = shared.open_ticket(0);
+        let (mut shared, ticket) = waited_for_a_write(Some(5));
         assert!(matches!(
             shared.async_read(AT, 16, 0, ticket),
             Err(FaultKind::AsyncProxyUnfenced { .. })
