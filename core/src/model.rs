@@ -114,12 +114,12 @@
 use serde::Serialize;
 
 use crate::ir::{BinaryOp, Expr, ExprId, Kernel, LetId};
-use crate::lower::classify::{OpClass, RowPlan, classify};
+use crate::lower::classify::{OpClass, RowPlan};
 use crate::lower::expr;
 use crate::lower::matmul::mma::{MmaLayout, MmaTiles};
 use crate::lower::matmul::{self, Layout, MatmulPlan, Split, Tiles};
 use crate::lower::rows::{CachePlan, Pass, online, shared_bytes};
-use crate::lower::{LowerError, validate};
+use crate::lower::{LowerError, Lowering};
 use crate::occupancy::{BlockUsage, Occupancy, occupancy};
 use crate::ptx::Builder;
 use crate::ptx::inst::{Addr, MmaKind, Op, RegClass, Space};
@@ -277,65 +277,124 @@ pub fn estimate(
     schedule: &Schedule,
     target: SmVersion,
 ) -> Result<Estimate, LowerError> {
-    validate(kernel, schedule, target)?;
-    let hw = target.hardware();
-    let flops = kernel.flops() as f64;
-    let intensity = flops / kernel.compulsory_bytes().max(1) as f64;
-    let class = classify(kernel);
-    let (usage, blocks, cost) = match (schedule, &class) {
-        (Schedule::Matmul(_), _) => {
-            let plan = matmul::detect(kernel).expect("validated as a contraction");
-            let tiles = Tiles::from_schedule(schedule).expect("a matmul point");
-            return Ok(contraction(kernel, &plan, tiles, target, intensity));
-        }
-        (Schedule::Mma(_), _) => {
-            let plan = matmul::detect(kernel).expect("validated as a contraction");
-            let tiles = MmaTiles::from_schedule(schedule).expect("an mma point");
-            return Ok(tensor_core(kernel, &plan, tiles, target, intensity));
-        }
-        (Schedule::Rows { .. }, OpClass::Rows(plan)) => rows(kernel, plan, schedule, target),
-        _ => flat(kernel, schedule),
-    };
-    let occ = occupancy(usage, target);
-    let resident = f64::from(occ.blocks_per_sm.max(1) * target.limits().sm_count);
-    let waves = blocks as f64 / resident;
-    let threads = blocks as f64 * f64::from(usage.threads);
-    let resident_threads = threads.min(resident * f64::from(usage.threads));
-    let peak = hw.dram_bandwidth * cost.access_efficiency;
-    let little = resident_threads * cost.in_flight_per_thread / MEMORY_LATENCY_S;
-    let (bandwidth, bound) = if little < peak {
-        (little, Bound::Latency)
-    } else {
-        (peak, Bound::Memory)
-    };
-    let clock = f64::from(hw.clock_mhz) * 1e6;
-    let seconds = cost.dram_bytes / bandwidth
-        + cost.l2_bytes / (hw.dram_bandwidth * L2_OVER_DRAM)
-        + waves.ceil() * cost.serial_cycles / clock
-        + LAUNCH_S;
-    Ok(Estimate {
-        seconds,
-        bound,
-        occupancy: occ,
-        threads_per_block: usage.threads,
-        registers: usage.registers,
-        shared_bytes: usage.shared_bytes,
-        blocks,
-        waves,
-        intensity,
-        cached_per_thread: cost.cached_per_thread,
-    })
+    Model::new(kernel, target).estimate(schedule)
 }
 
 /// `points` with their estimates, fastest first (ties keep their order);
 /// invalid points are left out.
 pub fn rank(kernel: &Kernel, target: SmVersion, points: &[Schedule]) -> Vec<(Schedule, Estimate)> {
-    let mut ranked: Vec<(Schedule, Estimate)> = points
-        .iter()
-        .filter_map(|p| Some((p.clone(), estimate(kernel, p, target).ok()?)))
-        .collect();
-    ranked.sort_by(|a, b| a.1.seconds.total_cmp(&b.1.seconds));
-    ranked
+    Model::new(kernel, target).rank(points)
+}
+
+/// The model of one kernel on one target, with what every estimate needs
+/// from the kernel found once (its op class, its arithmetic intensity, a
+/// contraction's epilogue): ranking a space estimates thousands of points.
+#[derive(Debug, Clone)]
+pub struct Model<'k> {
+    lowering: Lowering<'k>,
+    intensity: f64,
+    /// A contraction's epilogue instructions an output
+    /// ([`epilogue_instructions`]); 0 for other classes.
+    epilogue: f64,
+}
+
+impl<'k> Model<'k> {
+    pub fn new(kernel: &'k Kernel, target: SmVersion) -> Model<'k> {
+        let lowering = Lowering::new(kernel, target);
+        let epilogue = match lowering.class() {
+            OpClass::Matmul(plan) => epilogue_instructions(kernel, plan),
+            _ => 0.0,
+        };
+        let intensity = kernel.flops() as f64 / kernel.compulsory_bytes().max(1) as f64;
+        Model {
+            lowering,
+            intensity,
+            epilogue,
+        }
+    }
+
+    /// The checks every estimate starts with, to check other points by.
+    pub fn lowering(&self) -> &Lowering<'k> {
+        &self.lowering
+    }
+
+    /// [`estimate`] for this model's kernel and target.
+    pub fn estimate(&self, schedule: &Schedule) -> Result<Estimate, LowerError> {
+        self.lowering.check(schedule)?;
+        let (kernel, target) = (self.lowering.kernel(), self.lowering.target());
+        let hw = target.hardware();
+        let intensity = self.intensity;
+        let (usage, blocks, cost) = match (schedule, self.lowering.class()) {
+            (Schedule::Matmul(tiles), OpClass::Matmul(plan)) => {
+                return Ok(contraction(&self.product(plan), *tiles));
+            }
+            (Schedule::Mma(tiles), OpClass::Matmul(plan)) => {
+                return Ok(tensor_core(&self.product(plan), *tiles));
+            }
+            (Schedule::Rows { .. }, OpClass::Rows(plan)) => rows(kernel, plan, schedule, target),
+            _ => flat(kernel, schedule),
+        };
+        let occ = occupancy(usage, target);
+        let resident = f64::from(occ.blocks_per_sm.max(1) * target.limits().sm_count);
+        let waves = blocks as f64 / resident;
+        let threads = blocks as f64 * f64::from(usage.threads);
+        let resident_threads = threads.min(resident * f64::from(usage.threads));
+        let peak = hw.dram_bandwidth * cost.access_efficiency;
+        let little = resident_threads * cost.in_flight_per_thread / MEMORY_LATENCY_S;
+        let (bandwidth, bound) = if little < peak {
+            (little, Bound::Latency)
+        } else {
+            (peak, Bound::Memory)
+        };
+        let clock = f64::from(hw.clock_mhz) * 1e6;
+        let seconds = cost.dram_bytes / bandwidth
+            + cost.l2_bytes / (hw.dram_bandwidth * L2_OVER_DRAM)
+            + waves.ceil() * cost.serial_cycles / clock
+            + LAUNCH_S;
+        Ok(Estimate {
+            seconds,
+            bound,
+            occupancy: occ,
+            threads_per_block: usage.threads,
+            registers: usage.registers,
+            shared_bytes: usage.shared_bytes,
+            blocks,
+            waves,
+            intensity,
+            cached_per_thread: cost.cached_per_thread,
+        })
+    }
+
+    /// `points` with their estimates, fastest first (ties keep their
+    /// order); invalid points are left out.
+    pub fn rank(&self, points: &[Schedule]) -> Vec<(Schedule, Estimate)> {
+        let mut ranked: Vec<(Schedule, Estimate)> = points
+            .iter()
+            .filter_map(|p| Some((p.clone(), self.estimate(p).ok()?)))
+            .collect();
+        ranked.sort_by(|a, b| a.1.seconds.total_cmp(&b.1.seconds));
+        ranked
+    }
+
+    fn product<'p>(&'p self, plan: &'p MatmulPlan) -> Product<'p> {
+        Product {
+            kernel: self.lowering.kernel(),
+            plan,
+            target: self.lowering.target(),
+            intensity: self.intensity,
+            epilogue: self.epilogue,
+        }
+    }
+}
+
+/// What every estimate of one contraction's points shares.
+struct Product<'p> {
+    kernel: &'p Kernel,
+    plan: &'p MatmulPlan,
+    target: SmVersion,
+    intensity: f64,
+    /// Its epilogue's instructions an output ([`epilogue_instructions`]).
+    epilogue: f64,
 }
 
 /// How a streaming kernel moves its bytes.
@@ -575,18 +634,11 @@ fn rows(
     )
 }
 
-fn contraction(
-    kernel: &Kernel,
-    plan: &MatmulPlan,
-    tiles: Tiles,
-    target: SmVersion,
-    intensity: f64,
-) -> Estimate {
-    let layout = Layout::new(kernel, plan, tiles, target).expect("validated");
+fn contraction(product: &Product<'_>, tiles: Tiles) -> Estimate {
+    let layout =
+        Layout::new(product.kernel, product.plan, tiles, product.target).expect("validated");
     let block = Block::new(
-        kernel,
-        plan,
-        target,
+        product,
         BlockUsage {
             threads: layout.threads,
             registers: layout.registers,
@@ -659,7 +711,7 @@ fn contraction(
         (0.0, Bound::Compute),
         |best, c| if c.0 > best.0 { c } else { best },
     );
-    block.estimate(kernel, plan, step, intensity)
+    block.estimate(product, step)
 }
 
 /// How a contraction's grid covers its output: the block tile, the walk's
@@ -700,13 +752,8 @@ struct Block {
 }
 
 impl Block {
-    fn new(
-        kernel: &Kernel,
-        plan: &MatmulPlan,
-        target: SmVersion,
-        usage: BlockUsage,
-        walk: Walk,
-    ) -> Block {
+    fn new(product: &Product<'_>, usage: BlockUsage, walk: Walk) -> Block {
+        let (kernel, plan, target) = (product.kernel, product.plan, product.target);
         let hw = target.hardware();
         let occupancy = occupancy(usage, target);
         let extents = [
@@ -743,24 +790,18 @@ impl Block {
     /// warp instructions at the SM's issue rate where nothing else
     /// multiplies meanwhile (one block an SM, not in ping-pong); none
     /// where another block's or set's products run beside it.
-    fn exposed_epilogue(&self, kernel: &Kernel, plan: &MatmulPlan) -> f64 {
+    fn exposed_epilogue(&self, product: &Product<'_>) -> f64 {
         if self.resident > 1 || self.walk.ping_pong {
             return 0.0;
         }
         let outputs = f64::from(self.walk.block_m) * f64::from(self.walk.block_n);
-        outputs * epilogue_instructions(kernel, plan) / 32.0 / ISSUE_PER_CLOCK
+        outputs * product.epilogue / 32.0 / ISSUE_PER_CLOCK
     }
 
     /// The estimate from the cycles of one `block_k` step of the blocks an
     /// SM holds and what bounds it: the steps over `K` (and split-K's tail)
     /// in whole waves over the SMs, or the L2 or DRAM traffic when slower.
-    fn estimate(
-        self,
-        kernel: &Kernel,
-        plan: &MatmulPlan,
-        (step_cycles, bound): (f64, Bound),
-        intensity: f64,
-    ) -> Estimate {
+    fn estimate(self, product: &Product<'_>, (step_cycles, bound): (f64, Bound)) -> Estimate {
         let wave = self.resident * self.sm_count;
         let waves = self.blocks as f64 / f64::from(wave);
         let steps = f64::from(self.walk.k_tiles);
@@ -773,7 +814,7 @@ impl Block {
             true => self.memory_cycles(),
             false => 0.0,
         };
-        let epilogue = self.exposed_epilogue(kernel, plan);
+        let epilogue = self.exposed_epilogue(product);
         let compute_s = match self.walk.split {
             Some(split) if split.whole > 0 => {
                 let whole = f64::from(split.whole) / f64::from(wave);
@@ -796,8 +837,8 @@ impl Block {
             workspace_bytes: split_traffic(self.walk.split),
         };
         let (seconds, bound) = with_memory(
-            kernel,
-            plan,
+            product.kernel,
+            product.plan,
             self.extents,
             grid,
             (compute_s, bound),
@@ -812,7 +853,7 @@ impl Block {
             shared_bytes: self.usage.shared_bytes,
             blocks: self.blocks,
             waves,
-            intensity,
+            intensity: product.intensity,
             cached_per_thread: 0,
         }
     }
@@ -1025,14 +1066,9 @@ fn operand_dram_bytes(
     [a.max(a_bytes), b.max(b_bytes)]
 }
 
-fn tensor_core(
-    kernel: &Kernel,
-    plan: &MatmulPlan,
-    tiles: MmaTiles,
-    target: SmVersion,
-    intensity: f64,
-) -> Estimate {
-    let layout = MmaLayout::new(kernel, plan, tiles, target).expect("validated");
+fn tensor_core(product: &Product<'_>, tiles: MmaTiles) -> Estimate {
+    let target = product.target;
+    let layout = MmaLayout::new(product.kernel, product.plan, tiles, target).expect("validated");
     // With `min_blocks = 1` ptxas may give a thread as many registers as
     // one block leaves it, and takes most (202 to 246 on sm_90 for tiles
     // whose layout estimate is 140 to 208): assume all of them.
@@ -1044,9 +1080,7 @@ fn tensor_core(
             .min(limits.registers_per_sm / layout.threads),
     };
     let block = Block::new(
-        kernel,
-        plan,
-        target,
+        product,
         BlockUsage {
             threads: layout.threads,
             registers,
@@ -1152,7 +1186,7 @@ fn tensor_core(
     } else {
         busy
     } * padded_rows_slowdown(&layout, target);
-    block.estimate(kernel, plan, (step_cycles, bound), intensity)
+    block.estimate(product, (step_cycles, bound))
 }
 
 /// [`PADDED_ROWS_SLOWDOWN`] for `mma.sync` tiles of 16-bit operands in
@@ -1212,14 +1246,10 @@ mod tests {
     /// block on the SM, they add nothing.
     #[test]
     fn a_fused_epilogue_costs_where_nothing_multiplies_beside_it() {
-        let plan = |k: &Kernel| match classify(k) {
-            OpClass::Matmul(plan) => plan,
-            other => panic!("{other:?}"),
-        };
         let [fused, plain] = matmul_bias_gelu(4096, 11008, 512);
-        let gelu = epilogue_instructions(&fused, &plan(&fused));
+        let gelu = Model::new(&fused, SmVersion::Sm90).epilogue;
         assert_eq!(gelu, 17.0);
-        assert_eq!(epilogue_instructions(&plain, &plan(&plain)), 0.0);
+        assert_eq!(Model::new(&plain, SmVersion::Sm90).epilogue, 0.0);
         let coop = MmaTiles {
             block_m: 256,
             block_n: 128,

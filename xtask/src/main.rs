@@ -104,10 +104,19 @@ fn test(root: &Path) -> Result<()> {
     )?;
     // GPU tests are `#[ignore]`d so that a machine without a GPU reports them
     // as ignored, never as passed; where a GPU is present they must run.
-    let mut args = vec!["test", "--workspace", "--no-fail-fast"];
+    // The verification suite runs last, alone, with its output shown.
+    let mut args = vec![
+        "test",
+        "--workspace",
+        "--no-fail-fast",
+        "--",
+        "--exact",
+        "--skip",
+        SUITE,
+    ];
     if gpu_present() {
         eprintln!("xtask: NVIDIA GPU found: running the GPU tests too");
-        args.extend(["--", "--include-ignored"]);
+        args.push("--include-ignored");
     } else {
         eprintln!("xtask: no NVIDIA GPU: GPU tests are reported as ignored");
     }
@@ -119,8 +128,7 @@ fn test(root: &Path) -> Result<()> {
         &["test", "-p", "ktune-search", "--features", "xgboost"],
         None,
     )?;
-    // Once more with its output shown: the suite's summary line belongs in
-    // the log.
+    // The suite with its output shown: its summary line belongs in the log.
     run(
         root,
         "cargo",
@@ -133,10 +141,15 @@ fn test(root: &Path) -> Result<()> {
             "suite",
             "--",
             "--nocapture",
+            "--exact",
+            SUITE,
         ],
         None,
     )
 }
+
+/// The verification suite's test (`vgpu/tests/suite.rs`).
+const SUITE: &str = "every_kernel_class_and_dtype_over_many_points_and_shapes";
 
 /// Whether this machine has an NVIDIA GPU with its driver loaded.
 fn gpu_present() -> bool {

@@ -97,10 +97,13 @@ pub enum LowerError {
         schedule: &'static str,
         reason: String,
     },
-    #[error("schedule {schedule} is invalid for kernel `{kernel}` on {target}: {reason}")]
+    #[error(
+        "schedule {} is invalid for kernel `{kernel}` on {target}: {reason}",
+        .schedule.to_json()
+    )]
     Invalid {
         kernel: String,
-        schedule: String,
+        schedule: Schedule,
         target: SmVersion,
         constraint: Constraint,
         reason: String,
@@ -206,80 +209,123 @@ pub fn lower(
     schedule: &Schedule,
     target: SmVersion,
 ) -> Result<Lowered, LowerError> {
-    dispatch(kernel, schedule, target, Step::Emit).map(|l| l.expect("emitted"))
+    Lowering::new(kernel, target).lower(schedule)
 }
 
 /// Checks `schedule` against every [`Constraint`] for `kernel` on `target`
 /// without emitting code: `Ok` exactly when [`lower`] succeeds.
 pub fn validate(kernel: &Kernel, schedule: &Schedule, target: SmVersion) -> Result<(), LowerError> {
-    dispatch(kernel, schedule, target, Step::Check).map(|_| ())
+    Lowering::new(kernel, target).check(schedule)
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Step {
-    Check,
-    Emit,
-}
-
-fn dispatch(
-    kernel: &Kernel,
-    schedule: &Schedule,
+/// A kernel to lower on a target, what every schedule's lowering needs
+/// from it found once: its op class and whether its tensors are within
+/// reach of 32-bit offsets. Surveying a space checks thousands of points
+/// of one kernel.
+#[derive(Debug, Clone)]
+pub struct Lowering<'k> {
+    kernel: &'k Kernel,
     target: SmVersion,
-    step: Step,
-) -> Result<Option<Lowered>, LowerError> {
-    for t in kernel.inputs.iter().chain(std::iter::once(&kernel.output)) {
-        let len = kernel.len_of(t);
-        if len > i32::MAX as u64 {
-            return Err(LowerError::TooLarge {
-                kernel: kernel.name.clone(),
-                tensor: t.name.clone(),
-                len,
+    class: OpClass,
+    too_large: Option<LowerError>,
+}
+
+impl<'k> Lowering<'k> {
+    pub fn new(kernel: &'k Kernel, target: SmVersion) -> Lowering<'k> {
+        let too_large = kernel
+            .inputs
+            .iter()
+            .chain(std::iter::once(&kernel.output))
+            .find_map(|t| {
+                let len = kernel.len_of(t);
+                (len > i32::MAX as u64).then(|| LowerError::TooLarge {
+                    kernel: kernel.name.clone(),
+                    tensor: t.name.clone(),
+                    len,
+                })
             });
+        Lowering {
+            kernel,
+            target,
+            class: classify::classify(kernel),
+            too_large,
         }
     }
-    let invalid = |v: Violation| LowerError::Invalid {
-        kernel: kernel.name.clone(),
-        schedule: schedule.to_json(),
-        target,
-        constraint: v.constraint,
-        reason: v.reason,
-    };
-    let wrong_class = |class: OpClass| LowerError::WrongClass {
-        kernel: kernel.name.clone(),
-        schedule: schedule.class(),
-        reason: format!("the kernel is {}", class.describe()),
-    };
-    let emit = step == Step::Emit;
-    match *schedule {
-        Schedule::Generic { block } => if emit {
-            generic::lower(kernel, block, target).map(Some)
-        } else {
-            check_block(block, target).map(|()| None)
+
+    pub fn kernel(&self) -> &'k Kernel {
+        self.kernel
+    }
+
+    pub fn target(&self) -> SmVersion {
+        self.target
+    }
+
+    /// The kernel's op class.
+    pub fn class(&self) -> &OpClass {
+        &self.class
+    }
+
+    /// [`lower`] for this kernel and target.
+    pub fn lower(&self, schedule: &Schedule) -> Result<Lowered, LowerError> {
+        self.dispatch(schedule, Step::Emit)
+            .map(|l| l.expect("emitted"))
+    }
+
+    /// [`validate`] for this kernel and target.
+    pub fn check(&self, schedule: &Schedule) -> Result<(), LowerError> {
+        self.dispatch(schedule, Step::Check).map(|_| ())
+    }
+
+    fn dispatch(&self, schedule: &Schedule, step: Step) -> Result<Option<Lowered>, LowerError> {
+        let (kernel, target) = (self.kernel, self.target);
+        if let Some(e) = &self.too_large {
+            return Err(e.clone());
         }
-        .map_err(invalid),
-        Schedule::Elementwise {
-            block,
-            per_thread,
-            vector,
-        } => match classify::classify(kernel) {
-            OpClass::Elementwise => if emit {
+        let invalid = |v: Violation| LowerError::Invalid {
+            kernel: kernel.name.clone(),
+            schedule: schedule.clone(),
+            target,
+            constraint: v.constraint,
+            reason: v.reason,
+        };
+        let wrong_class = || LowerError::WrongClass {
+            kernel: kernel.name.clone(),
+            schedule: schedule.class(),
+            reason: format!("the kernel is {}", self.class.describe()),
+        };
+        let emit = step == Step::Emit;
+        match (schedule, &self.class) {
+            (&Schedule::Generic { block }, _) => if emit {
+                generic::lower(kernel, block, target).map(Some)
+            } else {
+                check_block(block, target).map(|()| None)
+            }
+            .map_err(invalid),
+            (
+                &Schedule::Elementwise {
+                    block,
+                    per_thread,
+                    vector,
+                },
+                OpClass::Elementwise,
+            ) => if emit {
                 elementwise::lower(kernel, block, per_thread, vector, target).map(Some)
             } else {
                 elementwise::check(kernel, block, per_thread, vector, target).map(|()| None)
             }
             .map_err(invalid),
-            other => Err(wrong_class(other)),
-        },
-        Schedule::Rows {
-            threads_per_row,
-            rows_per_block,
-            vector,
-            cache,
-            tree,
-            online,
-            cluster,
-        } => match classify::classify(kernel) {
-            OpClass::Rows(plan) => {
+            (
+                &Schedule::Rows {
+                    threads_per_row,
+                    rows_per_block,
+                    vector,
+                    cache,
+                    tree,
+                    online,
+                    cluster,
+                },
+                OpClass::Rows(plan),
+            ) => {
                 let knobs = rows::Knobs {
                     threads_per_row,
                     rows_per_block,
@@ -290,39 +336,33 @@ fn dispatch(
                     cluster,
                 };
                 if emit {
-                    rows::lower(kernel, &plan, knobs, target).map(Some)
+                    rows::lower(kernel, plan, knobs, target).map(Some)
                 } else {
-                    rows::check(kernel, &plan, knobs, target).map(|_| None)
+                    rows::check(kernel, plan, knobs, target).map(|_| None)
                 }
                 .map_err(invalid)
             }
-            other => Err(wrong_class(other)),
-        },
-        Schedule::Matmul(_) => match matmul::detect(kernel) {
-            Some(plan) => {
-                let tiles = matmul::Tiles::from_schedule(schedule).expect("a matmul point");
-                if emit {
-                    matmul::lower(kernel, &plan, tiles, target).map(Some)
-                } else {
-                    matmul::Layout::new(kernel, &plan, tiles, target).map(|_| None)
-                }
-                .map_err(invalid)
+            (Schedule::Matmul(tiles), OpClass::Matmul(plan)) => if emit {
+                matmul::lower(kernel, plan, *tiles, target).map(Some)
+            } else {
+                matmul::Layout::new(kernel, plan, *tiles, target).map(|_| None)
             }
-            None => Err(wrong_class(classify::classify(kernel))),
-        },
-        Schedule::Mma(_) => match matmul::detect(kernel) {
-            Some(plan) => {
-                let tiles = matmul::mma::MmaTiles::from_schedule(schedule).expect("an mma point");
-                if emit {
-                    matmul::mma::lower(kernel, &plan, tiles, target).map(Some)
-                } else {
-                    matmul::mma::MmaLayout::new(kernel, &plan, tiles, target).map(|_| None)
-                }
-                .map_err(invalid)
+            .map_err(invalid),
+            (Schedule::Mma(tiles), OpClass::Matmul(plan)) => if emit {
+                matmul::mma::lower(kernel, plan, *tiles, target).map(Some)
+            } else {
+                matmul::mma::MmaLayout::new(kernel, plan, *tiles, target).map(|_| None)
             }
-            None => Err(wrong_class(classify::classify(kernel))),
-        },
+            .map_err(invalid),
+            _ => Err(wrong_class()),
+        }
     }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Step {
+    Check,
+    Emit,
 }
 
 /// The schedule ktune uses for `kernel` on `target` when nothing has been

@@ -16,7 +16,7 @@ mod rules;
 use std::collections::BTreeMap;
 
 use crate::ir::Kernel;
-use crate::lower::{Constraint, LowerError, validate};
+use crate::lower::{Constraint, LowerError, Lowering};
 use crate::schedule::{Class, MmaTiles, Schedule, Tiles};
 use crate::target::SmVersion;
 
@@ -142,10 +142,20 @@ impl Space {
         point: &Schedule,
         target: SmVersion,
     ) -> Option<(Rejection, String)> {
+        self.rejection(&Lowering::new(kernel, target), point)
+    }
+
+    /// [`Space::reject`] for the kernel and target of `lowering`, which
+    /// checks many points at the cost of one.
+    pub fn rejection(
+        &self,
+        lowering: &Lowering<'_>,
+        point: &Schedule,
+    ) -> Option<(Rejection, String)> {
         if let Some(reason) = self.redundant(point) {
             return Some((Rejection::Coverage, reason));
         }
-        match validate(kernel, point, target) {
+        match lowering.check(point) {
             Ok(()) => None,
             Err(LowerError::Invalid {
                 constraint, reason, ..
@@ -161,8 +171,9 @@ impl Space {
             valid: Vec::new(),
             rejected: BTreeMap::new(),
         };
+        let lowering = Lowering::new(kernel, target);
         for point in self.points() {
-            match self.reject(kernel, &point, target) {
+            match self.rejection(&lowering, &point) {
                 None => survey.valid.push(point),
                 Some((why, reason)) => {
                     survey.rejected.entry(why).or_insert((0, reason)).0 += 1;

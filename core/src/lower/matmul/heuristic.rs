@@ -121,7 +121,7 @@ use super::mma::{self, MmaLayout, MmaTiles};
 use super::{Layout, MatmulPlan, Tiles, split_k_values};
 use crate::dtype::DType;
 use crate::ir::Kernel;
-use crate::model::estimate;
+use crate::model::{Model, estimate};
 use crate::ptx::inst::MmaKind;
 use crate::schedule::{Class, Schedule};
 use crate::space::Space;
@@ -385,11 +385,12 @@ pub(super) fn polished(kernel: &Kernel, target: SmVersion, rules: Schedule) -> S
     let Some(family) = space.family(Class::Matmul) else {
         return rules;
     };
+    let model = Model::new(kernel, target);
     let seconds = |s: &Schedule| {
-        if space.reject(kernel, s, target).is_some() {
+        if space.rejection(model.lowering(), s).is_some() {
             return None;
         }
-        estimate(kernel, s, target).ok().map(|e| e.seconds)
+        model.estimate(s).ok().map(|e| e.seconds)
     };
     let origin = rules.knob_values();
     let key = |s: &Schedule| {
@@ -512,7 +513,8 @@ fn fastest(
     base: Schedule,
     others: impl IntoIterator<Item = Schedule>,
 ) -> Schedule {
-    let seconds = |s: &Schedule| estimate(kernel, s, target).map(|e| e.seconds).ok();
+    let model = Model::new(kernel, target);
+    let seconds = |s: &Schedule| model.estimate(s).map(|e| e.seconds).ok();
     let Some(mut best_seconds) = seconds(&base) else {
         return base;
     };
