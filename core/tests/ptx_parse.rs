@@ -678,7 +678,7 @@ fn memory_barriers_round_trip() {
     b.mbarrier_arrive(empty);
     let parity = b.u32_imm(1);
     b.mbarrier_wait(full, parity.into());
-    b.mbarrier_wait(empty, Operand::Int(0));
+    b.mbarrier_wait_bounded(empty, Operand::Int(0));
     let kernel = b.finish("mbarriers".into(), 0, 256, 1040);
     round_trip(&kernel, SmVersion::Sm90);
     assert!(kernel.reg_counts.contains(&(RegClass::B64, 1)));
@@ -696,6 +696,24 @@ fn memory_barriers_round_trip() {
             "missing `{line}` in\n{text}"
         );
     }
+    // A bounded wait: a `try_wait`, and where it gives up, retries until
+    // four seconds after the first.
+    let wait = [
+        "\tmbarrier.try_wait.parity.shared.b64 %p1, [%r0+1032], 0;",
+        "\t@%p1 bra $L__BB3;",
+        "\tmov.u32 %r3, %globaltimer_lo;",
+        "$L__BB2:",
+        "\tmbarrier.try_wait.parity.shared.b64 %p2, [%r0+1032], 0;",
+        "\t@%p2 bra $L__BB3;",
+        "\tmov.u32 %r4, %globaltimer_lo;",
+        "\tsub.u32 %r5, %r4, %r3;",
+        "\tsetp.gt.u32 %p3, %r5, 4000000000;",
+        "\t@!%p3 bra $L__BB2;",
+        "\ttrap;",
+        "$L__BB3:",
+    ]
+    .join("\n");
+    assert!(text.contains(&wait), "{text}");
     let err = parse(&text.replace("[%r0+1024], 128", "[%r0+1024]")).unwrap_err();
     assert!(err.message.contains("operand"), "{err}");
 }

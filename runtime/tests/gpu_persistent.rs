@@ -15,7 +15,7 @@ mod lowered;
 
 use std::sync::LazyLock;
 
-use ktune::__private::{KernelInfo, TensorInfo, Variant, launch};
+use ktune::__private::{KernelInfo, Variant, launch};
 use ktune::prelude::*;
 use ktune_core::target::SmVersion;
 
@@ -28,45 +28,20 @@ const K: usize = 88;
 /// held.
 const SCHEDULE: &str = r#"{"class":"mma","block_m":64,"block_n":16,"block_k":64,"warp_m":64,"warp_n":16,"stages":4,"swizzle":1,"wgmma":1,"persistent":1}"#;
 
-static KERNEL: KernelInfo = KernelInfo {
-    name: "matmul",
-    checksum: "0123456789abcdef",
-    dims: &[("M", M as u32), ("N", N as u32), ("K", K as u32)],
-    inputs: &[
-        TensorInfo {
-            name: "a",
-            dtype: "bf16",
-            dims: &["M", "K"],
-            len: M * K,
-        },
-        TensorInfo {
-            name: "b",
-            dtype: "bf16",
-            dims: &["K", "N"],
-            len: K * N,
-        },
-    ],
-    output: TensorInfo {
-        name: "c",
-        dtype: "f32",
-        dims: &["M", "N"],
-        len: M * N,
-    },
-    flops: (2 * M * N * K) as u64,
-    bytes: (2 * (M * K + K * N) + 4 * M * N) as u64,
-};
+static KERNEL: KernelInfo = lowered::matmul_info!("bf16", 2);
 
 /// 8 × 88 tiles of 128 × 16 for two consumer warpgroups of 64 × 16 and
 /// a producer, over the same ring.
 const PRODUCER: &str = r#"{"class":"mma","block_m":128,"block_n":16,"block_k":64,"warp_m":64,"warp_n":16,"stages":4,"min_blocks":1,"swizzle":1,"wgmma":1,"persistent":1,"producer":1}"#;
 
 fn variants(schedule: &'static str) -> Vec<Variant> {
-    let source =
-        "fn matmul(a: Tensor<bf16, (M, K)>, b: Tensor<bf16, (K, N)>) -> Tensor<f32, (M, N)> {
-        compute(|m, n| sum(K, |k| a[m][k] * b[k][n]))
-    }";
-    let shape = format!("shape(M = {M}, N = {N}, K = {K})");
-    vec![lowered::variant(source, &shape, schedule, SmVersion::Sm90)]
+    vec![lowered::matmul(
+        "bf16",
+        [M, N, K],
+        schedule,
+        SmVersion::Sm90,
+        |_| {},
+    )]
 }
 
 static VARIANTS: LazyLock<Vec<Variant>> = LazyLock::new(|| variants(SCHEDULE));

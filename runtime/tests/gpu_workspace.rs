@@ -10,7 +10,7 @@ mod lowered;
 use std::sync::{Arc, LazyLock};
 
 use ktune::__private::cudarc::driver::{CudaSlice, CudaStream};
-use ktune::__private::{KernelInfo, TensorInfo, Variant, launch, workspace_allocations};
+use ktune::__private::{KernelInfo, Variant, launch, workspace_allocations};
 use ktune::prelude::*;
 use ktune_core::target::SmVersion;
 
@@ -21,42 +21,17 @@ const K: usize = 1000;
 /// Four slices of `K`, so four blocks add into each output tile.
 const SCHEDULE: &str = r#"{"class":"matmul","block_m":16,"block_n":32,"block_k":16,"thread_m":1,"thread_n":2,"vector_a":1,"vector_b":1,"split_k":4}"#;
 
-static KERNEL: KernelInfo = KernelInfo {
-    name: "matmul",
-    checksum: "0123456789abcdef",
-    dims: &[("M", M as u32), ("N", N as u32), ("K", K as u32)],
-    inputs: &[
-        TensorInfo {
-            name: "a",
-            dtype: "f32",
-            dims: &["M", "K"],
-            len: M * K,
-        },
-        TensorInfo {
-            name: "b",
-            dtype: "f32",
-            dims: &["K", "N"],
-            len: K * N,
-        },
-    ],
-    output: TensorInfo {
-        name: "c",
-        dtype: "f32",
-        dims: &["M", "N"],
-        len: M * N,
-    },
-    flops: (2 * M * N * K) as u64,
-    bytes: (4 * (M * K + K * N + M * N)) as u64,
-};
+static KERNEL: KernelInfo = lowered::matmul_info!("f32", 4);
 
 /// The split-K variant, lowered for sm_80 (which every later GPU runs).
 static VARIANTS: LazyLock<Vec<Variant>> = LazyLock::new(|| {
-    let source =
-        "fn matmul(a: Tensor<f32, (M, K)>, b: Tensor<f32, (K, N)>) -> Tensor<f32, (M, N)> {
-        compute(|m, n| sum(K, |k| a[m][k] * b[k][n]))
-    }";
-    let shape = format!("shape(M = {M}, N = {N}, K = {K})");
-    vec![lowered::variant(source, &shape, SCHEDULE, SmVersion::Sm80)]
+    vec![lowered::matmul(
+        "f32",
+        [M, N, K],
+        SCHEDULE,
+        SmVersion::Sm80,
+        |_| {},
+    )]
 });
 
 fn variants() -> &'static [Variant] {

@@ -312,6 +312,7 @@ pub(crate) enum Exec {
         target: u32,
     },
     Ret,
+    Trap,
 }
 
 impl Exec {
@@ -1009,6 +1010,7 @@ impl Decoder<'_> {
             },
             Op::Label(_) => return Err("a label is not an instruction".into()),
             Op::Ret => Exec::Ret,
+            Op::Trap => Exec::Trap,
         })
     }
 

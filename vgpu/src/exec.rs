@@ -127,7 +127,7 @@ pub(crate) fn run_thread(
     let mut steps = t.steps;
     let result = loop {
         steps += 1;
-        match step(env, reach, t, regs, insts, pc) {
+        match step(env, reach, t, regs, insts, pc, steps) {
             Ok(Flow::Next) => pc += 1,
             // Only a branch can make a thread run forever, so the limit is
             // checked there (a fault points at the loop's branch).
@@ -183,6 +183,7 @@ fn step(
     regs: &mut [Cell],
     insts: &[crate::decode::Inst],
     pc: usize,
+    steps: u64,
 ) -> Result<Flow, Trap> {
     let program = env.program;
     let serial = env.serial;
@@ -349,6 +350,9 @@ fn step(
                 Special::NctaidX => env.nctaid[0],
                 Special::NctaidY => env.nctaid[1],
                 Special::LaneId => t.id % 32,
+                // A virtual clock: a nanosecond an instruction the thread
+                // has executed.
+                Special::GlobalTimerLo => steps as u32,
             };
             set!(dst, u64::from(v));
         }
@@ -574,6 +578,7 @@ fn step(
         Exec::ClusterWait => return Ok(Flow::Stop(State::ClusterWait)),
         Exec::Bra { target } => return Ok(Flow::Jump(target)),
         Exec::Ret => return Ok(Flow::Stop(State::Exited)),
+        Exec::Trap => return Err(Box::new(FaultKind::Trap)),
     }
     Ok(Flow::Next)
 }

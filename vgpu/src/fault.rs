@@ -255,6 +255,9 @@ pub enum FaultKind {
     RegisterPool { count: u32, current: u32, free: u32 },
     /// A thread executed more instructions than the configured limit.
     StepLimit { limit: u64 },
+    /// A `trap`: the kernel ended itself with an error (ktune's kernels
+    /// trap where a memory-barrier wait outlasts its deadline).
+    Trap,
     /// The instruction list is malformed (undefined label, register out of
     /// range, operand of the wrong width, an instruction ktune never emits).
     InvalidKernel { reason: String },
@@ -763,6 +766,7 @@ impl fmt::Display for FaultKind {
                 f,
                 "thread executed more than {limit} instructions (infinite loop?)"
             ),
+            FaultKind::Trap => write!(f, "the thread executed `trap`"),
             FaultKind::InvalidKernel { reason } => write!(f, "invalid kernel: {reason}"),
             FaultKind::InvalidLaunch { reason } => write!(f, "invalid launch: {reason}"),
         }

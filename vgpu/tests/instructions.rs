@@ -150,6 +150,34 @@ fn division_by_zero_faults() {
 }
 
 #[test]
+fn trap_faults() {
+    let fault = try_per_lane(|b, t| {
+        b.push(Op::Trap);
+        t
+    })
+    .unwrap_err();
+    assert_eq!(fault.kind, FaultKind::Trap);
+    assert_eq!(fault.instruction, "trap");
+}
+
+/// `%globaltimer_lo` counts a nanosecond an instruction the thread
+/// executed: it advances over every instruction between two reads.
+#[test]
+fn the_global_timer_advances() {
+    let got = per_lane(|b, t| {
+        let start = b.special(Special::GlobalTimerLo);
+        let spent = b.u32_op(ArithOp::Add, t, Operand::Int(1));
+        let spent = b.u32_op(ArithOp::Mul, spent, Operand::Int(3));
+        let now = b.special(Special::GlobalTimerLo);
+        let elapsed = b.u32_op(ArithOp::Sub, now, start);
+        b.u32_op(ArithOp::Add, elapsed, spent)
+    });
+    // Three instructions from the first read to the second; `spent` is
+    // the lane's own.
+    assert_eq!(got, lanes().map(|t| 3 + 3 * (t + 1)).collect::<Vec<_>>());
+}
+
+#[test]
 fn shifts_clamp_at_the_width() {
     let got = per_lane(|b, t| b.u32_op(ArithOp::Shl, Operand::Int(1), t));
     assert_eq!(got, lanes().map(|t| 1 << t).collect::<Vec<_>>());

@@ -212,6 +212,8 @@ enum Break {
     ReleaseWhileRead,
     /// Ping-pong's sets do not wait for their turn.
     NoTurns,
+    /// The consumers never release a slot.
+    NoRelease,
 }
 
 fn broken(kernel: &ktune_core::ir::Kernel, t: MmaTiles, how: Break) -> ktune_vgpu::Fault {
@@ -262,26 +264,60 @@ fn broken_lowering(
         }
         edited += 1;
     }
-    // A wait is a `try_wait` and the branch back to it while it fails.
-    let waits = |at: usize| matches!(body[at].op, Op::MbarrierTryWait { .. });
-    let removed: Vec<usize> = match how {
+    // A wait is a `try_wait` and the branch back to it while it fails; or,
+    // bounded (the producer's), a `try_wait`, the branch past the rest when
+    // it passes, and the retries up to the label that branch goes to. Each
+    // wait's first `try_wait` and its span.
+    let waits: Vec<(usize, std::ops::Range<usize>)> = (1..body.len())
+        .filter_map(|at| {
+            let Op::MbarrierTryWait { .. } = body[at].op else {
+                return None;
+            };
+            let Op::Bra { target } = body[at + 1].op else {
+                panic!("a try_wait's branch follows it");
+            };
+            let retried = body[at + 1].guard.is_some_and(|g| g.negate);
+            if retried {
+                return Some((at, at..at + 2));
+            }
+            if matches!(body[at - 1].op, Op::Label(_)) {
+                // A bounded wait's retry.
+                return None;
+            }
+            let end = (at..body.len())
+                .find(|&i| body[i].op == Op::Label(target))
+                .expect("the wait's end");
+            Some((at, at..end + 1))
+        })
+        .collect();
+    let spans = |keep: &dyn Fn(usize) -> bool| -> Vec<std::ops::Range<usize>> {
+        waits
+            .iter()
+            .filter(|(at, _)| keep(*at))
+            .map(|(_, span)| span.clone())
+            .collect()
+    };
+    let removed: Vec<std::ops::Range<usize>> = match how {
         // The turns' waits address their barrier by a register of its own;
         // the slots' by the slot's offset from the window, past the ring.
-        Break::NoTurns => (0..products)
-            .filter(
-                |&at| matches!(body[at].op, Op::MbarrierTryWait { addr, .. } if addr.offset == 0),
-            )
-            .collect(),
-        Break::ProducerDoesNotWait => (products..body.len()).filter(|&at| waits(at)).collect(),
-        Break::ConsumersDoNotWait => (0..products).filter(|&at| waits(at)).collect(),
+        Break::NoTurns => spans(&|at| {
+            at < products
+                && matches!(body[at].op, Op::MbarrierTryWait { addr, .. } if addr.offset == 0)
+        }),
+        Break::ProducerDoesNotWait => spans(&|at| at > products),
+        Break::ConsumersDoNotWait => spans(&|at| at < products),
         Break::NoProxyFence => (0..products)
             .filter(|&at| body[at].op == Op::FenceProxyAsync)
+            .map(|at| at..at + 1)
+            .collect(),
+        Break::NoRelease => (0..body.len())
+            .filter(|&at| matches!(body[at].op, Op::MbarrierArrive { .. }))
+            .map(|at| at..at + 1)
             .collect(),
         _ => Vec::new(),
     };
-    let span = if how == Break::NoProxyFence { 1 } else { 2 };
-    for &at in removed.iter().rev() {
-        body.drain(at..at + span);
+    for span in removed.iter().rev() {
+        body.drain(span.clone());
     }
     if how == Break::NoTurns {
         assert_eq!(removed.len(), 1, "one wait for the turn");
@@ -355,7 +391,7 @@ fn a_broken_handover_is_a_fault() {
                     | FaultKind::UninitializedShared { .. }
             ),
             Break::NoProxyFence => matches!(fault.kind, FaultKind::AsyncProxyUnfenced { .. }),
-            Break::NoTurns => unreachable!("ping-pong's turns are broken in their own test"),
+            Break::NoTurns | Break::NoRelease => unreachable!("broken in their own tests"),
         };
         assert!(expected, "{how:?}, {stages} stages: {fault}");
     }
@@ -399,6 +435,26 @@ fn ping_pong_sets_that_do_not_take_turns_go_wrong() {
         ),
         Ok(output) => panic!("ran without turns, {output:?}"),
     }
+}
+
+/// Consumers that never release a slot leave the producer waiting for one
+/// after its first round of fills: a deadlock here, and on a GPU its wait
+/// ending in a `trap` past the deadline (`runtime/tests/gpu_deadline.rs`).
+#[test]
+fn a_slot_never_released_leaves_the_producer_waiting() {
+    let kernel = gemm("bf16", false, true, (128, 16, 512));
+    let t = tiles((64, 16, 32), 16, 3);
+    let fault = broken(&kernel, t, Break::NoRelease);
+    assert!(
+        matches!(
+            fault.kind,
+            ktune_vgpu::FaultKind::Mbarrier {
+                problem: ktune_vgpu::MbarrierProblem::Deadlock { .. },
+                ..
+            }
+        ),
+        "{fault}"
+    );
 }
 
 /// Two consumer warpgroups raising to 240 registers where the producer's

@@ -12,6 +12,13 @@ pub struct Builder {
     labels: u32,
 }
 
+/// How long a bounded memory-barrier wait
+/// ([`Builder::mbarrier_wait_bounded`]) lasts at most before its kernel
+/// traps: a phase that never completes ends the kernel with an error
+/// instead of hanging the GPU. No fill of a ring slot or turn of a
+/// ping-pong set legitimately takes a thousandth of it.
+pub const MBARRIER_DEADLINE_NS: u32 = 4_000_000_000;
+
 impl Builder {
     pub fn new() -> Builder {
         Builder::default()
@@ -490,13 +497,40 @@ impl Builder {
     }
 
     /// Waits until the phase of parity `parity` of the memory barrier at
-    /// `addr` has completed: `try_wait` in a loop, since it may give up.
+    /// `addr` has completed: `try_wait` in a loop, since it may give up
+    /// (ptxas moves the retries out of line, past the function's end).
     pub fn mbarrier_wait(&mut self, addr: Addr, parity: Operand) {
         let again = self.label();
         self.place(again);
         let done = self.reg(RegClass::Pred);
         self.push(Op::MbarrierTryWait { done, addr, parity });
         self.bra_if(done, true, again);
+    }
+
+    /// [`Builder::mbarrier_wait`], but for at most
+    /// [`MBARRIER_DEADLINE_NS`] after the first `try_wait` gave up, then
+    /// `trap`: a phase that never completes ends the kernel with an error.
+    /// A wait that passes at once reads no clock. The retries keep a
+    /// register (ptxas 12.9 keeps them in line, the first `try_wait`
+    /// branching over them when it passes).
+    pub fn mbarrier_wait_bounded(&mut self, addr: Addr, parity: Operand) {
+        let (again, passed) = (self.label(), self.label());
+        let done = self.reg(RegClass::Pred);
+        self.push(Op::MbarrierTryWait { done, addr, parity });
+        self.bra_if(done, false, passed);
+        // The clock's low word: the time since the first try, modulo 2^32
+        // ns, grows from 0 past the deadline long before it wraps.
+        let start = self.special(Special::GlobalTimerLo);
+        self.place(again);
+        let done = self.reg(RegClass::Pred);
+        self.push(Op::MbarrierTryWait { done, addr, parity });
+        self.bra_if(done, false, passed);
+        let now = self.special(Special::GlobalTimerLo);
+        let waited = self.u32_op(ArithOp::Sub, now, start);
+        let late = self.setp(Cmp::Gt, Ty::U32, waited, MBARRIER_DEADLINE_NS);
+        self.bra_if(late, true, again);
+        self.push(Op::Trap);
+        self.place(passed);
     }
 
     /// `ldmatrix` of `count` (1, 2 or 4) 8×8 b16 matrices from shared memory:

@@ -92,6 +92,10 @@ pub enum Special {
     NctaidX,
     NctaidY,
     LaneId,
+    /// `%globaltimer_lo`: the low 32 bits of a count of nanoseconds
+    /// (it wraps every 4.3 s), read by a wait that gives up after a
+    /// deadline.
+    GlobalTimerLo,
 }
 
 /// A state space for loads and stores.
@@ -467,6 +471,8 @@ pub enum Op {
     Label(Label),
     /// `ret`
     Ret,
+    /// `trap`: ends the kernel with an error.
+    Trap,
 }
 
 /// A predicate guard: `@p` or `@!p`.

@@ -670,6 +670,7 @@ impl<'t> Parser<'t> {
                 }
             }
             "ret" => Op::Ret,
+            "trap" => Op::Trap,
             name => {
                 if let Some(op) = arith_op(name) {
                     arity(3)?;
@@ -912,6 +913,7 @@ fn special(name: &str) -> Option<Special> {
         "%nctaid.x" => Special::NctaidX,
         "%nctaid.y" => Special::NctaidY,
         "%laneid" => Special::LaneId,
+        "%globaltimer_lo" => Special::GlobalTimerLo,
         _ => return None,
     };
     Some(sreg)

@@ -270,6 +270,7 @@ fn sreg(s: Special) -> &'static str {
         Special::NctaidX => "%nctaid.x",
         Special::NctaidY => "%nctaid.y",
         Special::LaneId => "%laneid",
+        Special::GlobalTimerLo => "%globaltimer_lo",
     }
 }
 
@@ -588,6 +589,7 @@ pub(super) fn write_instr(out: &mut String, instr: &Instr) -> std::fmt::Result {
         Op::Bra { target } => write!(out, "bra.uni {}", label_name(*target)),
         Op::Label(_) => Ok(()),
         Op::Ret => write!(out, "ret"),
+        Op::Trap => write!(out, "trap"),
     }?;
     writeln!(out, ";")
 }

@@ -4,16 +4,33 @@
 use ktune::__private::Variant;
 use ktune_core::lower::lower;
 use ktune_core::ptx;
+use ktune_core::ptx::inst::Instr;
 use ktune_core::schedule::Schedule;
 use ktune_core::syntax::parse_kernel;
 use ktune_core::target::SmVersion;
 
-/// The default-like (untuned) variant of the kernel `source` at `shape`
-/// (the attribute's text, `shape(M = 3, …)`), with `schedule` lowered for
-/// `target`; an `sm_90a` module (`arch_specific`) where the code needs it.
-pub fn variant(source: &str, shape: &str, schedule: &'static str, target: SmVersion) -> Variant {
+/// The default-like (untuned) variant of `matmul(a: Tensor<dtype, (M,
+/// K)>, b: Tensor<dtype, (K, N)>) -> Tensor<f32, (M, N)>` at `[M, N, K]`,
+/// with `schedule` lowered for `target` and its instructions edited by
+/// `edit` (a test that breaks the kernel on purpose; most leave them)
+/// before they are printed; an `sm_90a` module (`arch_specific`) where the
+/// code needs it.
+pub fn matmul(
+    dtype: &str,
+    [m, n, k]: [usize; 3],
+    schedule: &'static str,
+    target: SmVersion,
+    edit: impl FnOnce(&mut Vec<Instr>),
+) -> Variant {
+    let source = format!(
+        "fn matmul(a: Tensor<{dtype}, (M, K)>, b: Tensor<{dtype}, (K, N)>) -> Tensor<f32, (M, N)> {{
+            compute(|m, n| sum(K, |k| a[m][k] * b[k][n]))
+        }}"
+    );
+    let shape = format!("shape(M = {m}, N = {n}, K = {k})");
     let kernel = parse_kernel(shape.parse().unwrap(), source.parse().unwrap()).unwrap();
-    let lowered = lower(&kernel, &Schedule::from_json(schedule).unwrap(), target).unwrap();
+    let mut lowered = lower(&kernel, &Schedule::from_json(schedule).unwrap(), target).unwrap();
+    edit(&mut lowered.ptx.body);
     Variant {
         gpu: None,
         sm: target.compute_capability(),
@@ -29,3 +46,39 @@ pub fn variant(source: &str, shape: &str, schedule: &'static str, target: SmVers
         registers: lowered.launch.registers,
     }
 }
+
+/// The [`KernelInfo`](ktune::__private::KernelInfo) of [`matmul`] with
+/// operands of `$dtype` (`$bytes` bytes an element) at the constants `M`,
+/// `N` and `K` where it is used.
+macro_rules! matmul_info {
+    ($dtype:literal, $bytes:literal) => {
+        ktune::__private::KernelInfo {
+            name: "matmul",
+            checksum: "0123456789abcdef",
+            dims: &[("M", M as u32), ("N", N as u32), ("K", K as u32)],
+            inputs: &[
+                ktune::__private::TensorInfo {
+                    name: "a",
+                    dtype: $dtype,
+                    dims: &["M", "K"],
+                    len: M * K,
+                },
+                ktune::__private::TensorInfo {
+                    name: "b",
+                    dtype: $dtype,
+                    dims: &["K", "N"],
+                    len: K * N,
+                },
+            ],
+            output: ktune::__private::TensorInfo {
+                name: "c",
+                dtype: "f32",
+                dims: &["M", "N"],
+                len: M * N,
+            },
+            flops: (2 * M * N * K) as u64,
+            bytes: ($bytes * (M * K + K * N) + 4 * M * N) as u64,
+        }
+    };
+}
+pub(crate) use matmul_info;

@@ -310,10 +310,17 @@ impl Slots {
     }
 
     /// Waits at the current slot's barrier `which` for the phase of
-    /// parity `parity`.
+    /// parity `parity`. The producer's waits, at `empty`, give up with a
+    /// trap after a deadline: it exits only once the consumers released
+    /// every fill, past all of their own waits, so that any wait that
+    /// would last forever leaves the producer waiting too, and its trap
+    /// ends the kernel. The consumers' waits keep no register for it.
     fn wait(&self, b: &mut Builder, which: Barrier, parity: Reg) {
         let addr = self.barrier(b, which, self.slot);
-        b.mbarrier_wait(addr, parity.into());
+        match which {
+            Barrier::Full => b.mbarrier_wait(addr, parity.into()),
+            Barrier::Empty => b.mbarrier_wait_bounded(addr, parity.into()),
+        }
     }
 
     /// The producer takes the current slot once the consumers released
