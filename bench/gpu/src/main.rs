@@ -58,6 +58,14 @@ struct Cli {
     /// Fewer timed runs (5 to 20 per measurement, 1 per screened schedule).
     #[arg(long)]
     quick: bool,
+    /// Leave out schedules with a producer warpgroup (`producer` 1 or 2)
+    /// from the alternatives, the bounded search's candidates, the sample
+    /// and the search: for a GPU on which the runtime's producer test
+    /// failed. Should their memory barriers never complete, the kernel
+    /// ends with a trap, which leaves the process's CUDA context unusable
+    /// for every case after.
+    #[arg(long, conflicts_with_all = ["agree", "fit", "dry_run", "list"])]
+    without_producer: bool,
     /// Wall-clock seconds for the whole run; each case gets an equal share
     /// of what is left, and stops screening schedules when its share is
     /// spent (the baseline and default are always measured, and the
@@ -270,7 +278,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
         generator_version: ktune_core::GENERATOR_VERSION,
         date: iso_date(now),
         gpu: gpu.info.clone(),
-        settings: policy.settings((cli.sample, cli.search), cli.seed, cli.quick, cli.budget_s),
+        settings: policy.settings(
+            (cli.sample, cli.search),
+            cli.seed,
+            (cli.quick, cli.without_producer),
+            cli.budget_s,
+        ),
         memory: None,
         cases: Vec::new(),
     };
@@ -305,6 +318,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         sample: cli.sample,
         search: cli.search,
         seed: cli.seed,
+        without_producer: cli.without_producer,
     };
     for (i, case) in selected.iter().enumerate() {
         let left = budget.saturating_sub(start.elapsed());

@@ -91,6 +91,13 @@ pub struct Plan {
     ranked: Vec<(Schedule, Estimate)>,
 }
 
+/// Whether `schedule` has a producer warpgroup (`producer` 1 or 2), whose
+/// memory barriers, should a phase never complete, end the kernel with a
+/// trap.
+pub fn has_producer(schedule: &Schedule) -> bool {
+    matches!(schedule, Schedule::Mma(t) if t.producer > 0)
+}
+
 impl Plan {
     pub fn new(
         case: &'static Case,
@@ -153,6 +160,14 @@ impl Plan {
             valid,
             ranked,
         })
+    }
+
+    /// Leaves schedules with a producer warpgroup ([`has_producer`]) out of
+    /// the alternatives, the bounded search's candidates and the sample.
+    pub fn leave_out_producers(&mut self) {
+        for schedules in [&mut self.alternatives, &mut self.bounded, &mut self.sample] {
+            schedules.retain(|s| !has_producer(s));
+        }
     }
 
     /// The search of the case's space a build would run on this target
@@ -482,6 +497,37 @@ mod tests {
 
     fn case(name: &str) -> &'static crate::cases::Case {
         crate::cases::select(name).expect("a case")[0]
+    }
+
+    /// The fused case's plan measures producer points among the default's
+    /// alternatives and the bounded search's candidates (the sample may
+    /// draw some too); `--without-producer` leaves every one out and
+    /// keeps the rest.
+    #[test]
+    fn producer_points_can_be_left_out() {
+        let mut plan =
+            Plan::new(case("matmul_bias_gelu_bf16"), SmVersion::Sm90, 64, 1).expect("a plan");
+        let count = |plan: &Plan| {
+            [&plan.alternatives, &plan.bounded, &plan.sample]
+                .map(|list| list.iter().filter(|s| has_producer(s)).count())
+        };
+        let [alternatives, bounded, _] = count(&plan);
+        assert!(alternatives >= 3 && bounded >= 1, "{:?}", count(&plan));
+        let lengths = |plan: &Plan| {
+            [
+                plan.alternatives.len(),
+                plan.bounded.len(),
+                plan.sample.len(),
+            ]
+        };
+        let (before, producers) = (lengths(&plan), count(&plan));
+        plan.leave_out_producers();
+        assert_eq!(count(&plan), [0, 0, 0]);
+        let after = lengths(&plan);
+        for i in 0..3 {
+            assert_eq!(after[i], before[i] - producers[i]);
+        }
+        assert!(!has_producer(&plan.default));
     }
 
     #[test]

@@ -66,6 +66,9 @@ pub struct Settings {
     pub time_cap_ms: f64,
     /// Timed runs per sampled schedule when screening for the best.
     pub screen_reps: usize,
+    /// Whether schedules with a producer warpgroup were left out
+    /// (`--without-producer`).
+    pub without_producer: bool,
 }
 
 /// One case's measurements. The baseline and the schedules measured in
@@ -483,6 +486,7 @@ mod tests {
                 max_reps: 1,
                 time_cap_ms: 1.0,
                 screen_reps: 1,
+                without_producer: false,
             },
             memory: None,
             cases: Vec::new(),

@@ -13,7 +13,7 @@ use anyhow::{Context, Result, bail};
 use cudarc::driver::CudaSlice;
 use ktune_bench::cases::{BIAS_GELU, Baseline, Case, Kind, parse, plain_product};
 use ktune_bench::check::{Check, HostTensor, Reference, random_inputs};
-use ktune_bench::plan::{Plan, Variant};
+use ktune_bench::plan::{Plan, Variant, has_producer};
 use ktune_bench::report::{
     CaseResult, Measured, Ratios, Sampled, Screen, Screened, Settings, Times,
 };
@@ -70,7 +70,7 @@ impl Policy {
         &self,
         (sample, search): (usize, usize),
         seed: u64,
-        quick: bool,
+        (quick, without_producer): (bool, bool),
         budget_s: f64,
     ) -> Settings {
         Settings {
@@ -83,6 +83,7 @@ impl Policy {
             max_reps: self.max_reps,
             time_cap_ms: self.cap_ms,
             screen_reps: self.screen_reps,
+            without_producer,
         }
     }
 }
@@ -160,6 +161,8 @@ pub struct Runner<'g> {
     /// Evaluations of `max-autotune`'s search per case (0: none).
     pub search: usize,
     pub seed: u64,
+    /// Whether schedules with a producer warpgroup are left out.
+    pub without_producer: bool,
 }
 
 /// The baseline set up and checked, ready to time: what its runs need
@@ -228,7 +231,10 @@ impl<'g> Runner<'g> {
         deadline: Instant,
         result: &mut CaseResult,
     ) -> Result<()> {
-        let plan = Plan::new(case, self.gpu.target, self.sample, self.seed)?;
+        let mut plan = Plan::new(case, self.gpu.target, self.sample, self.seed)?;
+        if self.without_producer {
+            plan.leave_out_producers();
+        }
         let kernel = &plan.kernel;
         result.dtype = case.dtype()?.name().to_owned();
         result.flops = kernel.flops();
@@ -318,7 +324,11 @@ impl<'g> Runner<'g> {
             let info = self.gpu.info.clone();
             let allowance = (self.search, deadline);
             let screens = (self.policy.screen_reps, default_ms);
+            let without_producer = self.without_producer;
             let (schedule, evaluated) = search(&plan, &info, allowance, screens, |kernel, s| {
+                if without_producer && has_producer(s) {
+                    return Err("left out: it has a producer warpgroup (--without-producer)".into());
+                }
                 self.screen(kernel, s, &mut bufs, &reference, beside)
                     .map(|(screen, _)| screen)
                     .map_err(|e| format!("{e:#}"))
