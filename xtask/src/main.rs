@@ -208,7 +208,8 @@ const GPU_RUN_SCRIPT: &str = r#"#!/usr/bin/env bash
 #   (150), each part killed a minute or so past its budget.
 #   checks  the demo on the GPU and on the virtual GPU, the runtime's GPU
 #           tests, the verification suite on both devices (agree.json;
-#           AGREE_KERNELS=mma_: only the kernels whose names start so),
+#           AGREE_KERNELS=mma_: only the kernels whose names start so;
+#           without producer points where gpu_persistent failed),
 #           then over the random kernels of seeds RANDOM_SEEDS (0..200;
 #           agree-random.json; AGREE_RANDOM_SECONDS=0 leaves them out)
 #   bench   ktune-bench against cuBLAS, then torch where present, on the
@@ -247,9 +248,10 @@ if has_part checks; then
     for test in "$here"/tests/*; do
         if ! timeout "$check_s" "$test" --include-ignored 2>&1 | tee -a "$out/tests.txt"; then
             status=1
-            # Its producer variants failed or hung here: the benchmark
-            # leaves such schedules out, lest one's trap end its CUDA
-            # context for every case after.
+            # Its producer variants failed or hung here: the verification
+            # suite's comparison and the benchmark leave such schedules
+            # out, lest one's trap end their CUDA context for every run
+            # after.
             if [ "$(basename "$test")" = gpu_persistent ]; then without_producer=1; fi
         fi
     done
@@ -263,6 +265,7 @@ if has_part checks; then
         export KTUNE_PTXAS=/usr/local/cuda/bin/ptxas
     fi
     timeout $(( agree_s + 60 )) "$here/ktune-bench" --agree ${AGREE_KERNELS:+--only "$AGREE_KERNELS"} \
+        ${without_producer:+--without-producer} \
         --budget-s "$agree_s" --out "$out/agree.json" 2>&1 | tee -a "$out/tests.txt" || status=1
     random_s=${AGREE_RANDOM_SECONDS:-60}
     if [ "$random_s" -gt 0 ]; then

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use cudarc::driver::CudaSlice;
 use ktune_bench::agreement::{AgreeResults, Comparison, inexact};
-use ktune_bench::plan::Variant;
+use ktune_bench::plan::{Variant, has_producer};
 use ktune_build::ptxas;
 use ktune_core::lower::lower;
 use ktune_vgpu::suite::{self, Run};
@@ -85,6 +85,7 @@ pub struct Agreement {
     pub exact: usize,
     pub identical: usize,
     pub skipped: usize,
+    pub left_out: usize,
     pub out_of_time: usize,
     pub report: suite::Report<String>,
 }
@@ -107,6 +108,7 @@ impl Agreement {
             exact_points: self.exact,
             identical_points: self.identical,
             skipped_points: self.skipped,
+            left_out_points: self.left_out,
             out_of_time_points: self.out_of_time,
             stopped: None,
             failures: self.report.failures,
@@ -123,6 +125,7 @@ struct Tally {
     exact: AtomicUsize,
     identical: AtomicUsize,
     skipped: AtomicUsize,
+    left_out: AtomicUsize,
     out_of_time: AtomicUsize,
     on_gpu: AtomicUsize,
     failures: Mutex<Vec<String>>,
@@ -159,11 +162,14 @@ impl Compiler<'_> {
 /// run. Prints progress every [`PROGRESS_EVERY`]. When one run holds the
 /// GPU for [`STUCK`], or the runs go on [`GRACE`] past `deadline`, hands
 /// what was found so far to `stopped` and ends the process: a hung launch
-/// cannot be taken back. Says first, on stderr, what it compares.
+/// cannot be taken back. With `without_producer`, runs of schedules with a
+/// producer warpgroup are counted, not run. Says first, on stderr, what it
+/// compares.
 pub fn agree(
     gpu: &Gpu,
     kernels: &Kernels,
     compiler: Compiler<'_>,
+    without_producer: bool,
     deadline: Instant,
     date: &str,
     stopped: impl Fn(AgreeResults) + Sync,
@@ -189,7 +195,8 @@ pub fn agree(
         });
         let report = suite::run(&catalogue, workers, |run| {
             tally.begun.fetch_add(1, Ordering::Relaxed);
-            check(gpu, compiler, &device, &tally, run, deadline).map_err(|e| {
+            let leave_out = without_producer && has_producer(run.schedule);
+            check(gpu, compiler, &device, &tally, run, (deadline, leave_out)).map_err(|e| {
                 let e = match sources.get(&run.reference.kernel().name) {
                     Some(source) => format!("{e}\n{source}"),
                     None => e,
@@ -207,6 +214,7 @@ pub fn agree(
         exact: tally.exact.into_inner(),
         identical: tally.identical.into_inner(),
         skipped: tally.skipped.into_inner(),
+        left_out: tally.left_out.into_inner(),
         out_of_time: tally.out_of_time.into_inner(),
         report,
     }
@@ -219,10 +227,14 @@ fn check(
     device: &Mutex<&Gpu>,
     tally: &Tally,
     run: &Run<'_>,
-    deadline: Instant,
+    (deadline, leave_out): (Instant, bool),
 ) -> Result<(), String> {
     if run.target > gpu.target {
         tally.skipped.fetch_add(1, Ordering::Relaxed);
+        return Ok(());
+    }
+    if leave_out {
+        tally.left_out.fetch_add(1, Ordering::Relaxed);
         return Ok(());
     }
     if Instant::now() > deadline {
@@ -359,6 +371,7 @@ fn partial(
         exact_points: tally.exact.load(Ordering::Relaxed),
         identical_points: tally.identical.load(Ordering::Relaxed),
         skipped_points: tally.skipped.load(Ordering::Relaxed),
+        left_out_points: tally.left_out.load(Ordering::Relaxed),
         out_of_time_points: tally.out_of_time.load(Ordering::Relaxed),
         stopped: Some(why),
         failures,

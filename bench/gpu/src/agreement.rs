@@ -125,6 +125,9 @@ pub struct AgreeResults {
     pub identical_points: usize,
     /// Runs skipped because their target is newer than the GPU.
     pub skipped_points: usize,
+    /// Runs left out because their schedule has a producer warpgroup
+    /// (`--without-producer`).
+    pub left_out_points: usize,
     /// Runs not made because the time budget was spent (counted among
     /// `points` and the summary's schedule points, but not run).
     pub out_of_time_points: usize,

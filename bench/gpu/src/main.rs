@@ -60,11 +60,11 @@ struct Cli {
     quick: bool,
     /// Leave out schedules with a producer warpgroup (`producer` 1 or 2)
     /// from the alternatives, the bounded search's candidates, the sample
-    /// and the search: for a GPU on which the runtime's producer test
-    /// failed. Should their memory barriers never complete, the kernel
-    /// ends with a trap, which leaves the process's CUDA context unusable
-    /// for every case after.
-    #[arg(long, conflicts_with_all = ["agree", "fit", "dry_run", "list"])]
+    /// and the search, or with `--agree` from the suite's runs: for a GPU
+    /// on which the runtime's producer test failed. Should their memory
+    /// barriers never complete, the kernel ends with a trap, which leaves
+    /// the process's CUDA context unusable for every run after.
+    #[arg(long, conflicts_with_all = ["fit", "dry_run", "list"])]
     without_producer: bool,
     /// Wall-clock seconds for the whole run; each case gets an equal share
     /// of what is left, and stops screening schedules when its share is
@@ -216,11 +216,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 println!("{failure}");
             }
             println!(
-                "{} of {} runs exactly specified, {} identical on both devices, {} skipped (targets newer than the GPU), {} not run (time budget spent), in {:.1} s",
+                "{} of {} runs exactly specified, {} identical on both devices, {} skipped (targets newer than the GPU), {} left out (a producer warpgroup), {} not run (time budget spent), in {:.1} s",
                 results.exact_points,
                 results.points,
                 results.identical_points,
                 results.skipped_points,
+                results.left_out_points,
                 results.out_of_time_points,
                 started.elapsed().as_secs_f64()
             );
@@ -251,8 +252,16 @@ fn run(cli: Cli) -> Result<ExitCode> {
             agree::Kernels::Catalogue(cli.only.clone()),
             agree::Kernels::Random,
         );
-        let results =
-            agree::agree(&gpu, &kernels, compiler, deadline, &date, stopped).results(&gpu, date);
+        let results = agree::agree(
+            &gpu,
+            &kernels,
+            compiler,
+            cli.without_producer,
+            deadline,
+            &date,
+            stopped,
+        )
+        .results(&gpu, date);
         finish(&results)?;
         return Ok(if results.failures.is_empty() {
             ExitCode::SUCCESS
