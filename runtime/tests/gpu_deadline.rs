@@ -15,6 +15,7 @@ use std::time::Instant;
 
 use ktune::__private::{KernelInfo, Variant, launch};
 use ktune::prelude::*;
+use ktune_core::ptx::builder::MBARRIER_DEADLINE_NS;
 use ktune_core::ptx::inst::{Instr, Op};
 use ktune_core::target::SmVersion;
 
@@ -81,8 +82,12 @@ fn a_ring_slot_never_released_traps_instead_of_hanging() {
     .map_err(|e| e.to_string())
     .and_then(|_| stream.clone_dtoh(&out).map_err(|e| e.to_string()))
     .expect_err("a kernel whose producer waits forever must fail");
-    eprintln!(
-        "the launch failed after {:.1?}: {failed}",
-        started.elapsed()
+    let waited = started.elapsed();
+    eprintln!("the launch failed after {waited:.1?}: {failed}");
+    // Failed by the producer's trap, past its deadline, not before running
+    // (a variant refused at launch, PTX the driver rejects).
+    assert!(
+        waited.as_secs_f64() >= 0.9 * MBARRIER_DEADLINE_NS as f64 / 1e9,
+        "failed after {waited:.1?}, before the deadline: {failed}"
     );
 }

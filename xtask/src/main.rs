@@ -236,7 +236,8 @@ mkdir -p "$out"
 } > "$out/gpu.txt" 2>&1
 cat "$out/gpu.txt"
 status=0
-without_producer=${WITHOUT_PRODUCER:-}
+without_producer=
+if [ "${WITHOUT_PRODUCER:-}" = 1 ]; then without_producer=1; fi
 if has_part checks; then
     # Each killed after CHECK_SECONDS (120): a hang costs that run only.
     check_s=${CHECK_SECONDS:-120}
@@ -270,6 +271,7 @@ if has_part checks; then
     random_s=${AGREE_RANDOM_SECONDS:-60}
     if [ "$random_s" -gt 0 ]; then
         timeout $(( random_s + 60 )) "$here/ktune-bench" --agree --random "${RANDOM_SEEDS:-0..200}" \
+            ${without_producer:+--without-producer} \
             --budget-s "$random_s" --out "$out/agree-random.json" 2>&1 | tee -a "$out/tests.txt" || status=1
     fi
 fi

@@ -126,7 +126,8 @@ pub struct AgreeResults {
     /// Runs skipped because their target is newer than the GPU.
     pub skipped_points: usize,
     /// Runs left out because their schedule has a producer warpgroup
-    /// (`--without-producer`).
+    /// (`--without-producer`): counted among `points` and the summary's
+    /// schedule points, but not run.
     pub left_out_points: usize,
     /// Runs not made because the time budget was spent (counted among
     /// `points` and the summary's schedule points, but not run).

@@ -59,8 +59,9 @@ struct Cli {
     #[arg(long)]
     quick: bool,
     /// Leave out schedules with a producer warpgroup (`producer` 1 or 2)
-    /// from the alternatives, the bounded search's candidates, the sample
-    /// and the search, or with `--agree` from the suite's runs: for a GPU
+    /// from the alternatives, the bounded search's candidates and the
+    /// sample (the search's evaluations of such points fail unrun), or
+    /// with `--agree` from the suite's runs: for a GPU
     /// on which the runtime's producer test failed. Should their memory
     /// barriers never complete, the kernel ends with a trap, which leaves
     /// the process's CUDA context unusable for every run after.

@@ -519,7 +519,10 @@ impl Builder {
         self.push(Op::MbarrierTryWait { done, addr, parity });
         self.bra_if(done, false, passed);
         // The clock's low word: the time since the first try, modulo 2^32
-        // ns, grows from 0 past the deadline long before it wraps.
+        // ns (4.29 s), passes the deadline 0.29 s before it wraps; reads
+        // further apart than that (a kernel preempted or paused in a
+        // debugger) may see it a wrap later. A debugger's pause longer
+        // than the deadline traps the kernel once it resumes.
         let start = self.special(Special::GlobalTimerLo);
         self.place(again);
         let done = self.reg(RegClass::Pred);
