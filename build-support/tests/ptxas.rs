@@ -676,12 +676,13 @@ fn named_barriers_assemble() {
     }
 }
 
-/// A seeded sample of the producer points (`producer = 1`) of two
-/// contractions with edges along every dimension, one batched with both
-/// operands stored the other way round: each assembles without spills, and
-/// where its warpgroups move registers, ptxas gives every thread at launch
-/// exactly the share their `setmaxnreg` counts assume
-/// (`Launch::registers`).
+/// A seeded sample of the producer points of two contractions with edges
+/// along every dimension, one batched with both operands stored the other
+/// way round: of each, points with a producer warpgroup (`producer = 1`)
+/// and, where its blocks may loop over tiles, in ping-pong (`producer =
+/// 2`). Each assembles without spills, and where its warpgroups move
+/// registers, ptxas gives every thread at launch exactly the share their
+/// `setmaxnreg` counts assume (`Launch::registers`).
 #[test]
 fn producer_points_assemble_without_spills_at_their_launch_share() {
     let ptxas = ptxas::find().expect("ptxas not found: run `cargo xtask test` or set KTUNE_PTXAS");
@@ -709,14 +710,23 @@ fn producer_points_assemble_without_spills_at_their_launch_share() {
     let jobs: Vec<(&Kernel, Schedule)> = kernels
         .iter()
         .flat_map(|k| {
-            let fed: Vec<Schedule> = ktune_core::space::candidates(k, target)
-                .into_iter()
-                .filter(|s| matches!(s, Schedule::Mma(t) if t.producer == 1))
-                .collect();
-            assert!(fed.len() > 100, "{}: {} producer points", k.name, fed.len());
-            ktune_core::space::sample(&fed, 4, 1)
-                .into_iter()
-                .map(move |s| (k, s))
+            let candidates = ktune_core::space::candidates(k, target);
+            [1, 2].into_iter().flat_map(move |producer| {
+                let fed: Vec<Schedule> = candidates
+                    .iter()
+                    .filter(|s| matches!(s, Schedule::Mma(t) if t.producer == producer))
+                    .cloned()
+                    .collect();
+                assert!(
+                    fed.len() > 100,
+                    "{}: {} points of producer = {producer}",
+                    k.name,
+                    fed.len()
+                );
+                ktune_core::space::sample(&fed, 4, 1)
+                    .into_iter()
+                    .map(move |s| (k, s))
+            })
         })
         .collect();
     let reallocating = jobs

@@ -457,8 +457,8 @@ fn a_slot_never_released_leaves_the_producer_waiting() {
     );
 }
 
-/// Two consumer warpgroups raising to 240 registers where the producer's
-/// `.dec` to 40 gave back enough for 232: the second waits for registers
+/// Two consumer warpgroups raising to 248 registers where the producer's
+/// `.dec` to 24 gave back enough for 240: the second waits for registers
 /// nobody gives back.
 #[test]
 fn consumers_raising_past_the_register_pool_deadlock() {
@@ -470,18 +470,18 @@ fn consumers_raising_past_the_register_pool_deadlock() {
     let mut raised = 0;
     for inst in &mut lowered.ptx.body {
         if let Op::SetMaxNReg { count, raise: true } = &mut inst.op {
-            assert_eq!(*count, 232);
+            assert_eq!(*count, 240);
             *count += 8;
             raised += 1;
         }
     }
     assert_eq!(raised, 1);
-    let fault = fault_of(&kernel, &lowered, "raising to 240");
+    let fault = fault_of(&kernel, &lowered, "raising to 248");
     assert!(
         matches!(
             fault.kind,
             FaultKind::RegisterPool {
-                count: 240,
+                count: 248,
                 current: 168,
                 ..
             }

@@ -298,20 +298,20 @@ fn alternatives(default: &Schedule) -> Vec<Schedule> {
                 ..t
             })
         });
-    // And ping-pong: two sets of one 128 × 128 warpgroup taking tiles in
-    // turn, one's epilogue beside the other's products.
-    let pong = MmaTiles {
-        block_m: 128,
-        warp_m: 128,
+    // And ping-pong on the same warpgroups: two sets of one 64 × 256 or
+    // 128 × 128 warpgroup taking tiles in turn, one's epilogue beside the
+    // other's products.
+    let pong = wide.map(|t| MmaTiles {
+        block_m: t.warp_m,
         producer: 2,
-        ..wide[1]
-    };
+        ..t
+    });
     let producers = (t.wgmma == 1)
         .then(|| {
             [fed(t), fed(persistent)]
                 .into_iter()
                 .chain(wide)
-                .chain([pong])
+                .chain(pong)
         })
         .into_iter()
         .flatten();

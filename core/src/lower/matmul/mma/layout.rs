@@ -464,8 +464,12 @@ impl MmaLayout {
 const WARPGROUP: u32 = 128;
 
 /// Registers a producer warpgroup keeps per thread once it has given the
-/// rest to the others: its copies' addresses and counters.
-const PRODUCER_REGISTERS: u32 = 40;
+/// rest to the others: the least `setmaxnreg` allows, which its copies'
+/// addresses and counters fit in (ptxas 12.9, with edges along every
+/// dimension). Two consumer warpgroups then take 240 each, not the 232
+/// that 40 would leave them, where two sets of 64 × 256 in ping-pong
+/// spilled up to 132 bytes of their epilogue.
+const PRODUCER_REGISTERS: u32 = 24;
 
 /// How a block with a producer warpgroup (`producer` 1 or 2) shares its
 /// registers: ptxas gives every thread the block's share of the SM's

@@ -132,9 +132,10 @@ pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &MmaLayout) -> Lo
         b.bra_if(none, false, done);
         let skipped = b.u32_op(ArithOp::Mul, set, imm(layout.k_tiles()));
         ring.skip(&mut b, skipped.into());
+        let own = ring.turn(&mut b, set);
+        let parity = b.u32_op(ArithOp::Xor, set, imm(1));
         let turns = Turns {
-            own: ring.turn(&mut b, set),
-            parity: b.u32_op(ArithOp::Xor, set, imm(1)),
+            state: b.u32_op(ArithOp::Or, own, parity),
         };
         (member, Some(turns))
     };
@@ -377,27 +378,30 @@ impl Slots {
 /// Set 0's first wait, for the phase before phase 0, passes at once; set
 /// 1's first is for set 0's first tile.
 struct Turns {
-    /// The address of the set's own `turn` barrier; the other set's is the
-    /// other half of their 16 bytes.
-    own: Reg,
-    /// The parity of the phase of `own` the set waits for next.
-    parity: Reg,
+    /// The address of the set's own `turn` barrier (8-byte aligned; the
+    /// other set's is the other half of their 16 bytes), with the parity
+    /// of the phase the set waits for next in its low bit: one register
+    /// held across the tile's loop, not two (ptxas 12.9 spilled the
+    /// second in some 64 × 256 sets).
+    state: Reg,
 }
 
 impl Turns {
     fn wait(&self, b: &mut Builder) {
         let own = Addr {
-            base: self.own,
+            base: b.u32_op(ArithOp::And, self.state, imm(!1)),
             offset: 0,
         };
-        b.mbarrier_wait(own, self.parity.into());
-        let flipped = b.u32_op(ArithOp::Xor, self.parity, imm(1));
-        assign(b, self.parity, flipped);
+        let parity = b.u32_op(ArithOp::And, self.state, imm(1));
+        b.mbarrier_wait(own, parity.into());
+        let flipped = b.u32_op(ArithOp::Xor, self.state, imm(1));
+        assign(b, self.state, flipped);
     }
 
     fn pass(&self, b: &mut Builder, leader: Reg) {
+        let own = b.u32_op(ArithOp::And, self.state, imm(!1));
         let other = Addr {
-            base: b.u32_op(ArithOp::Xor, self.own, imm(8)),
+            base: b.u32_op(ArithOp::Xor, own, imm(8)),
             offset: 0,
         };
         let state = b.reg(RegClass::B64);

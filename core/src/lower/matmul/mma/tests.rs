@@ -555,8 +555,8 @@ fn a_producer_block_shares_its_registers_as_far_as_its_launch_share_allows() {
         two,
         Some(Realloc {
             launch: 168,
-            producer: 40,
-            consumers: 232
+            producer: 24,
+            consumers: 240
         })
     );
     let four = Realloc::new(fed((256, 128, 64), (64, 128)), target);
@@ -564,8 +564,8 @@ fn a_producer_block_shares_its_registers_as_far_as_its_launch_share_allows() {
         four,
         Some(Realloc {
             launch: 96,
-            producer: 40,
-            consumers: 104
+            producer: 24,
+            consumers: 112
         })
     );
     let unfed = MmaTiles {
