@@ -198,9 +198,10 @@ impl Plan {
 /// read 4 values at a time against one value at a time), other than
 /// itself; then the row
 /// spread over a cluster of 2, 4 or 8 blocks (sm_90) of 1024, 512 or 256
-/// threads each, read once in one pass (`online = 1`) or kept in shared
-/// memory, each block keeping its share. None for others. The caller keeps
-/// the valid ones.
+/// threads each, read once in one pass (`online = 1`) or kept in
+/// registers (`cache = 1`: read once in all, where a block's slice fits)
+/// or in shared memory, each block keeping its share. None for others.
+/// The caller keeps the valid ones.
 fn alternatives(default: &Schedule) -> Vec<Schedule> {
     if let Schedule::Rows {
         threads_per_row,
@@ -214,7 +215,7 @@ fn alternatives(default: &Schedule) -> Vec<Schedule> {
         let variants = [(0, 0), (0, 1), (2, 0)];
         let clustered = [2, 4, 8].into_iter().flat_map(|cluster| {
             [1024, 512, 256].into_iter().flat_map(move |threads| {
-                [(0, 1), (2, 0)].map(|variant| (threads, 1, variant, cluster))
+                [(0, 1), (1, 0), (2, 0)].map(|variant| (threads, 1, variant, cluster))
             })
         });
         let points = shapes
@@ -639,13 +640,22 @@ mod tests {
         assert_eq!(knobs(&plan.default), (1024, 1, 2, 0));
         let (alternatives, clustered) = split(&plan.alternatives);
         // Spread over 2, 4 or 8 blocks of a cluster: each in one pass,
-        // 4 values at a time (peeled) or 1, or kept in shared memory.
+        // 4 values at a time (peeled) or 1, kept in registers (not the 50
+        // values a thread of 1024 threads over 2 blocks, in 64 registers)
+        // or kept in shared memory.
         let spread: Vec<_> = [2, 4, 8]
             .into_iter()
             .flat_map(|cluster| {
                 [1024, 512, 256].into_iter().flat_map(move |threads| {
-                    [(threads, 1, 0, 1), (threads, 4, 0, 1), (threads, 1, 2, 0)]
-                        .map(|k| (k, cluster))
+                    [
+                        (threads, 1, 0, 1),
+                        (threads, 4, 0, 1),
+                        (threads, 1, 1, 0),
+                        (threads, 1, 2, 0),
+                    ]
+                    .into_iter()
+                    .filter(move |k| k.2 != 1 || (threads, cluster) != (1024, 2))
+                    .map(move |k| (k, cluster))
                 })
             })
             .collect();

@@ -409,15 +409,17 @@ impl<'p> Cache<'p> {
                     inside: Vec::new(),
                 };
                 // A row spread over a cluster: the block's slice, whose end
-                // every slot checks (a slice may be short, or empty).
-                let (start, end, count) = match walk.slice {
+                // the slots past the shortest slice's check (a slice may be
+                // short, or empty). Checking every slot kept a predicate
+                // and a clamped position per slot alive until the outputs.
+                let (start, end, count, shortest) = match walk.slice {
                     Some(slice) => {
                         let (begin, end) = slice.range(b, k.extent, vector);
                         let start = b.u32_op(ArithOp::Add, begin, lane);
                         let per = Slice::span(slice.blocks, vector, k.extent) / vector;
-                        (start, Some(end), per)
+                        (start, Some(end), per, slice.shortest(k.extent, vector))
                     }
-                    None => (lane, None, chunks),
+                    None => (lane, None, chunks, chunks),
                 };
                 for s in 0..count.div_ceil(threads) {
                     let chunk = match s {
@@ -425,6 +427,7 @@ impl<'p> Cache<'p> {
                         _ => b.u32_op(ArithOp::Add, start, Operand::Int(i64::from(s * threads))),
                     };
                     let (chunk, inside) = match end {
+                        Some(_) if (s + 1) * threads <= shortest => (chunk, None),
                         Some(end) => {
                             let inside = b.setp(Cmp::Lt, Ty::U32, chunk, end);
                             let last = Operand::Int(i64::from(chunks - 1));

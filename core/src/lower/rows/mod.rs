@@ -649,6 +649,14 @@ impl Slice {
         (begin, end)
     }
 
+    /// Chunks of `width` positions in the shortest block's slice of a row
+    /// of `extent` positions (the last block's; none where the others'
+    /// cover the row): the slots every block's lanes fill.
+    pub(super) fn shortest(self, extent: u32, width: u32) -> u32 {
+        let per = Slice::span(self.blocks, self.vector, extent) / width;
+        (extent / width).saturating_sub((self.blocks - 1) * per)
+    }
+
     /// The block's first chunk of a peeled row of `extent` positions cut
     /// into `chunks` chunks (at most `extent / vector`: the rows' cuts
     /// differ by one at most), and the end of its chunks: the `k`-th of
