@@ -1,7 +1,7 @@
 //! One case on the GPU: inputs (rotated through enough copies to defeat
 //! the L2), the baseline and the default schedule set up and checked, the
 //! default measured alone (the time screenings are scaled to), then the
-//! default's alternatives, the bounded search's candidates, the sample and
+//! bounded search's candidates, the default's alternatives, the sample and
 //! `max-autotune`'s search ([`ktune_bench::search`]), each screened in
 //! turn with the default within the case's share of the time budget;
 //! last, the baseline, the default and each list's fastest measured in
@@ -309,12 +309,15 @@ impl<'g> Runner<'g> {
         let beside = default.as_ref().map(|d| &d.loaded);
         let screening = (deadline, beside, default_ms);
 
-        let (alternatives, alternative) =
-            self.screen_all(kernel, &plan.alternatives, screening, &mut bufs, &reference);
-        result.alternatives = alternatives;
+        // The bounded search's candidates first: what a build keeps, which
+        // the results report for every case; then the alternatives, which
+        // long rows' many cluster points could otherwise spend the share on.
         let (bounded, fastest_bounded) =
             self.screen_all(kernel, &plan.bounded, screening, &mut bufs, &reference);
         result.bounded = bounded;
+        let (alternatives, alternative) =
+            self.screen_all(kernel, &plan.alternatives, screening, &mut bufs, &reference);
+        result.alternatives = alternatives;
         let (sampled, fastest_sampled) =
             self.screen_all(kernel, &plan.sample, screening, &mut bufs, &reference);
         result.sampled = sampled;
