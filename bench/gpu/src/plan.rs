@@ -10,6 +10,7 @@ use std::path::Path;
 use ktune_build::ptxas;
 use ktune_build::tune::{BOUNDED_CANDIDATES, Task};
 use ktune_core::ir::Kernel;
+use ktune_core::lower::classify::OpClass;
 use ktune_core::lower::{self, Launch, LowerError, Lowered};
 use ktune_core::model::Estimate;
 use ktune_core::schedule::{MmaTiles, Schedule};
@@ -134,9 +135,13 @@ impl Plan {
         }
         // Then the default's own flips; where the default is Hopper's own,
         // the portable default newer GPUs get and its flips.
-        let flips = alternatives(&default);
+        let row_length = match lower::Lowering::new(&kernel, target).class() {
+            OpClass::Rows(rows) => rows.length(&kernel),
+            _ => 0,
+        };
+        let flips = alternatives(&default, row_length);
         let portable_flips = (portable != default)
-            .then(|| std::iter::once(portable.clone()).chain(alternatives(&portable)))
+            .then(|| std::iter::once(portable.clone()).chain(alternatives(&portable, row_length)))
             .into_iter()
             .flatten();
         let mut alternatives: Vec<Schedule> = Vec::new();
@@ -184,6 +189,13 @@ impl Plan {
     }
 }
 
+/// The longest rows whose alternatives leave clusters out: 16 values a
+/// thread of a block of 1,024. Shorter rows (the benchmark's 4096-wide
+/// ones: 4 values a thread) gain nothing from spreading over blocks but
+/// the exchanges' cost, and their 54 cluster points took screening time
+/// the long rows' need.
+const CLUSTER_ROWS_FROM: u32 = 16 * 1024;
+
 /// For a tensor-core `default`: it with `prefetch` flipped between 0 and
 /// 1, then with `swizzle`, `min_blocks` or both flipped, then twice as
 /// deep (`block_k`, up to 64) in either layout: whole 128-byte rows of
@@ -200,9 +212,11 @@ impl Plan {
 /// spread over a cluster of 2, 4 or 8 blocks (sm_90) of 1024, 512 or 256
 /// threads each, read once in one pass (`online = 1`) or kept in
 /// registers (`cache = 1`: read once in all, where a block's slice fits)
-/// or in shared memory, each block keeping its share. None for others.
-/// The caller keeps the valid ones.
-fn alternatives(default: &Schedule) -> Vec<Schedule> {
+/// or in shared memory, each block keeping its share: for rows of
+/// `row_length` above [`CLUSTER_ROWS_FROM`], which one block holds only
+/// with many values a thread. None for others. The caller keeps the
+/// valid ones.
+fn alternatives(default: &Schedule, row_length: u32) -> Vec<Schedule> {
     if let Schedule::Rows {
         threads_per_row,
         rows_per_block,
@@ -213,7 +227,12 @@ fn alternatives(default: &Schedule) -> Vec<Schedule> {
     {
         let shapes = [(threads_per_row, rows_per_block), (1024, 1), (512, 1)];
         let variants = [(0, 0), (0, 1), (2, 0)];
-        let clustered = [2, 4, 8].into_iter().flat_map(|cluster| {
+        let clusters: &[u32] = if row_length > CLUSTER_ROWS_FROM {
+            &[2, 4, 8]
+        } else {
+            &[]
+        };
+        let clustered = clusters.iter().flat_map(|&cluster| {
             [1024, 512, 256].into_iter().flat_map(move |threads| {
                 [(0, 1), (1, 0), (2, 0)].map(|variant| (threads, 1, variant, cluster))
             })
@@ -674,6 +693,12 @@ mod tests {
                 (512, 1, 2, 0)
             ]
         );
+        // Rows of 4096, 4 values a thread of one block: none over a
+        // cluster.
+        let plan = Plan::new(case("softmax_8192x4096"), SmVersion::Sm90, 0, 1).expect("a plan");
+        let (alternatives, clustered) = split(&plan.alternatives);
+        assert!(clustered.is_empty(), "{clustered:?}");
+        assert!(alternatives.len() >= 6, "{alternatives:?}");
         // Rows of 128256 do not fit shared memory: no `cache = 2`; 4
         // divides them.
         let plan = Plan::new(case("softmax_4096x128256"), SmVersion::Sm90, 0, 1).expect("a plan");
