@@ -679,8 +679,8 @@ fn named_barriers_assemble() {
 /// A seeded sample of the producer points of two contractions with edges
 /// along every dimension, one batched with both operands stored the other
 /// way round: of each, points with a producer warpgroup (`producer = 1`)
-/// and, where its blocks may loop over tiles, in ping-pong (`producer =
-/// 2`). Each assembles without spills, and where its warpgroups move
+/// and in ping-pong (`producer = 2`, offered where blocks may loop over
+/// tiles, as both kernels' may). Each assembles without spills, and where its warpgroups move
 /// registers, ptxas gives every thread at launch exactly the share their
 /// `setmaxnreg` counts assume (`Launch::registers`).
 #[test]

@@ -714,8 +714,8 @@ fn warpgroup_tiles_run_on_hgmma() {
 /// cannot), and neither the producer's copies in 24 registers nor the
 /// consumers' products and epilogue in 240 spill, also where every
 /// dimension overhangs its tile (the producer guards each row it copies).
-/// Four consumers of 64 accumulators, which would spill in the 112
-/// registers the producer leaves them, are rejected.
+/// Four consumers of 64 accumulators, estimated at 120 registers where the
+/// producer leaves them 112, are rejected.
 #[test]
 fn a_producer_warpgroup_gives_its_registers_to_the_others() {
     let tools = tools();

@@ -659,9 +659,9 @@ mod tests {
         assert_eq!(knobs(&plan.default), (1024, 1, 2, 0));
         let (alternatives, clustered) = split(&plan.alternatives);
         // Spread over 2, 4 or 8 blocks of a cluster: each in one pass,
-        // 4 values at a time (peeled) or 1, kept in registers (not the 50
-        // values a thread of 1024 threads over 2 blocks, in 64 registers)
-        // or kept in shared memory.
+        // 4 values at a time (peeled) or 1, kept in registers (not the 25
+        // values a thread of 1024 threads over 2 blocks: with the row's
+        // other work, 65 registers of 64) or kept in shared memory.
         let spread: Vec<_> = [2, 4, 8]
             .into_iter()
             .flat_map(|cluster| {
