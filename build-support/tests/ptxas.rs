@@ -33,6 +33,43 @@ fn shape2(r: u32, c: u32) -> TokenStream {
     quote!(shape(R = #r, C = #c))
 }
 
+/// Softmax over rows of `c` elements of type `t`.
+fn softmax(name: &str, t: &Ident, r: u32, c: u32) -> Kernel {
+    let name = Ident::new(name, Span::call_site());
+    kernel(
+        shape2(r, c),
+        quote! {
+            fn #name(x: Tensor<#t, (R, C)>) -> Tensor<#t, (R, C)> {
+                compute(|r, c| {
+                    let mx = max(C, |j| x[r][j]);
+                    let s = sum(C, |j| exp(x[r][j] - mx));
+                    exp(x[r][c] - mx) / s
+                })
+            }
+        },
+    )
+}
+
+/// Layernorm over rows of `c` elements of type `t`, with a weight and a
+/// bias.
+fn layernorm(name: &str, t: &Ident, r: u32, c: u32) -> Kernel {
+    let name = Ident::new(name, Span::call_site());
+    kernel(
+        shape2(r, c),
+        quote! {
+            fn #name(x: Tensor<#t, (R, C)>, g: Tensor<#t, (C,)>, b: Tensor<#t, (C,)>)
+                -> Tensor<#t, (R, C)>
+            {
+                compute(|r, c| {
+                    let mu = mean(C, |j| x[r][j]);
+                    let var = mean(C, |j| (x[r][j] - mu) * (x[r][j] - mu));
+                    (x[r][c] - mu) * rsqrt(var + 0.00001) * g[c] + b[c]
+                })
+            }
+        },
+    )
+}
+
 /// The kernels of the suite: (kernel, schedules to try besides the heuristic).
 fn suite() -> Vec<(Kernel, Vec<Schedule>)> {
     let mut out = Vec::new();
@@ -90,38 +127,12 @@ fn suite() -> Vec<(Kernel, Vec<Schedule>)> {
                 ),
                 elementwise_points(&[1, 2, 4]),
             ));
-            let name = Ident::new(&format!("softmax_{dt}_{r}x{c}"), Span::call_site());
             out.push((
-                kernel(
-                    shape2(r, c),
-                    quote! {
-                        fn #name(x: Tensor<#t, (R, C)>) -> Tensor<#t, (R, C)> {
-                            compute(|r, c| {
-                                let mx = max(C, |j| x[r][j]);
-                                let s = sum(C, |j| exp(x[r][j] - mx));
-                                exp(x[r][c] - mx) / s
-                            })
-                        }
-                    },
-                ),
+                softmax(&format!("softmax_{dt}_{r}x{c}"), &t, r, c),
                 rows_points(),
             ));
-            let name = Ident::new(&format!("layernorm_{dt}_{r}x{c}"), Span::call_site());
             out.push((
-                kernel(
-                    shape2(r, c),
-                    quote! {
-                        fn #name(x: Tensor<#t, (R, C)>, g: Tensor<#t, (C,)>, b: Tensor<#t, (C,)>)
-                            -> Tensor<#t, (R, C)>
-                        {
-                            compute(|r, c| {
-                                let mu = mean(C, |j| x[r][j]);
-                                let var = mean(C, |j| (x[r][j] - mu) * (x[r][j] - mu));
-                                (x[r][c] - mu) * rsqrt(var + 0.00001) * g[c] + b[c]
-                            })
-                        }
-                    },
-                ),
+                layernorm(&format!("layernorm_{dt}_{r}x{c}"), &t, r, c),
                 rows_points(),
             ));
         }
@@ -774,37 +785,15 @@ fn producer_points_assemble_without_spills_at_their_launch_share() {
 /// 25 values a thread: only the slots past the shortest block's slice
 /// check the slice's end, so ptxas keeps no predicate and clamped position
 /// for every slot until the outputs. Softmax took 111 registers, 256
-/// threads a block over 8 blocks, and layernorm 128 (ptxas 12.9); now 48
-/// and 80, and 64 and 100 at 512 threads over 4 blocks (the bounds leave
+/// threads a block over 8 blocks, and layernorm 128 (ptxas 12.9); now 55
+/// and 80, and 64 and 90 at 512 threads over 4 blocks (the bounds leave
 /// room for another release of ptxas). None spills.
 #[test]
 fn rows_kept_in_registers_over_a_cluster_keep_their_values_only() {
     let ptxas = ptxas::find().expect("ptxas not found: run `cargo xtask test` or set KTUNE_PTXAS");
-    let softmax = kernel(
-        shape2(4096, 50257),
-        quote! {
-            fn softmax(x: Tensor<f32, (R, C)>) -> Tensor<f32, (R, C)> {
-                compute(|r, c| {
-                    let mx = max(C, |j| x[r][j]);
-                    exp(x[r][c] - mx) / sum(C, |j| exp(x[r][j] - mx))
-                })
-            }
-        },
-    );
-    let layernorm = kernel(
-        shape2(4096, 50257),
-        quote! {
-            fn layernorm(x: Tensor<f32, (R, C)>, g: Tensor<f32, (C,)>, b: Tensor<f32, (C,)>)
-                -> Tensor<f32, (R, C)>
-            {
-                compute(|r, c| {
-                    let mu = mean(C, |j| x[r][j]);
-                    let var = mean(C, |j| (x[r][j] - mu) * (x[r][j] - mu));
-                    (x[r][c] - mu) * rsqrt(var + 0.00001) * g[c] + b[c]
-                })
-            }
-        },
-    );
+    let f32 = dtype("f32");
+    let softmax = softmax("softmax", &f32, 4096, 50257);
+    let layernorm = layernorm("layernorm", &f32, 4096, 50257);
     let target = SmVersion::Sm90;
     for (k, threads_per_row, cluster, most) in [
         (&softmax, 256, 8, 64),
