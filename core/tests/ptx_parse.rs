@@ -717,3 +717,92 @@ fn memory_barriers_round_trip() {
     let err = parse(&text.replace("[%r0+1024], 128", "[%r0+1024]")).unwrap_err();
     assert!(err.message.contains("operand"), "{err}");
 }
+
+/// A kernel with tensor maps declares them after its pointers, states each
+/// in a comment, and prints their copies and the barrier arrival that
+/// expects their bytes; all of it parses back.
+#[test]
+fn tensor_map_copies_round_trip() {
+    use ktune_core::DType;
+    use ktune_core::ptx::inst::{Addr, Op, Operand, RegClass};
+    use ktune_core::ptx::{Builder, Swizzle, TensorMap};
+
+    let mut b = Builder::new();
+    let smem = b.shared_base();
+    let barrier = Addr {
+        base: smem,
+        offset: 16384,
+    };
+    let param = b.reg(RegClass::B64);
+    b.push(Op::TensorMapParam {
+        dst: param,
+        index: 1,
+    });
+    let map = b.reg(RegClass::B64);
+    b.push(Op::CvtaParam {
+        dst: map,
+        src: param,
+    });
+    let state = b.reg(RegClass::B64);
+    b.push(Op::MbarrierArriveExpectTx {
+        state,
+        addr: barrier,
+        bytes: Operand::Int(16384),
+    });
+    let coords = vec![b.u32_imm(64), b.u32_imm(128)];
+    b.push(Op::CpAsyncBulkTensor {
+        dst: Addr {
+            base: smem,
+            offset: 0,
+        },
+        map,
+        coords,
+        barrier,
+    });
+    let mut kernel = b.finish("tma".into(), 3, 128, 16392);
+    let a = TensorMap {
+        param: 0,
+        dtype: DType::Bf16,
+        dims: vec![4096, 4096],
+        strides: vec![8192],
+        boxed: vec![64, 128],
+        swizzle: Swizzle::B128,
+    };
+    let w = TensorMap {
+        param: 1,
+        dims: vec![11008, 4096],
+        strides: vec![22016],
+        ..a.clone()
+    };
+    kernel.tensor_maps = vec![a, w];
+    round_trip(&kernel, SmVersion::Sm90);
+    let text = print(&kernel, SmVersion::Sm90);
+    for line in [
+        ".target sm_90a",
+        "// map_0: param_0, bf16, dims 4096x4096, strides 8192, box 64x128, swizzle 128B",
+        "// map_1: param_1, bf16, dims 11008x4096, strides 22016, box 64x128, swizzle 128B",
+        "\t.param .u64 param_2,",
+        "\t.param .align 64 .b8 map_0[128],",
+        "\t.param .align 64 .b8 map_1[128]",
+        "\tmov.b64 %rd0, map_1;",
+        "\tcvta.param.u64 %rd1, %rd0;",
+        "\tmbarrier.arrive.expect_tx.shared::cta.b64 %rd2, [%r0+16384], 16384;",
+        "\tcp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%r0], [%rd1, {%r1, %r2}], [%r0+16384];",
+    ] {
+        assert!(
+            text.lines().any(|l| l == line),
+            "missing `{line}` in\n{text}"
+        );
+    }
+    let err = parse(&text.replace(
+        "box 64x128, swizzle 128B\n// map_1",
+        "box 64x128, swizzle 96B\n// map_1",
+    ))
+    .unwrap_err();
+    assert!(
+        err.message.contains("not a tensor map ktune prints"),
+        "{err}"
+    );
+    let err = parse(&text.replace("\t.param .align 64 .b8 map_1[128]\n", "")).unwrap_err();
+    assert!(err.message.contains("parameter"), "{err}");
+}

@@ -9,6 +9,8 @@
 //! access to them by any thread is a fault. Landing at a wait is a store
 //! by the issuing thread there, so another thread sees the data only
 //! after a `bar.sync`, like any other store, and the race checks apply.
+//! Tensor copies (`cp.async.bulk.tensor`) are not kept here: they belong
+//! to the memory barrier they complete at (`shared::mbarrier`).
 
 use std::collections::VecDeque;
 

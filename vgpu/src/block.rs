@@ -358,7 +358,8 @@ fn check_launch(kernel: &Kernel, launch: &Launch, memory: &Memory) -> Result<(),
             launch.dynamic_shared_bytes, kernel.dynamic_shared_bytes
         ));
     }
-    Ok(())
+    // As the driver's encoding would refuse them.
+    crate::tensor_copy::check_maps(kernel, memory)
 }
 
 /// The printed form of one instruction, without the `;`.
@@ -371,6 +372,7 @@ pub(crate) fn print_instr(instr: &Instr) -> String {
     let single = Kernel {
         entry: "single".into(),
         param_count: 0,
+        tensor_maps: Vec::new(),
         dynamic_shared_bytes: 0,
         block_threads: 1,
         min_blocks_per_sm: 0,
@@ -882,12 +884,13 @@ impl<'a> Block<'a> {
                 FaultKind::NamedBarrier { id, problem }
             }
             State::MbarrierWait { offset, completed } => {
-                let (expected, pending) = self.shared.mbarrier_pending(offset);
+                let (expected, pending, transactions) = self.shared.mbarrier_pending(offset);
                 let problem = MbarrierProblem::Deadlock {
                     parity: completed & 1,
                     completed,
                     expected,
                     pending,
+                    transactions,
                 };
                 FaultKind::Mbarrier { offset, problem }
             }

@@ -5,14 +5,17 @@
 use std::cell::RefCell;
 use std::collections::HashMap;
 
+use ktune_core::ptx::TensorMap;
 use ktune_core::ptx::inst::{
     Addr, ArithOp, Cmp, CpAsyncCache, Instr, Kernel, MmaKind, Op, Operand, Reg, RegClass, ShflMode,
     Space, Special, Ty, UnaryOp,
 };
+use ktune_core::ptx::tensor_map::MAX_RANK;
 
 use crate::memory::Memory;
 use crate::order::NAMED_BARRIERS;
 use crate::shared::SHARED_BASE;
+use crate::tensor_copy;
 
 /// Index of a register in a thread's flat register file.
 pub(crate) type Slot = u32;
@@ -235,6 +238,24 @@ pub(crate) enum Exec {
         base: Slot,
         offset: i64,
     },
+    /// `mbarrier.arrive.expect_tx`: the phase expects `bytes` more
+    /// transaction bytes, then the thread arrives.
+    MbarrierArriveExpectTx {
+        state: Slot,
+        base: Slot,
+        offset: i64,
+        bytes: Src,
+    },
+    /// `cvta.param.u64`: a tensor map's parameter-space address made
+    /// generic (see [`crate::tensor_copy`]).
+    CvtaParam {
+        dst: Slot,
+        src: Slot,
+    },
+    /// `cp.async.bulk.tensor`, entry `index` of [`Program::tensor_copies`].
+    TensorCopy {
+        index: u32,
+    },
     /// `mbarrier.try_wait.parity`: `done` once the phase of parity
     /// `parity` has completed; the thread waits for that in place.
     MbarrierTryWait {
@@ -330,6 +351,20 @@ impl Exec {
     }
 }
 
+/// A decoded `cp.async.bulk.tensor`: the box of the map whose generic
+/// address `map` holds, at `coords`, to shared `dst` (plus `dst_offset`),
+/// its bytes completing at the memory barrier at `barrier` (plus
+/// `barrier_offset`).
+#[derive(Debug, Clone)]
+pub(crate) struct TensorCopy {
+    pub dst: Slot,
+    pub dst_offset: i64,
+    pub map: Slot,
+    pub coords: Vec<Slot>,
+    pub barrier: Slot,
+    pub barrier_offset: i64,
+}
+
 /// A decoded `wgmma.mma_async`: N is twice `d.len()`.
 #[derive(Debug, Clone)]
 pub(crate) struct Wgmma {
@@ -360,6 +395,11 @@ pub(crate) struct Program {
     pub wgmma: Vec<Wgmma>,
     /// Every register a `wgmma.mma_async` accumulates in, once each.
     pub wgmma_accumulators: Vec<Slot>,
+    /// The `cp.async.bulk.tensor`s, which [`Exec::TensorCopy`] points
+    /// into.
+    pub tensor_copies: Vec<TensorCopy>,
+    /// The kernel's tensor maps.
+    pub maps: Vec<TensorMap>,
     /// Whether any instruction is warpgroup-collective: blocks of other
     /// kernels keep no warpgroup state.
     pub warpgroups: bool,
@@ -392,6 +432,8 @@ impl Program {
             slots,
             wgmma: Vec::new(),
             wgmma_accumulators: Vec::new(),
+            tensor_copies: Vec::new(),
+            maps: kernel.tensor_maps.clone(),
             warpgroups: false,
             named_barriers: false,
             mbarriers: false,
@@ -420,6 +462,7 @@ impl Program {
             kernel,
             labels: &labels,
             wgmma: RefCell::new(Vec::new()),
+            tensor_copies: RefCell::new(Vec::new()),
         };
         let mut insts = Vec::with_capacity(kernel.body.len() + 1);
         let mut origin = Vec::with_capacity(kernel.body.len() + 1);
@@ -437,6 +480,7 @@ impl Program {
         });
         origin.push(kernel.body.len());
         let wgmma = d.wgmma.into_inner();
+        program.tensor_copies = d.tensor_copies.into_inner();
         let mut accumulators: Vec<Slot> = wgmma.iter().flat_map(|w| w.d.iter().copied()).collect();
         accumulators.sort_unstable();
         accumulators.dedup();
@@ -451,7 +495,9 @@ impl Program {
                 i.exec,
                 Exec::MbarrierInit { .. }
                     | Exec::MbarrierArrive { .. }
+                    | Exec::MbarrierArriveExpectTx { .. }
                     | Exec::CpMbarrierArrive { .. }
+                    | Exec::TensorCopy { .. }
             )
         });
         program.insts = insts;
@@ -564,6 +610,7 @@ struct Decoder<'a> {
     kernel: &'a Kernel,
     labels: &'a HashMap<ktune_core::ptx::inst::Label, u32>,
     wgmma: RefCell<Vec<Wgmma>>,
+    tensor_copies: RefCell<Vec<TensorCopy>>,
 }
 
 fn unsupported(what: &str, t: Ty) -> String {
@@ -652,6 +699,22 @@ impl Decoder<'_> {
                     src: Src::Imm(Memory::base_address(*index)),
                 }
             }
+            Op::TensorMapParam { dst, index } => {
+                if *index >= self.kernel.tensor_maps.len() {
+                    return Err(format!(
+                        "map_{index} does not exist (the kernel takes {} tensor maps)",
+                        self.kernel.tensor_maps.len()
+                    ));
+                }
+                Exec::Mov {
+                    dst: self.reg(*dst, Width::W64)?,
+                    src: Src::Imm(tensor_copy::param_address(*index)),
+                }
+            }
+            Op::CvtaParam { dst, src } => Exec::CvtaParam {
+                dst: self.reg(*dst, Width::W64)?,
+                src: self.reg(*src, Width::W64)?,
+            },
             Op::CvtaGlobal { dst, src } => Exec::Mov {
                 dst: self.reg(*dst, Width::W64)?,
                 src: Src::Reg(self.reg(*src, Width::W64)?),
@@ -870,6 +933,50 @@ impl Decoder<'_> {
                 base: self.address(Space::Shared, addr.base)?,
                 offset: addr.offset,
             },
+            Op::MbarrierArriveExpectTx { state, addr, bytes } => {
+                if let Operand::Int(b) = bytes
+                    && !(0..1 << 20).contains(b)
+                {
+                    return Err(format!(
+                        "expect_tx of {b} bytes: a phase expects 0 to 1048575"
+                    ));
+                }
+                Exec::MbarrierArriveExpectTx {
+                    state: self.reg(*state, Width::W64)?,
+                    base: self.address(Space::Shared, addr.base)?,
+                    offset: addr.offset,
+                    bytes: self.src(*bytes, Ty::U32)?,
+                }
+            }
+            Op::CpAsyncBulkTensor {
+                dst,
+                map,
+                coords,
+                barrier,
+            } => {
+                if coords.is_empty() || coords.len() > MAX_RANK {
+                    return Err(format!(
+                        "cp.async.bulk.tensor with {} coordinates; a tensor map has 1 to {MAX_RANK}",
+                        coords.len(),
+                    ));
+                }
+                let copy = TensorCopy {
+                    dst: self.address(Space::Shared, dst.base)?,
+                    dst_offset: dst.offset,
+                    map: self.reg(*map, Width::W64)?,
+                    coords: coords
+                        .iter()
+                        .map(|r| self.reg(*r, Width::W32))
+                        .collect::<Result<_, _>>()?,
+                    barrier: self.address(Space::Shared, barrier.base)?,
+                    barrier_offset: barrier.offset,
+                };
+                let mut table = self.tensor_copies.borrow_mut();
+                table.push(copy);
+                Exec::TensorCopy {
+                    index: table.len() as u32 - 1,
+                }
+            }
             Op::MbarrierTryWait { done, addr, parity } => Exec::MbarrierTryWait {
                 done: self.reg(*done, Width::Pred)?,
                 base: self.address(Space::Shared, addr.base)?,

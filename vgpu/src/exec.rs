@@ -2,15 +2,17 @@
 //! point, exits or faults.
 
 use ktune_core::ptx::inst::{Cmp, Space, Special};
+use ktune_core::ptx::tensor_map::MAX_RANK;
 
 use crate::Stats;
 use crate::async_copy::{AsyncCopies, AsyncCopy};
 use crate::cluster;
 use crate::decode::{Bin, CmpKind, Exec, Guard, Mad, Program, Slot, Src, Un};
-use crate::fault::{ClusterProblem, FaultKind};
+use crate::fault::{ClusterProblem, FaultKind, TensorCopyProblem};
 use crate::memory::Memory;
 use crate::numeric;
 use crate::shared::{Shared, Waited};
+use crate::tensor_copy;
 
 /// Where a thread is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -491,6 +493,58 @@ fn step(
             let (phase, landed) = reach.shared.mbarrier_arrive(t.id, addr, Vec::new())?;
             reach.stats.shared_store_bytes += landed;
             set!(state, u64::from(phase));
+        }
+        Exec::MbarrierArriveExpectTx {
+            state,
+            base,
+            offset,
+            bytes,
+        } => {
+            let addr = get!(base).wrapping_add(offset as u64);
+            let bytes = val!(bytes);
+            let (phase, landed) = reach.shared.mbarrier_arrive_expect(t.id, addr, bytes)?;
+            reach.stats.shared_store_bytes += landed;
+            set!(state, u64::from(phase));
+        }
+        Exec::CvtaParam { dst, src } => {
+            let addr = get!(src);
+            let generic =
+                tensor_copy::generic(addr, program.maps.len()).ok_or(FaultKind::TensorCopy {
+                    problem: TensorCopyProblem::NotParam { addr },
+                })?;
+            set!(dst, generic);
+        }
+        Exec::TensorCopy { index } => {
+            let copy = &program.tensor_copies[index as usize];
+            let dst = get!(copy.dst).wrapping_add(copy.dst_offset as u64);
+            let barrier = get!(copy.barrier).wrapping_add(copy.barrier_offset as u64);
+            let addr = get!(copy.map);
+            let mut coords = [0i32; MAX_RANK];
+            for (c, slot) in coords.iter_mut().zip(&copy.coords) {
+                *c = get!(*slot) as u32 as i32;
+            }
+            let Some(k) = tensor_copy::map_at(addr, program.maps.len()) else {
+                let reg = program.reg_name(copy.map);
+                let problem = TensorCopyProblem::NotMap { reg, addr };
+                return Err(Box::new(FaultKind::TensorCopy { problem }));
+            };
+            let map = &program.maps[k];
+            let rank = copy.coords.len();
+            if map.dims.len() != rank {
+                let problem = TensorCopyProblem::Rank {
+                    map: k as u32,
+                    rank: map.dims.len() as u32,
+                    coords: rank as u32,
+                };
+                return Err(Box::new(FaultKind::TensorCopy { problem }));
+            }
+            let (data, read) = tensor_copy::read_box(reach.global, map, &coords[..rank])?;
+            let pc = program.origin[pc] as u32;
+            let landed = reach
+                .shared
+                .tensor_copy(t.id, pc, dst, barrier, map.swizzle, &data)?;
+            reach.stats.global_load_bytes += read;
+            reach.stats.shared_store_bytes += landed;
         }
         Exec::MbarrierTryWait {
             done,

@@ -167,15 +167,19 @@ pub enum FaultKind {
     },
     /// A shared byte accessed while a `cp.async` into it is in flight: the
     /// copy lands only when the issuing thread's `cp.async.wait_group`
-    /// completes its group (and other threads see it after a `bar.sync`).
+    /// completes its group (and other threads see it after a `bar.sync`);
+    /// or while a tensor copy (`cp.async.bulk.tensor`) into it is, which
+    /// lands as its memory barrier's phase completes.
     AsyncCopyPending {
         access: Access,
         addr: u64,
         offset: u32,
         /// The thread that issued the copy.
         copier: [u32; 3],
-        /// The `cp.async`'s index in the kernel body.
+        /// The copy's index in the kernel body.
         copy_pc: usize,
+        /// Whether it is a tensor copy.
+        tensor: bool,
     },
     /// A `cp.async` whose source size operand exceeds its copy size (PTX
     /// leaves the result undefined).
@@ -241,6 +245,9 @@ pub enum FaultKind {
         offset: u32,
         problem: MbarrierProblem,
     },
+    /// A misuse of a tensor map or of a tensor copy through one
+    /// (`cp.async.bulk.tensor`, sm_90).
+    TensorCopy { problem: TensorCopyProblem },
     /// A `setmaxnreg` that moves the warpgroup's register count the other
     /// way than its action says: `.inc` (`raise`) to fewer registers than
     /// the warpgroup already has, `.dec` to more.
@@ -341,13 +348,22 @@ pub enum MbarrierProblem {
     Count { count: u64 },
     /// A wait for the phase of parity `parity` that no thread is left to
     /// complete: `completed` phases completed, and the current one, of
-    /// `expected` arrivals, misses `pending`.
+    /// `expected` arrivals, misses `pending` and `transactions` bytes
+    /// (negative: bytes copies completed that no arrival expected).
     Deadlock {
         parity: u32,
         completed: u32,
         expected: u32,
         pending: u32,
+        transactions: i32,
     },
+    /// An `expect_tx` or a tensor copy that would take the current phase's
+    /// transaction count to `count` bytes; it holds -(2^20 - 1) to
+    /// 2^20 - 1.
+    Transactions { count: i64 },
+    /// An arrival at a phase that has had all its `expected` arrivals and
+    /// waits only for `transactions` bytes (the count would underflow).
+    ExtraArrival { expected: u32, transactions: i32 },
 }
 
 impl fmt::Display for MbarrierProblem {
@@ -371,10 +387,77 @@ impl fmt::Display for MbarrierProblem {
                 completed,
                 expected,
                 pending,
+                transactions,
+            } => {
+                write!(
+                    f,
+                    "deadlock: a wait for the phase of parity {parity}, with {completed} phases completed and {pending} of the current one's {expected} arrivals missing"
+                )?;
+                match transactions {
+                    0 => {}
+                    t if *t > 0 => write!(
+                        f,
+                        ", and {t} transaction bytes it expects (expect_tx) that no copy has completed"
+                    )?,
+                    t => write!(
+                        f,
+                        ", and {} transaction bytes copies completed that no arrival expected (expect_tx)",
+                        -i64::from(*t)
+                    )?,
+                }
+                write!(f, ", and no thread can run on")
+            }
+            MbarrierProblem::Transactions { count } => write!(
+                f,
+                "the current phase's transaction count would reach {count} bytes; it holds -1048575 to 1048575"
+            ),
+            MbarrierProblem::ExtraArrival {
+                expected,
+                transactions,
             } => write!(
                 f,
-                "deadlock: a wait for the phase of parity {parity}, with {completed} phases completed and {pending} of the current one's {expected} arrivals missing, and no thread can run on"
+                "an arrival at a phase that has had all its {expected} arrivals and waits only for {transactions} transaction bytes"
             ),
+        }
+    }
+}
+
+/// What went wrong with a tensor map or a tensor copy through one
+/// (`cp.async.bulk.tensor`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TensorCopyProblem {
+    /// `cvta.param` of `addr`, which is no tensor map's address in
+    /// parameter space (`mov.b64 %rd, map_i`).
+    NotParam { addr: u64 },
+    /// A copy through the map operand `reg`, which holds `addr`: not the
+    /// generic address of one of the kernel's tensor maps.
+    NotMap { reg: String, addr: u64 },
+    /// A copy of `coords` coordinates through map `map`, which has
+    /// `rank` dimensions.
+    Rank { map: u32, rank: u32, coords: u32 },
+    /// A copy to shared address `addr`, which is not 128-byte aligned.
+    Misaligned { addr: u64 },
+}
+
+impl fmt::Display for TensorCopyProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TensorCopyProblem::NotParam { addr } => write!(
+                f,
+                "cvta.param of {addr:#x}, which is not a tensor map's address in parameter space (mov.b64 of map_i)"
+            ),
+            TensorCopyProblem::NotMap { reg, addr } => write!(
+                f,
+                "the map operand {reg} holds {addr:#x}, which is not the generic address of any of the kernel's tensor maps (mov.b64 of map_i, then cvta.param.u64)"
+            ),
+            TensorCopyProblem::Rank { map, rank, coords } => write!(
+                f,
+                "a copy with {coords} coordinates through map_{map}, which has {rank} dimensions"
+            ),
+            TensorCopyProblem::Misaligned { addr } => {
+                write!(f, "the destination {addr:#x} is not 128-byte aligned")
+            }
         }
     }
 }
@@ -654,6 +737,23 @@ impl fmt::Display for FaultKind {
                 offset,
                 copier,
                 copy_pc,
+                tensor: true,
+            } => write!(
+                f,
+                "{} of shared memory with an outstanding tensor copy at {addr:#x} (window +{offset}): thread {}'s cp.async.bulk.tensor at pc {copy_pc} lands only as its memory barrier's phase completes; wait for that phase (mbarrier.try_wait.parity) first",
+                match access {
+                    Access::Load => "read",
+                    Access::Store => "write",
+                },
+                Xyz(*copier)
+            ),
+            FaultKind::AsyncCopyPending {
+                access,
+                addr,
+                offset,
+                copier,
+                copy_pc,
+                tensor: false,
             } => write!(
                 f,
                 "{} of shared memory with an outstanding cp.async at {addr:#x} (window +{offset}): thread {}'s cp.async at pc {copy_pc} has not landed; wait for its group with cp.async.wait_group (and bar.sync before other threads use it)",
@@ -738,6 +838,7 @@ impl fmt::Display for FaultKind {
             FaultKind::Mbarrier { offset, problem } => {
                 write!(f, "memory barrier at window +{offset}: {problem}")
             }
+            FaultKind::TensorCopy { problem } => write!(f, "tensor copy: {problem}"),
             FaultKind::RegisterCount {
                 count,
                 current,

@@ -74,6 +74,16 @@
 //!   in a phase, with another count, in part of a warp, at a number out of
 //!   range, or waiting where no thread can arrive any more is a
 //!   [`FaultKind::NamedBarrier`];
+//! - a memory barrier's phase (`mbarrier`, 8 shared bytes an
+//!   `mbarrier.init` made one; `shared/mbarrier`) completes when its
+//!   expected arrivals are in and its count of transaction bytes, raised
+//!   by `mbarrier.arrive.expect_tx` and lowered by the tensor copies that
+//!   complete at it, is back to 0 (it may go below first, never past
+//!   ±(2^20 − 1)). A `mbarrier.try_wait.parity` that finds its phase
+//!   incomplete gives up once, then parks its thread until a phase
+//!   completes; one no thread is left to complete is a
+//!   [`FaultKind::Mbarrier`] deadlock naming the arrivals and bytes the
+//!   phase misses;
 //! - a warpgroup-collective instruction (Hopper's `wgmma` family and
 //!   `setmaxnreg`) completes when all 128 threads of the warpgroup wait
 //!   at the same one (`block/warpgroup`); a `setmaxnreg` moving the
@@ -86,8 +96,8 @@
 //! other instruction: the thread does not arrive. Only barriers order
 //! shared memory between threads, a collective does not: a completed
 //! `bar.sync 0` everything before it against everything after, a named
-//! barrier what its arrivals did before arriving against what its waiting
-//! threads do after (vector clocks, `order`).
+//! or memory barrier what its arrivals did before arriving against what
+//! its waiting threads do after (vector clocks, `order`).
 //!
 //! `cp.async` reads its global source when it starts and lands in shared
 //! memory when the issuing thread's `cp.async.wait_group` (or `wait_all`)
@@ -95,6 +105,20 @@
 //! point. Until then the destination is in flight: any access to it, by any
 //! thread, is a [`FaultKind::AsyncCopyPending`]. `red` and `atom` apply in
 //! execution order, which is atomic since threads run one at a time.
+//!
+//! `cp.async.bulk.tensor` (a tensor copy, sm_90; `tensor_copy`) copies the
+//! box of a tensor map ([`Kernel::tensor_maps`], reached by `mov.b64` of
+//! `map_i` made generic by `cvta.param.u64`) at its coordinates into shared
+//! memory, row-major, each byte placed by the map's swizzle on its shared
+//! address, elements outside the tensor zero. It reads its source when it
+//! issues and completes its bytes at once as transactions of its memory
+//! barrier's current phase; its destination is in flight from the issue
+//! until that phase completes, when it lands as the async proxy's write:
+//! ordered before the waits that see the phase complete and what those are
+//! ordered before (a `bar.sync 0` after such a wait included), not before
+//! its own thread's later accesses, and read by `wgmma` with no
+//! `fence.proxy.async`. Copies whose phase never completes are dropped
+//! when the block ends.
 //!
 //! # What is checked
 //!
@@ -115,6 +139,15 @@
 //!   each `ldmatrix` row is a 16-byte load by the lane that addresses it.
 //!   A `cp.async` source must be aligned to the copy size and in bounds for
 //!   the bytes it reads (none when its source size is 0).
+//! - Tensor maps, at launch, as the driver's encoding would take them
+//!   ([`ktune_core::ptx::TensorMap::check`]), each of a pointer parameter
+//!   whose buffer holds its farthest element ([`FaultKind::InvalidLaunch`]).
+//!   A tensor copy's map operand must be exactly a map's generic address,
+//!   its coordinates one a dimension of the map, its destination 128-byte
+//!   aligned ([`FaultKind::TensorCopy`]) and in the window; it is checked
+//!   as a store by its thread when it issues, its barrier must be live,
+//!   and an arrival at a phase that waits only for bytes is a
+//!   [`FaultKind::Mbarrier`].
 //! - Registers read before written ([`FaultKind::UninitializedRegister`]),
 //!   integer division by zero, and a per-thread instruction limit
 //!   ([`Config::step_limit`], checked at branches) so that an endless loop is
@@ -172,11 +205,13 @@ pub mod random;
 pub mod sample;
 mod shared;
 pub mod suite;
+mod tensor_copy;
 pub mod timing;
 pub mod verify;
 
 pub use fault::{
     Access, ClusterProblem, Fault, FaultKind, FenceSide, LaneState, MbarrierProblem, NamedProblem,
+    TensorCopyProblem,
 };
 pub use memory::Memory;
 pub use poison::{POISON_16, POISON_F32, first_poisoned, poisoned};

@@ -178,6 +178,14 @@ impl Memory {
         Ok(data)
     }
 
+    /// The `len` bytes from `addr` a tensor copy reads (any length, no
+    /// alignment: the map's rules place its elements).
+    pub(crate) fn load_span(&self, addr: u64, len: u32) -> Result<&[u8], FaultKind> {
+        let (param, start) = self.bounds(addr, len, Access::Load)?;
+        self.ordered(param, start..start + len as usize)?;
+        Ok(&self.buffers[param][start..start + len as usize])
+    }
+
     /// The `size` bytes a load reads.
     pub(crate) fn load(&self, addr: u64, size: u32) -> Result<&[u8], FaultKind> {
         let (param, start) = self.range(addr, size, Access::Load)?;

@@ -22,6 +22,20 @@
 //! cleared: an entry from an earlier epoch or block is below every stamp
 //! of an access since.
 //!
+//! Besides the threads, the order has *agents*: clocks that stand for no
+//! thread, each a column of every thread's row ([`Order::add_agent`]).
+//! A memory barrier that lands tensor copies has one (`shared::mbarrier`):
+//! the async proxy's writes are stamped with its clock, which the phase
+//! that lands them publishes ([`Order::tick`]), so they are ordered before
+//! exactly the threads that waited for that phase, or a later one of the
+//! same barrier, and what those are ordered before.
+//!
+//! A `bar.sync 0` orders everything before it against everything after it
+//! through epochs, not through the clocks; where a memory barrier's phase
+//! landed copies in the block, it also hands every thread what any thread
+//! knew before it ([`Order::sync_all`]), so that a copy one thread waited
+//! for is ordered before what every thread does after the `bar.sync`.
+//!
 //! Each barrier counts the arrivals of its current phase. The arrival that
 //! brings the count to the phase's thread count completes it: each thread
 //! that waits there takes in what every arriving thread knew when it
@@ -52,8 +66,11 @@ struct Phase {
 #[derive(Debug)]
 pub(crate) struct Order {
     threads: usize,
+    /// Entries of each row: the threads', then the agents'.
+    cols: usize,
+    /// Each thread's clock, then each agent's.
     clock: Vec<u32>,
-    /// `rows[x * threads + u]`: see the module comment.
+    /// `rows[x * cols + u]`: see the module comment.
     rows: Vec<u32>,
     phases: Vec<Phase>,
     /// Phases of each barrier completed in this block.
@@ -68,6 +85,7 @@ impl Order {
     pub(crate) fn new(threads: usize) -> Order {
         Order {
             threads,
+            cols: threads,
             clock: vec![0; threads],
             rows: vec![0; threads * threads],
             phases: vec![Phase::default(); NAMED_BARRIERS],
@@ -95,7 +113,57 @@ impl Order {
     /// `x` does now by named or memory barriers (not by program order:
     /// `u == x` counts only through a barrier too).
     pub(crate) fn before(&self, u: u32, stamp: u32, x: u32) -> bool {
-        self.used && self.rows[x as usize * self.threads + u as usize] > stamp
+        self.used && self.rows[x as usize * self.cols + u as usize] > stamp
+    }
+
+    /// A new agent (see the module comment): its column, whose clock
+    /// starts at 0 and which no thread knows anything of yet.
+    pub(crate) fn add_agent(&mut self) -> u32 {
+        let (n, cols) = (self.threads, self.cols);
+        let mut rows = vec![0; n * (cols + 1)];
+        for (new, old) in rows
+            .chunks_exact_mut(cols + 1)
+            .zip(self.rows.chunks_exact(cols))
+        {
+            new[..cols].copy_from_slice(old);
+        }
+        self.rows = rows;
+        self.cols += 1;
+        self.clock.push(0);
+        cols as u32
+    }
+
+    /// Agent `agent` acts: its clock moves on, and `into` (a memory
+    /// barrier's join) learns the new value. Returns the clock before, the
+    /// stamp of what it did.
+    pub(crate) fn tick(&mut self, agent: u32, into: &mut Vec<u32>) -> u32 {
+        let a = agent as usize;
+        let stamp = self.clock[a];
+        self.clock[a] += 1;
+        if into.len() < self.cols {
+            into.resize(self.cols, 0);
+        }
+        into[a] = self.clock[a];
+        stamp
+    }
+
+    /// A `bar.sync 0` completed: every thread knows what any thread knew
+    /// before it (their own clocks are left alone: the epochs order their
+    /// accesses).
+    pub(crate) fn sync_all(&mut self) {
+        if !self.used {
+            return;
+        }
+        let cols = self.cols;
+        let mut join = vec![0; cols];
+        for row in self.rows.chunks_exact(cols) {
+            for (j, r) in join.iter_mut().zip(row) {
+                *j = (*j).max(*r);
+            }
+        }
+        for row in self.rows.chunks_exact_mut(cols) {
+            row.copy_from_slice(&join);
+        }
     }
 
     /// Phases of barrier `id` completed in this block.
@@ -126,13 +194,17 @@ impl Order {
         if id == 0 || id as usize >= self.phases.len() {
             return Err(fault(NamedProblem::Number));
         }
-        let n = self.threads;
+        let n = self.cols;
         let phase = &mut self.phases[id as usize];
         if phase.arrived.is_empty() {
             phase.threads = threads;
             phase.join.clear();
             phase.join.resize(n, 0);
-        } else if phase.threads != threads {
+        } else if phase.join.len() < n {
+            // An agent was added during the phase.
+            phase.join.resize(n, 0);
+        }
+        if phase.threads != threads {
             return Err(fault(NamedProblem::Count {
                 expected: phase.threads,
                 got: threads,
@@ -164,10 +236,13 @@ impl Order {
     /// clock included, is joined into `into` (one entry per thread).
     /// Returns its clock before the arrival, the stamp of what it did
     /// before.
-    pub(crate) fn release(&mut self, thread: u32, into: &mut [u32]) -> u32 {
-        let (t, n) = (thread as usize, self.threads);
+    pub(crate) fn release(&mut self, thread: u32, into: &mut Vec<u32>) -> u32 {
+        let (t, n) = (thread as usize, self.cols);
         let stamp = self.clock[t];
         self.clock[t] += 1;
+        if into.len() < n {
+            into.resize(n, 0);
+        }
         for (j, r) in into.iter_mut().zip(&self.rows[t * n..(t + 1) * n]) {
             *j = (*j).max(*r);
         }
@@ -178,7 +253,7 @@ impl Order {
     /// `thread` acquires what a memory barrier's completed phases released
     /// (`join`, from [`Order::release`]).
     pub(crate) fn acquire(&mut self, thread: u32, join: &[u32]) {
-        let (t, n) = (thread as usize, self.threads);
+        let (t, n) = (thread as usize, self.cols);
         for (r, j) in self.rows[t * n..(t + 1) * n].iter_mut().zip(join) {
             *r = (*r).max(*j);
         }
@@ -186,14 +261,15 @@ impl Order {
     }
 
     /// What `thread` knows now: for each thread, the clock up to which its
-    /// accesses are ordered before `thread`'s.
+    /// accesses are ordered before `thread`'s (the agents' entries left
+    /// out).
     pub(crate) fn row(&self, thread: u32) -> &[u32] {
-        let (t, n) = (thread as usize, self.threads);
-        &self.rows[t * n..(t + 1) * n]
+        let (t, n) = (thread as usize, self.cols);
+        &self.rows[t * n..t * n + self.threads]
     }
 
     fn complete(&mut self, id: u32) -> Result<(), FaultKind> {
-        let n = self.threads;
+        let (n, cols) = (self.threads, self.cols);
         let phase = &mut self.phases[id as usize];
         phase.arrived.sort_unstable();
         for warp in phase
@@ -223,7 +299,10 @@ impl Order {
         }
         for &w in &phase.waiters {
             let w = w as usize;
-            for (r, j) in self.rows[w * n..(w + 1) * n].iter_mut().zip(&phase.join) {
+            for (r, j) in self.rows[w * cols..(w + 1) * cols]
+                .iter_mut()
+                .zip(&phase.join)
+            {
                 *r = (*r).max(*j);
             }
         }
@@ -259,6 +338,29 @@ mod tests {
         assert!(!order.before(3, after, 40));
         assert!(!order.before(40, order.clock(40) - 1, 3));
         assert!(!order.before(3, stamp, 5));
+    }
+
+    /// An agent's stamp is ordered before the threads that acquire the
+    /// join it ticked into, and those a `bar.sync` puts after them; an
+    /// agent added later leaves what threads knew in place.
+    #[test]
+    fn an_agent_s_acts_reach_the_threads_that_acquire_them() {
+        let mut order = Order::new(64);
+        let mut join = vec![0; 64];
+        order.release(3, &mut join);
+        let agent = order.add_agent();
+        assert_eq!(agent, 64);
+        let stamp = order.tick(agent, &mut join);
+        order.acquire(10, &join);
+        assert!(order.before(agent, stamp, 10));
+        assert!(order.before(3, 0, 10));
+        assert!(!order.before(agent, stamp, 11));
+        let other = order.add_agent();
+        assert!(order.before(agent, stamp, 10));
+        assert!(!order.before(other, 0, 10));
+        order.sync_all();
+        assert!(order.before(agent, stamp, 11));
+        assert!(!order.before(agent, stamp + 1, 11));
     }
 
     #[test]

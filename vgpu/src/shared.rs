@@ -20,7 +20,10 @@
 //! then is a fault; it lands as a write by the issuing thread at the
 //! `cp.async.wait_group` that completes it, or as the memory-barrier phase
 //! its thread's `cp.async.mbarrier.arrive` arrived in completes
-//! ([`mbarrier`], which also keeps the barriers themselves).
+//! ([`mbarrier`], which also keeps the barriers themselves). A tensor
+//! copy's destination is pending likewise from its issue, and lands as
+//! the phase it completed its bytes in completes, as the async proxy's
+//! write ([`mbarrier`]).
 //!
 //! Hopper's `wgmma.mma_async` reads shared memory through the async proxy
 //! ([`Shared::async_read`]): a byte must have been written before the
@@ -31,8 +34,9 @@
 //! fence), or that of a thread of the reading warpgroup the write was
 //! ordered before when it fenced (each thread remembers what it knew
 //! then). A copy landed by a memory barrier's phase counts only the
-//! latter. (A write after a `wgmma`'s read is checked for its order, not
-//! for a proxy fence.) While the instruction is in flight its bytes must not be
+//! latter; a tensor copy's bytes, the async proxy's own write, need no
+//! fence, only the order. (A write after a `wgmma`'s read is checked for
+//! its order, not for a proxy fence.) While the instruction is in flight its bytes must not be
 //! written, and until the next barrier no thread of another warpgroup may
 //! write them: the read is unordered with such a write, whichever the
 //! interpreter runs first (each byte keeps the warpgroups that read it in
@@ -111,6 +115,13 @@ struct ByteState {
     /// Whether the last write was a copy that landed as a memory
     /// barrier's phase completed (see [`Shared::write_before`]).
     landed: bool,
+    /// Whether the copy in flight into the byte (see `copier`) is a
+    /// tensor copy, landing as its memory barrier's phase completes.
+    copy_tensor: bool,
+    /// For a byte a tensor copy landed (the async proxy's write), the
+    /// agent of [`Order`] that orders it (its barrier's); [`NOBODY`]
+    /// otherwise.
+    agent: u32,
 }
 
 /// [`ByteState::crowd`] when no further reader was kept.
@@ -135,6 +146,8 @@ const FRESH: ByteState = ByteState {
     remote_read_epoch: 0,
     mbarrier: false,
     landed: false,
+    copy_tensor: false,
+    agent: NOBODY,
 };
 
 #[derive(Debug)]
@@ -179,6 +192,12 @@ pub(crate) struct Shared {
     async_tickets: Vec<[u32; 8]>,
     /// The block's memory barriers.
     mbarriers: Vec<mbarrier::Mbarrier>,
+    /// The agent of [`Order`] of each memory barrier (its window offset)
+    /// that has landed tensor copies, kept from block to block.
+    agents: Vec<(u32, u32)>,
+    /// Whether a memory barrier's phase landed copies in this block: a
+    /// `bar.sync 0` then hands on what each thread's waits acquired.
+    landed_any: bool,
 }
 
 impl Shared {
@@ -203,6 +222,8 @@ impl Shared {
             tickets: Vec::new(),
             async_tickets: Vec::new(),
             mbarriers: Vec::new(),
+            agents: Vec::new(),
+            landed_any: false,
         }
     }
 
@@ -222,11 +243,15 @@ impl Shared {
         self.order.begin_block();
         self.tickets.clear();
         self.end_mbarriers();
+        self.landed_any = false;
     }
 
     /// A `bar.sync 0` completed, or a barrier of the whole cluster.
     pub(crate) fn barrier(&mut self) {
         self.advance();
+        if self.landed_any {
+            self.order.sync_all();
+        }
     }
 
     /// `thread`'s `barrier.cluster.arrive`; false when it has arrived
@@ -277,10 +302,12 @@ impl Shared {
     /// named or memory barriers. A copy that landed as a memory barrier's
     /// phase completed lands in its own time, whatever its thread or the
     /// block's barriers do meanwhile: only the waits that saw the phase
-    /// complete, and what they are ordered before, come after it.
+    /// complete, and what they are ordered before, come after it (a
+    /// `bar.sync 0` after such a wait included, through
+    /// [`Order::sync_all`]).
     fn write_before(&self, s: &ByteState, x: u32) -> bool {
         if self.landed(s) {
-            self.order.before(s.writer, s.write_clock, x)
+            self.order.before(Self::orderer(s), s.write_clock, x)
         } else {
             s.write_epoch != self.epoch || self.before(s.writer, s.write_clock, x)
         }
@@ -290,6 +317,13 @@ impl Shared {
     /// block landed as a memory barrier's phase completed.
     fn landed(&self, s: &ByteState) -> bool {
         s.landed && s.write_epoch >= self.block_start
+    }
+
+    /// The column of [`Order`] whose clock stamps the last write of a
+    /// byte (its state `s`): its barrier's agent for a tensor copy, else
+    /// its writer.
+    fn orderer(s: &ByteState) -> u32 {
+        if s.agent != NOBODY { s.agent } else { s.writer }
     }
 
     /// Renumbers epochs before the counter overflows, keeping what matters:
@@ -480,12 +514,19 @@ impl Shared {
     /// with its clock `clock`.
     fn mark_written(&mut self, thread: u32, clock: u32, start: usize, end: usize) {
         self.writes += 1;
+        self.mark_range(thread, clock, start, end);
+    }
+
+    /// [`Shared::mark_written`] as part of the write numbered
+    /// [`Shared::writes`] now.
+    fn mark_range(&mut self, thread: u32, clock: u32, start: usize, end: usize) {
         let release = self.arrived[thread as usize] + 1;
         for s in &mut self.state[start..end] {
             s.writer = thread;
             s.write_epoch = self.epoch;
             s.write_clock = clock;
             s.landed = false;
+            s.agent = NOBODY;
             s.write_number = self.writes;
             s.release = release;
         }
@@ -509,8 +550,11 @@ impl Shared {
     /// (its state `s`) visible to the async proxy: its writer's fence after
     /// the write (not for a copy landed by a memory barrier's phase, which
     /// lands in its own time), or another's after the write was ordered
-    /// before it.
+    /// before it. A tensor copy's bytes are the async proxy's own write.
     fn proxy_visible(&self, members: std::ops::Range<u32>, s: &ByteState) -> bool {
+        if self.landed(s) && s.agent != NOBODY {
+            return true;
+        }
         if !self.landed(s) && self.proxy_fenced[s.writer as usize] > s.write_number {
             return true;
         }
@@ -545,7 +589,7 @@ impl Shared {
             let ordered = || {
                 members
                     .clone()
-                    .any(|m| self.order.before(s.writer, s.write_clock, m))
+                    .any(|m| self.order.before(Self::orderer(&s), s.write_clock, m))
             };
             if (s.write_epoch == self.epoch || self.landed(&s)) && !ordered() {
                 return Err(self.race(offset, s.writer, true, false));
@@ -733,6 +777,7 @@ impl Shared {
         let start = offset as usize;
         for s in &mut self.state[start..start + size as usize] {
             s.copier = NOBODY;
+            s.copy_tensor = false;
         }
     }
 
@@ -743,6 +788,7 @@ impl Shared {
             offset,
             copier: self.coords(s.copier),
             copy_pc: s.copy_pc as usize,
+            tensor: s.copy_tensor,
         }
     }
 

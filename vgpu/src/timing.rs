@@ -19,6 +19,13 @@
 //!   round trip, hidden by up to four resident blocks of the same SM;
 //!
 //! plus a fixed launch cost.
+//!
+//! A tensor copy (`cp.async.bulk.tensor`) is one instruction of the thread
+//! that issues it, however large its box: it costs an issue slot, and its
+//! bytes cost memory time, those it reads from the tensor as global loads
+//! (L2, and DRAM through the compulsory bytes) and its whole box as shared
+//! stores, as `cp.async`'s do, whose every 16 bytes are an instruction of
+//! their own.
 
 use ktune_core::SmVersion;
 use ktune_core::lower::Launch;
@@ -155,6 +162,39 @@ mod tests {
             let ratio = t(&tf32) / t(&bf16);
             assert!((ratio - 2.0).abs() < 1e-9, "{target}: {ratio}");
         }
+    }
+
+    /// The same bytes copied by `cp.async` (a thread's instruction each
+    /// 16 bytes, with its address arithmetic) and by tensor copies (one
+    /// instruction a box of 8 KiB): the memory's time bounds both, and
+    /// the tensor copies' few instructions do not add to it.
+    #[test]
+    fn a_tensor_copy_s_bytes_cost_memory_time_not_issue_slots() {
+        let l = launch(1024, 128);
+        let bytes = 1024 * 64 * 8192;
+        let moved = Stats {
+            global_load_bytes: bytes,
+            shared_store_bytes: bytes,
+            shared_load_bytes: bytes,
+            ..stats(1024, 128)
+        };
+        let per_thread = Stats {
+            instructions: bytes / 16 * 6,
+            ..moved
+        };
+        let per_box = Stats {
+            instructions: bytes / 8192 * 4,
+            ..moved
+        };
+        let t = |s: &Stats| estimate(s, &l, SmVersion::Sm90, bytes);
+        let memory = bytes as f64 / SmVersion::Sm90.hardware().dram_bandwidth;
+        assert!(t(&per_box) >= memory);
+        assert!(t(&per_box) <= t(&per_thread));
+        let issue_free = Stats {
+            instructions: 0,
+            ..moved
+        };
+        assert_eq!(t(&per_box), t(&issue_free));
     }
 
     #[test]

@@ -3,31 +3,13 @@
 
 mod common;
 
-use common::{map_f32, one_block, per_lane, try_per_lane};
+use common::{arith, map_f32, one_block, per_lane, try_per_lane};
 use ktune_core::ptx::Builder;
 use ktune_core::ptx::inst::{
     Addr, ArithOp, Cmp, Op, Operand, Reg, RegClass, Space, Special, Ty, UnaryOp,
 };
 use ktune_core::{DType, lower::Launch};
 use ktune_vgpu::{Config, FaultKind, Memory};
-
-fn op(b: &mut Builder, op: ArithOp, ty: Ty, x: impl Into<Operand>, y: impl Into<Operand>) -> Reg {
-    let class = match ty {
-        Ty::F32 => RegClass::F32,
-        Ty::U64 | Ty::B64 => RegClass::B64,
-        Ty::Pred => RegClass::Pred,
-        _ => RegClass::B32,
-    };
-    let dst = b.reg(class);
-    b.push(Op::Arith {
-        op,
-        ty,
-        dst,
-        a: x.into(),
-        b: y.into(),
-    });
-    dst
-}
 
 fn unary(b: &mut Builder, op: UnaryOp, ty: Ty, x: impl Into<Operand>) -> Reg {
     let class = match ty {
@@ -75,14 +57,14 @@ fn lanes() -> impl Iterator<Item = u32> {
 
 #[test]
 fn integer_arithmetic_wraps() {
-    let got = per_lane(|b, t| op(b, ArithOp::Add, Ty::U32, t, Operand::Int(-1)));
+    let got = per_lane(|b, t| arith(b, ArithOp::Add, Ty::U32, t, Operand::Int(-1)));
     assert_eq!(got, lanes().map(|t| t.wrapping_sub(1)).collect::<Vec<_>>());
-    let got = per_lane(|b, t| op(b, ArithOp::Sub, Ty::U32, Operand::Int(0), t));
+    let got = per_lane(|b, t| arith(b, ArithOp::Sub, Ty::U32, Operand::Int(0), t));
     assert_eq!(
         got,
         lanes().map(|t| 0u32.wrapping_sub(t)).collect::<Vec<_>>()
     );
-    let got = per_lane(|b, t| op(b, ArithOp::Mul, Ty::U32, t, Operand::Int(0x9e37_79b9)));
+    let got = per_lane(|b, t| arith(b, ArithOp::Mul, Ty::U32, t, Operand::Int(0x9e37_79b9)));
     assert_eq!(
         got,
         lanes()
@@ -99,7 +81,7 @@ fn integer_arithmetic_wraps() {
 #[test]
 fn mul_wide_and_truncating_cvt() {
     let wide = |b: &mut Builder, t: Reg, high: bool| {
-        let x = op(b, ArithOp::Add, Ty::U32, t, Operand::Int(0xffff_fff0));
+        let x = arith(b, ArithOp::Add, Ty::U32, t, Operand::Int(0xffff_fff0));
         let w = b.reg(RegClass::B64);
         b.push(Op::MulWide {
             dst: w,
@@ -107,7 +89,7 @@ fn mul_wide_and_truncating_cvt() {
             b: Operand::Int(0x1_0001),
         });
         let w = if high {
-            op(b, ArithOp::Shr, Ty::U64, w, Operand::Int(32))
+            arith(b, ArithOp::Shr, Ty::U64, w, Operand::Int(32))
         } else {
             w
         };
@@ -134,8 +116,8 @@ fn division_and_remainder() {
         lanes().map(|t| t / 3 * 1000 + t % 3).collect::<Vec<_>>()
     );
     let got = per_lane(|b, t| {
-        let neg = op(b, ArithOp::Sub, Ty::S32, t, Operand::Int(16));
-        op(b, ArithOp::Div, Ty::S32, neg, Operand::Int(5))
+        let neg = arith(b, ArithOp::Sub, Ty::S32, t, Operand::Int(16));
+        arith(b, ArithOp::Div, Ty::S32, neg, Operand::Int(5))
     });
     let want: Vec<u32> = lanes().map(|t| ((t as i32 - 16) / 5) as u32).collect();
     assert_eq!(got, want);
@@ -182,7 +164,7 @@ fn shifts_clamp_at_the_width() {
     let got = per_lane(|b, t| b.u32_op(ArithOp::Shl, Operand::Int(1), t));
     assert_eq!(got, lanes().map(|t| 1 << t).collect::<Vec<_>>());
     let got = per_lane(|b, t| {
-        let s = op(b, ArithOp::Add, Ty::U32, t, Operand::Int(16));
+        let s = arith(b, ArithOp::Add, Ty::U32, t, Operand::Int(16));
         b.u32_op(ArithOp::Shl, Operand::Int(0xffff), s)
     });
     let want: Vec<u32> = lanes()
@@ -190,16 +172,16 @@ fn shifts_clamp_at_the_width() {
         .collect();
     assert_eq!(got, want);
     let got = per_lane(|b, t| {
-        let s = op(b, ArithOp::Add, Ty::U32, t, Operand::Int(16));
-        op(b, ArithOp::Shr, Ty::U32, Operand::Int(0x8000_0000), s)
+        let s = arith(b, ArithOp::Add, Ty::U32, t, Operand::Int(16));
+        arith(b, ArithOp::Shr, Ty::U32, Operand::Int(0x8000_0000), s)
     });
     let want: Vec<u32> = lanes()
         .map(|t| 0x8000_0000u32.checked_shr(t + 16).unwrap_or(0))
         .collect();
     assert_eq!(got, want);
     let got = per_lane(|b, t| {
-        let s = op(b, ArithOp::Add, Ty::U32, t, Operand::Int(16));
-        op(b, ArithOp::Shr, Ty::S32, Operand::Int(0x8000_0000), s)
+        let s = arith(b, ArithOp::Add, Ty::U32, t, Operand::Int(16));
+        arith(b, ArithOp::Shr, Ty::S32, Operand::Int(0x8000_0000), s)
     });
     let want: Vec<u32> = lanes()
         .map(|t| (i32::MIN >> (t + 16).min(31)) as u32)
@@ -222,9 +204,9 @@ fn bitwise_and_min_max() {
             .collect::<Vec<_>>()
     );
     let got = per_lane(|b, t| {
-        let d = op(b, ArithOp::Sub, Ty::S32, t, Operand::Int(16));
-        let lo = op(b, ArithOp::Max, Ty::S32, d, Operand::Int(-4));
-        op(b, ArithOp::Min, Ty::S32, lo, Operand::Int(4))
+        let d = arith(b, ArithOp::Sub, Ty::S32, t, Operand::Int(16));
+        let lo = arith(b, ArithOp::Max, Ty::S32, d, Operand::Int(-4));
+        arith(b, ArithOp::Min, Ty::S32, lo, Operand::Int(4))
     });
     assert_eq!(
         got,
@@ -233,8 +215,8 @@ fn bitwise_and_min_max() {
             .collect::<Vec<_>>()
     );
     let got = per_lane(|b, t| {
-        let d = op(b, ArithOp::Sub, Ty::U32, t, Operand::Int(16));
-        op(b, ArithOp::Min, Ty::U32, d, Operand::Int(100))
+        let d = arith(b, ArithOp::Sub, Ty::U32, t, Operand::Int(16));
+        arith(b, ArithOp::Min, Ty::U32, d, Operand::Int(100))
     });
     assert_eq!(
         got,
@@ -265,7 +247,7 @@ fn predicates_and_select() {
         .collect();
     assert_eq!(got, want);
     let got = per_lane(|b, t| {
-        let d = op(b, ArithOp::Sub, Ty::S32, t, Operand::Int(16));
+        let d = arith(b, ArithOp::Sub, Ty::S32, t, Operand::Int(16));
         let neg = b.setp(Cmp::Lt, Ty::S32, d, Operand::Int(0));
         select_u32(b, neg)
     });

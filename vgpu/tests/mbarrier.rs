@@ -250,7 +250,8 @@ fn a_wait_for_the_wrong_parity_or_a_phase_nobody_completes_deadlocks() {
                 parity: 0,
                 completed: 0,
                 expected: 32,
-                pending: 32
+                pending: 32,
+                transactions: 0
             }
         },
         "{fault}"
@@ -589,7 +590,8 @@ fn a_warp_arriving_and_waiting_at_one_barrier_goes_on_together() {
             parity: 0,
             completed: 0,
             expected: 64,
-            pending: 32
+            pending: 32,
+            transactions: 0
         },
         "{fault}"
     );

@@ -7,6 +7,10 @@
 //! one synchronisation step missing, each stopped with its own fault; and
 //! every kernel printed, parsed back and assembled by ptxas for sm_90a.
 
+mod common;
+
+use common::arith;
+
 use half::{bf16, f16};
 use ktune_core::SmVersion;
 use ktune_core::lower::Launch;
@@ -187,29 +191,6 @@ enum Bug {
     DivergentDescriptor,
     /// The accumulators are zeroed by plain moves after the fence.
     WriteAfterFence,
-}
-
-fn arith(
-    b: &mut Builder,
-    op: ArithOp,
-    ty: Ty,
-    x: impl Into<Operand>,
-    y: impl Into<Operand>,
-) -> Reg {
-    let class = if matches!(ty, Ty::B64 | Ty::U64) {
-        RegClass::B64
-    } else {
-        RegClass::B32
-    };
-    let dst = b.reg(class);
-    b.push(Op::Arith {
-        op,
-        ty,
-        dst,
-        a: x.into(),
-        b: y.into(),
-    });
-    dst
 }
 
 /// Copies `tile_bytes` from global `src` to shared `smem + at`, 16 bytes a

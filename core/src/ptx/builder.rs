@@ -77,6 +77,7 @@ impl Builder {
         Kernel {
             entry,
             param_count,
+            tensor_maps: Vec::new(),
             dynamic_shared_bytes,
             block_threads,
             min_blocks_per_sm: 0,

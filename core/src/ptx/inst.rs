@@ -225,6 +225,13 @@ pub struct Label(pub u32);
 pub enum Op {
     /// `ld.param.u64 dst, [param_i]`: the i-th kernel parameter (a pointer).
     LdParam { dst: Reg, index: usize },
+    /// `mov.b64 dst, map_i`: the parameter-space address of the kernel's
+    /// i-th tensor map (see [`Kernel::tensor_maps`]), which
+    /// [`Op::CvtaParam`] makes generic.
+    TensorMapParam { dst: Reg, index: usize },
+    /// `cvta.param.u64 dst, src`: a parameter-space address made generic,
+    /// as [`Op::CpAsyncBulkTensor`] takes a tensor map's.
+    CvtaParam { dst: Reg, src: Reg },
     /// `cvta.to.global.u64 dst, src`
     CvtaGlobal { dst: Reg, src: Reg },
     /// `mov.u32 dst, smem`: the address of the dynamic shared-memory window.
@@ -351,6 +358,16 @@ pub enum Op {
     /// it; the phase completes with its last expected arrival. `state`
     /// (`.b64`) is an opaque token of the phase arrived in.
     MbarrierArrive { state: Reg, addr: Addr },
+    /// `mbarrier.arrive.expect_tx.shared::cta.b64 state, [addr], bytes`
+    /// (sm_90): raises the current phase's count of transaction bytes by
+    /// `bytes`, then arrives as [`Op::MbarrierArrive`] does. The phase
+    /// completes once its arrivals are all in and as many bytes as were
+    /// expected have landed ([`Op::CpAsyncBulkTensor`]).
+    MbarrierArriveExpectTx {
+        state: Reg,
+        addr: Addr,
+        bytes: Operand,
+    },
     /// `mbarrier.try_wait.parity.shared.b64 done, [addr], parity` (sm_90):
     /// `done` (a predicate) is set once the phase of the barrier at `addr`
     /// with parity `parity` (0 or 1, the operand's low bit) has completed,
@@ -362,6 +379,22 @@ pub enum Op {
         done: Reg,
         addr: Addr,
         parity: Operand,
+    },
+    /// `cp.async.bulk.tensor.<n>d.shared::cluster.global.mbarrier::complete_tx::bytes [dst], [map, {coords}], [barrier]`
+    /// (sm_90): the tensor memory accelerator copies the box of the tensor
+    /// map at the generic address `map` (a kernel parameter's, see
+    /// [`Op::CvtaParam`]) whose first element is at `coords` (`n` of
+    /// them, `.s32`, innermost first; elements outside the tensor read as
+    /// zero) into shared memory at `dst`, laid out as the map's swizzle
+    /// says, and its bytes complete as transactions of the memory barrier
+    /// at `barrier`. The copy is the async proxy's: `wgmma` reads it
+    /// without a proxy fence, and a thread's wait for the barrier's phase
+    /// orders it before what follows.
+    CpAsyncBulkTensor {
+        dst: Addr,
+        map: Reg,
+        coords: Vec<Reg>,
+        barrier: Addr,
     },
     /// `ldmatrix.sync.aligned.m8n8.x<n>[.trans].shared.b16 {dsts}, [addr]`:
     /// warp-collective; `dsts.len()` (1, 2 or 4) 8×8 matrices of 16-bit
@@ -491,13 +524,18 @@ pub struct Instr {
 
 impl Op {
     /// Whether the instruction is one of Hopper's warpgroup matrix
-    /// instructions, the async-proxy fence that feeds them or a warpgroup's
-    /// register reallocation, which make
+    /// instructions, the async-proxy fence that feeds them, a warpgroup's
+    /// register reallocation, or a tensor-map copy and what it needs (PTX
+    /// ISA 8.0; ktune emits them only beside `wgmma`), which make
     /// their kernel's module target `sm_90a` (PTX ISA 8.0).
     pub fn is_sm90a(&self) -> bool {
         matches!(
             self,
             Op::FenceProxyAsync
+                | Op::TensorMapParam { .. }
+                | Op::CvtaParam { .. }
+                | Op::MbarrierArriveExpectTx { .. }
+                | Op::CpAsyncBulkTensor { .. }
                 | Op::WgmmaFence
                 | Op::Wgmma { .. }
                 | Op::WgmmaCommit
@@ -508,11 +546,17 @@ impl Op {
 }
 
 /// A complete kernel entry: its parameters are `param_count` 64-bit global
-/// pointers (the input tensors in order, then the output).
+/// pointers (the input tensors in order, then the output), then its
+/// tensor maps, passed by value.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Kernel {
     pub entry: String,
     pub param_count: usize,
+    /// Tensor maps (128 bytes, 64-byte aligned, `.param .align 64 .b8
+    /// map_i[128]`) after the pointers: the descriptors
+    /// [`Op::CpAsyncBulkTensor`] copies through, as the launcher must
+    /// encode them.
+    pub tensor_maps: Vec<super::TensorMap>,
     /// Bytes of dynamic shared memory the kernel addresses through
     /// [`Op::SharedBase`] (the launch must provide at least this much).
     pub dynamic_shared_bytes: u32,

@@ -19,9 +19,11 @@
 //! # Ok::<(), ktune_core::ptx::ParseError>(())
 //! ```
 
+use super::TensorMap;
 use super::inst::*;
 use super::print::{
-    Header, SHARED, class_names, label_name, mma_name, shared_size_comment, wgmma_name, write_instr,
+    Header, SHARED, bulk_tensor_name, class_names, label_name, map_param, mma_name,
+    shared_size_comment, wgmma_name, write_instr,
 };
 use crate::target::SmVersion;
 
@@ -105,13 +107,20 @@ impl<'t> Parser<'t> {
         self.expect(".address_size 64")?;
         self.expect("")?;
         let (dynamic_shared_bytes, shared_align) = self.shared_window()?;
+        let maps = self.tensor_maps()?;
         let entry = self.after(".visible .entry ")?;
         let entry = entry
             .strip_suffix('(')
             .filter(|name| is_identifier(name))
             .ok_or_else(|| self.error(format!("`{entry}` is not an entry name followed by `(`")))?
             .to_owned();
-        let param_count = self.params()?;
+        let (param_count, declared) = self.params()?;
+        if declared != maps.len() {
+            return Err(self.error(format!(
+                "{declared} tensor map parameters, but {} described",
+                maps.len()
+            )));
+        }
         let block_threads = self.after(".maxntid ")?;
         let block_threads = block_threads
             .strip_suffix(", 1, 1")
@@ -137,6 +146,7 @@ impl<'t> Parser<'t> {
         let kernel = Kernel {
             entry,
             param_count,
+            tensor_maps: maps,
             dynamic_shared_bytes,
             block_threads,
             min_blocks_per_sm,
@@ -231,18 +241,44 @@ impl<'t> Parser<'t> {
         Ok((bytes, align))
     }
 
-    /// `\t.param .u64 param_<i>,` lines up to `)`.
-    fn params(&mut self) -> Result<usize, ParseError> {
-        let mut count = 0;
+    /// The tensor maps' comments, if any, and the blank line after them.
+    fn tensor_maps(&mut self) -> Result<Vec<TensorMap>, ParseError> {
+        let mut maps = Vec::new();
+        while let Some(text) = self
+            .peek()
+            .and_then(|l| l.strip_prefix(&format!("// map_{}: ", maps.len())))
+        {
+            self.next += 1;
+            let map = TensorMap::parse(text)
+                .ok_or_else(|| self.error(format!("`{text}` is not a tensor map ktune prints")))?;
+            maps.push(map);
+        }
+        if !maps.is_empty() {
+            self.expect("")?;
+        }
+        Ok(maps)
+    }
+
+    /// `\t.param .u64 param_<i>,` lines, then tensor maps' `\t.param
+    /// .align 64 .b8 map_<j>[128],` lines, up to `)`: the counts of both.
+    fn params(&mut self) -> Result<(usize, usize), ParseError> {
+        let (mut pointers, mut maps) = (0, 0);
         loop {
             let line = self.line()?;
             if line == ")" {
-                return Ok(count);
+                return Ok((pointers, maps));
             }
-            let want = format!("\t.param .u64 param_{count}");
-            match line.strip_prefix(&want) {
-                Some("," | "") => count += 1,
-                _ => return Err(self.error(format!("expected `{want}`, found `{line}`"))),
+            let pointer = format!("\t.param .u64 param_{pointers}");
+            let map = format!("\t{}", map_param(maps));
+            let want = if maps == 0 && !line.contains("map_") {
+                pointers += 1;
+                pointer
+            } else {
+                maps += 1;
+                map
+            };
+            if !matches!(line.strip_prefix(&want), Some("," | "")) {
+                return Err(self.error(format!("expected `{want}`, found `{line}`")));
             }
             if line == want && self.peek() != Some(")") {
                 return Err(self.error("the last parameter must be followed by `)`"));
@@ -406,6 +442,13 @@ impl<'t> Parser<'t> {
                         .collect::<Result<_, _>>()?,
                 }
             }
+            "cvta" if parts.get(1) == Some(&"param") => {
+                arity(2)?;
+                Op::CvtaParam {
+                    dst: reg(0)?,
+                    src: reg(1)?,
+                }
+            }
             "cvta" => {
                 arity(2)?;
                 Op::CvtaGlobal {
@@ -436,6 +479,13 @@ impl<'t> Parser<'t> {
                 let dst = reg(0)?;
                 if ops[1] == SHARED {
                     Op::SharedBase { dst }
+                } else if let Some(index) = ops[1].strip_prefix("map_") {
+                    Op::TensorMapParam {
+                        dst,
+                        index: index.parse().map_err(|_| {
+                            self.error(format!("`{}` is not a tensor map `map_<i>`", ops[1]))
+                        })?,
+                    }
                 } else if let Some(sreg) = special(ops[1]) {
                     Op::ReadSpecial { dst, sreg }
                 } else {
@@ -508,6 +558,33 @@ impl<'t> Parser<'t> {
                         .map_err(|_| self.error(format!("`{}` is not a clamp value", ops[3])))?,
                 }
             }
+            "cp" if parts.get(2) == Some(&"bulk") => {
+                arity(3)?;
+                let inner = ops[1]
+                    .strip_prefix('[')
+                    .and_then(|t| t.strip_suffix(']'))
+                    .and_then(|t| t.split_once(", "))
+                    .ok_or_else(|| {
+                        self.error(format!("`{}` is not `[map, {{coordinates}}]`", ops[1]))
+                    })?;
+                let coords: Vec<Reg> = self
+                    .list(inner.1)
+                    .iter()
+                    .map(|r| self.reg(r, counts))
+                    .collect::<Result<_, _>>()?;
+                if opcode != bulk_tensor_name(coords.len()) {
+                    return Err(self.error(format!(
+                        "`{opcode}` with {} coordinates is not a tensor copy ktune emits",
+                        coords.len()
+                    )));
+                }
+                Op::CpAsyncBulkTensor {
+                    dst: self.addr(ops[0], counts)?,
+                    map: self.reg(inner.0, counts)?,
+                    coords,
+                    barrier: self.addr(ops[2], counts)?,
+                }
+            }
             "cp" if parts.get(1) == Some(&"async") => match parts.get(2) {
                 Some(&"commit_group") => Op::CpAsyncCommit,
                 Some(&"wait_all") => Op::CpAsyncWaitAll,
@@ -560,6 +637,14 @@ impl<'t> Parser<'t> {
                 Op::MbarrierArrive {
                     state: reg(0)?,
                     addr: self.addr(ops[1], counts)?,
+                }
+            }
+            "mbarrier" if opcode == "mbarrier.arrive.expect_tx.shared::cta.b64" => {
+                arity(3)?;
+                Op::MbarrierArriveExpectTx {
+                    state: reg(0)?,
+                    addr: self.addr(ops[1], counts)?,
+                    bytes: operand(2)?,
                 }
             }
             "mbarrier" if opcode == "mbarrier.try_wait.parity.shared.b64" => {
@@ -873,7 +958,7 @@ impl<'t> Parser<'t> {
     }
 }
 
-/// Splits operands at top-level commas (not those inside `{…}`).
+/// Splits operands at top-level commas (not those inside `{…}` or `[…]`).
 fn split_operands(text: &str) -> Vec<&str> {
     if text.is_empty() {
         return Vec::new();
@@ -882,8 +967,8 @@ fn split_operands(text: &str) -> Vec<&str> {
     let (mut depth, mut start) = (0u32, 0);
     for (i, c) in text.char_indices() {
         match c {
-            '{' => depth += 1,
-            '}' => depth = depth.saturating_sub(1),
+            '{' | '[' => depth += 1,
+            '}' | ']' => depth = depth.saturating_sub(1),
             ',' if depth == 0 => {
                 parts.push(text[start..i].trim());
                 start = i + 1;

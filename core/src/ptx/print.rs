@@ -35,10 +35,21 @@ fn write_module(out: &mut String, kernel: &Kernel, target: SmVersion) -> std::fm
             header.shared_align
         )?;
     }
+    for (i, map) in kernel.tensor_maps.iter().enumerate() {
+        // Like the window's size, what the launcher must encode.
+        writeln!(out, "{}", map.comment(i))?;
+    }
+    if !kernel.tensor_maps.is_empty() {
+        writeln!(out)?;
+    }
     writeln!(out, ".visible .entry {}(", kernel.entry)?;
-    for i in 0..kernel.param_count {
-        let sep = if i + 1 < kernel.param_count { "," } else { "" };
-        writeln!(out, "\t.param .u64 param_{i}{sep}")?;
+    let params = kernel.param_count + kernel.tensor_maps.len();
+    for i in 0..params {
+        let sep = if i + 1 < params { "," } else { "" };
+        match i.checked_sub(kernel.param_count) {
+            None => writeln!(out, "\t.param .u64 param_{i}{sep}")?,
+            Some(map) => writeln!(out, "\t{}{sep}", map_param(map))?,
+        }
     }
     writeln!(out, ")")?;
     writeln!(out, ".maxntid {}, 1, 1", kernel.block_threads)?;
@@ -90,6 +101,11 @@ impl Header {
             }
         }
     }
+}
+
+/// The declaration of the kernel's `index`-th tensor map parameter.
+pub(super) fn map_param(index: usize) -> String {
+    format!(".param .align 64 .b8 map_{index}[128]")
 }
 
 /// The comment line stating the size of the dynamic shared-memory window.
@@ -310,6 +326,11 @@ pub(super) fn mma_name(kind: MmaKind) -> &'static str {
 }
 
 /// The label's name in printed PTX.
+/// The opcode of a tensor-map copy over `dims` coordinates.
+pub(super) fn bulk_tensor_name(dims: usize) -> String {
+    format!("cp.async.bulk.tensor.{dims}d.shared::cluster.global.mbarrier::complete_tx::bytes")
+}
+
 pub fn label_name(l: Label) -> String {
     format!("$L__BB{}", l.0)
 }
@@ -325,6 +346,8 @@ pub(super) fn write_instr(out: &mut String, instr: &Instr) -> std::fmt::Result {
     }
     match &instr.op {
         Op::LdParam { dst, index } => write!(out, "ld.param.u64 {}, [param_{index}]", R(*dst)),
+        Op::TensorMapParam { dst, index } => write!(out, "mov.b64 {}, map_{index}", R(*dst)),
+        Op::CvtaParam { dst, src } => write!(out, "cvta.param.u64 {}, {}", R(*dst), R(*src)),
         Op::CvtaGlobal { dst, src } => {
             write!(out, "cvta.to.global.u64 {}, {}", R(*dst), R(*src))
         }
@@ -496,6 +519,27 @@ pub(super) fn write_instr(out: &mut String, instr: &Instr) -> std::fmt::Result {
                 A(*addr)
             )
         }
+        Op::MbarrierArriveExpectTx { state, addr, bytes } => write!(
+            out,
+            "mbarrier.arrive.expect_tx.shared::cta.b64 {}, {}, {}",
+            R(*state),
+            A(*addr),
+            O(*bytes)
+        ),
+        Op::CpAsyncBulkTensor {
+            dst,
+            map,
+            coords,
+            barrier,
+        } => write!(
+            out,
+            "{} {}, [{}, {}], {}",
+            bulk_tensor_name(coords.len()),
+            A(*dst),
+            R(*map),
+            braced(coords),
+            A(*barrier)
+        ),
         Op::MbarrierTryWait { done, addr, parity } => write!(
             out,
             "mbarrier.try_wait.parity.shared.b64 {}, {}, {}",

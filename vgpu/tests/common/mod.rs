@@ -10,7 +10,7 @@ use ktune_core::ir::{
 };
 use ktune_core::lower::Launch;
 use ktune_core::ptx::Builder;
-use ktune_core::ptx::inst::{Addr, Op, Reg, RegClass, Space, Special, Ty};
+use ktune_core::ptx::inst::{Addr, ArithOp, Op, Operand, Reg, RegClass, Space, Special, Ty};
 
 fn dims(rows: u32, cols: u32) -> Vec<Dim> {
     vec![
@@ -263,4 +263,29 @@ pub fn with_any_number_of_blocks(kernel: &Kernel, t: ktune_core::schedule::MmaTi
             .compare(&bytes)
             .unwrap_or_else(|e| panic!("{blocks} blocks: {e}"));
     }
+}
+
+/// `dst = x op y` in a new register of `ty`'s class.
+pub fn arith(
+    b: &mut Builder,
+    op: ArithOp,
+    ty: Ty,
+    x: impl Into<Operand>,
+    y: impl Into<Operand>,
+) -> Reg {
+    let class = match ty {
+        Ty::F32 => RegClass::F32,
+        Ty::U64 | Ty::B64 => RegClass::B64,
+        Ty::Pred => RegClass::Pred,
+        _ => RegClass::B32,
+    };
+    let dst = b.reg(class);
+    b.push(Op::Arith {
+        op,
+        ty,
+        dst,
+        a: x.into(),
+        b: y.into(),
+    });
+    dst
 }
