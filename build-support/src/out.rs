@@ -49,7 +49,7 @@ pub fn write_kernel(
         let launch = &v.lowered.launch;
         let _ = writeln!(
             table,
-            "    ::ktune::__private::Variant {{\n        gpu: {:?},\n        sm: ({major}, {minor}),\n        arch_specific: {},\n        schedule: {:?},\n        entry: {:?},\n        ptx: include_str!({:?}),\n        grid: {:?},\n        block: {:?},\n        dynamic_shared_bytes: {},\n        workspace_bytes: {},\n        persistent: {},\n        registers: {},\n    }},",
+            "    ::ktune::__private::Variant {{\n        gpu: {:?},\n        sm: ({major}, {minor}),\n        arch_specific: {},\n        schedule: {:?},\n        entry: {:?},\n        ptx: include_str!({:?}),\n        grid: {:?},\n        block: {:?},\n        dynamic_shared_bytes: {},\n        workspace_bytes: {},\n        persistent: {},\n        registers: {},\n        tensor_maps: &[{}],\n    }},",
             v.gpu,
             v.arch_specific(),
             v.schedule.to_json(),
@@ -61,6 +61,13 @@ pub fn write_kernel(
             launch.workspace_bytes,
             launch.persistent,
             launch.registers,
+            v.lowered
+                .ptx
+                .tensor_maps
+                .iter()
+                .map(tensor_map_spec)
+                .collect::<Vec<_>>()
+                .join(", "),
         );
         files.push(path);
     }
@@ -69,6 +76,19 @@ pub fn write_kernel(
     write_if_changed(&path, table.as_bytes())?;
     files.push(path);
     Ok(files)
+}
+
+/// A tensor map as the variant table states it for the runtime.
+fn tensor_map_spec(map: &ptx::TensorMap) -> String {
+    format!(
+        "::ktune::__private::TensorMapSpec {{ param: {}, dtype: {:?}, dims: &{:?}, strides: &{:?}, boxed: &{:?}, swizzle: {} }}",
+        map.param,
+        map.dtype.name(),
+        map.dims,
+        map.strides,
+        map.boxed,
+        map.swizzle.span().unwrap_or(0)
+    )
 }
 
 /// Removes files in `dir` that this build did not produce (kernels that were

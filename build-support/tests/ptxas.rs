@@ -236,6 +236,7 @@ fn suite() -> Vec<(Kernel, Vec<Schedule>)> {
             tail_split: 1,
             persistent: 0,
             producer: 0,
+            tma: 0,
         })
     };
     let tf32_points = vec![
@@ -335,6 +336,7 @@ fn suite() -> Vec<(Kernel, Vec<Schedule>)> {
                 tail_split: 1,
                 persistent: 0,
                 producer: 0,
+                tma: 0,
             }),
         ],
     ));
@@ -691,7 +693,8 @@ fn named_barriers_assemble() {
 /// along every dimension, one batched with both operands stored the other
 /// way round: of each, points with a producer warpgroup (`producer = 1`)
 /// and in ping-pong (`producer = 2`, offered where blocks may loop over
-/// tiles, as both kernels' may). Each assembles without spills, and where its warpgroups move
+/// tiles, as both kernels' may), each copying by `cp.async` and by tensor
+/// maps (`tma = 1`). Each assembles without spills, and where its warpgroups move
 /// registers, ptxas gives every thread at launch exactly the share their
 /// `setmaxnreg` counts assume (`Launch::registers`).
 #[test]
@@ -722,22 +725,26 @@ fn producer_points_assemble_without_spills_at_their_launch_share() {
         .iter()
         .flat_map(|k| {
             let candidates = ktune_core::space::candidates(k, target);
-            [1, 2].into_iter().flat_map(move |producer| {
-                let fed: Vec<Schedule> = candidates
-                    .iter()
-                    .filter(|s| matches!(s, Schedule::Mma(t) if t.producer == producer))
-                    .cloned()
-                    .collect();
-                assert!(
-                    fed.len() > 100,
-                    "{}: {} points of producer = {producer}",
-                    k.name,
-                    fed.len()
-                );
-                ktune_core::space::sample(&fed, 4, 1)
-                    .into_iter()
-                    .map(move |s| (k, s))
-            })
+            [(1, 0), (1, 1), (2, 0), (2, 1)]
+                .into_iter()
+                .flat_map(move |(producer, tma)| {
+                    let fed: Vec<Schedule> = candidates
+                        .iter()
+                        .filter(|s| {
+                            matches!(s, Schedule::Mma(t) if t.producer == producer && t.tma == tma)
+                        })
+                        .cloned()
+                        .collect();
+                    assert!(
+                        fed.len() > 50,
+                        "{}: {} points of producer = {producer}, tma = {tma}",
+                        k.name,
+                        fed.len()
+                    );
+                    ktune_core::space::sample(&fed, 3, 1)
+                        .into_iter()
+                        .map(move |s| (k, s))
+                })
         })
         .collect();
     let reallocating = jobs

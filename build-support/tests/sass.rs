@@ -676,6 +676,7 @@ fn warpgroup_tiles_run_on_hgmma() {
         tail_split: 1,
         persistent: 0,
         producer: 0,
+        tma: 0,
     };
     let schedule = Schedule::Mma(tiles);
     let lowered = lower::lower(&kernel, &schedule, target)
@@ -706,6 +707,30 @@ fn warpgroup_tiles_run_on_hgmma() {
     assert_eq!(inspection.threads_per_block, 256);
 }
 
+/// Two consumer warpgroups of 64 × 256 beside a producer warpgroup,
+/// copying by `cp.async`, on blocks looping over 128 × 256 × 64 tiles in
+/// four slots.
+fn fed_tiles() -> MmaTiles {
+    MmaTiles {
+        block_m: 128,
+        block_n: 256,
+        block_k: 64,
+        warp_m: 64,
+        warp_n: 256,
+        stages: 4,
+        group_m: 8,
+        split_k: 1,
+        min_blocks: 1,
+        swizzle: 1,
+        prefetch: 0,
+        wgmma: 1,
+        tail_split: 1,
+        persistent: 1,
+        producer: 1,
+        tma: 0,
+    }
+}
+
 /// The bf16 matmul + bias + gelu with a producer warpgroup (`producer =
 /// 1`) and two consumer warpgroups of 128 accumulators, sharing a tile or
 /// taking tiles in turn (`producer = 2`): ptxas gives each
@@ -722,23 +747,7 @@ fn a_producer_warpgroup_gives_its_registers_to_the_others() {
     let kernel = bf16_matmul_bias_gelu();
     let edged = bf16_matmul_bias_gelu_of(quote!(shape(M = 4000, N = 11000, K = 4000)));
     let target = SmVersion::Sm90;
-    let base = MmaTiles {
-        block_m: 128,
-        block_n: 256,
-        block_k: 64,
-        warp_m: 64,
-        warp_n: 256,
-        stages: 4,
-        group_m: 8,
-        split_k: 1,
-        min_blocks: 1,
-        swizzle: 1,
-        prefetch: 0,
-        wgmma: 1,
-        tail_split: 1,
-        persistent: 1,
-        producer: 1,
-    };
+    let base = fed_tiles();
     let square = MmaTiles {
         block_m: 256,
         block_n: 128,
@@ -842,5 +851,58 @@ fn a_producer_warpgroup_gives_its_registers_to_the_others() {
             assert!(reason.contains("at most 112 fit"), "{reason}");
         }
         other => panic!("{other:?}"),
+    }
+}
+
+/// The same producer points copying by tensor maps (`tma = 1`): the
+/// producer's one issuing thread's copies are `UTMALDG`s, one for A's
+/// tile and one for each 128-byte panel of B's, and no `cp.async`
+/// (`LDGSTS`) is left; the consumers keep their 240 registers and
+/// nothing spills, with edges along every dimension too (the tensor
+/// memory accelerator zero-fills what lies outside the operands).
+#[test]
+fn a_tma_producer_copies_tiles_by_tensor_maps() {
+    let tools = tools();
+    let edged = bf16_matmul_bias_gelu_of(quote!(shape(M = 4000, N = 11000, K = 4000)));
+    let target = SmVersion::Sm90;
+    let base = MmaTiles {
+        tma: 1,
+        ..fed_tiles()
+    };
+    let pong = MmaTiles {
+        block_m: 128,
+        block_n: 128,
+        warp_m: 128,
+        warp_n: 128,
+        producer: 2,
+        ..base
+    };
+    for tiles in [base, pong] {
+        let schedule = Schedule::Mma(tiles);
+        let lowered = lower::lower(&edged, &schedule, target)
+            .unwrap_or_else(|e| panic!("{}: {e}", schedule.to_json()));
+        let ptx = ktune_core::ptx::print(&lowered.ptx, target);
+        assert!(
+            ptx.contains("\tsetmaxnreg.inc.sync.aligned.u32 240;\n"),
+            "{ptx}"
+        );
+        let report = ktune_build::ptxas::assemble(&tools.ptxas, &ptx, target)
+            .unwrap_or_else(|e| panic!("{}: {e}", schedule.to_json()));
+        assert_eq!(report.registers, 168, "{}", report.log);
+        assert!(!report.spills(), "{}", report.log);
+        let instructions = machine_code(&tools, &lowered, target);
+        let count = |name: &str| {
+            instructions
+                .iter()
+                .filter(|i| i.opcode.name == name)
+                .count()
+        };
+        assert_eq!(
+            count("UTMALDG") as u32,
+            1 + tiles.block_n / 64,
+            "{}",
+            schedule.to_json()
+        );
+        assert_eq!(count("LDGSTS"), 0, "{}", schedule.to_json());
     }
 }

@@ -100,7 +100,9 @@
 //!   filling during the epilogue, the model does not see: the copies
 //!   being the same instructions issued by other warps, such points score
 //!   about like the same tiles without a producer, save ping-pong's
-//!   hidden epilogue, and measurement decides.
+//!   hidden epilogue, and measurement decides. With `tma = 1` one thread
+//!   issues a copy per tile (per 128-byte panel) in place of the
+//!   warpgroup's 16-byte ones.
 //! - **DRAM traffic of contractions**: an operand larger than half of L2
 //!   is re-read from DRAM by every wave, as much of it as the wave's
 //!   blocks cover: row by row (`group_m = 1`) a wave covers all of B, in
@@ -1134,7 +1136,13 @@ fn tensor_core(product: &Product<'_>, tiles: MmaTiles) -> Estimate {
         // descriptors, the producer's four the copies; in ping-pong one
         // set of consumers a tile.
         let consumers = f64::from((layout.threads - 128) / 32 / tiles.consumer_sets());
-        consumers * ((wm / 64.0) * k_steps * 2.0 + 24.0) + 4.0 * (3.0 * copies + 16.0)
+        // With `tma = 1` one thread issues a copy a tile or panel.
+        let producer = if tiles.tma == 1 {
+            3.0 * f64::from(layout.a.panels + layout.b.panels) + 16.0
+        } else {
+            4.0 * (3.0 * copies + 16.0)
+        };
+        consumers * ((wm / 64.0) * k_steps * 2.0 + 24.0) + producer
     } else if warpgroups {
         // Each warp issues its warpgroup's `wgmma`s (64 rows each) and
         // their descriptors; no fragments.
@@ -1266,6 +1274,7 @@ mod tests {
             tail_split: 1,
             persistent: 1,
             producer: 1,
+            tma: 0,
         };
         let pong = MmaTiles {
             block_m: 128,
@@ -1534,6 +1543,7 @@ mod tests {
             tail_split: 1,
             persistent: 0,
             producer: 0,
+            tma: 0,
         })
     }
 
@@ -1707,6 +1717,7 @@ mod tests {
                 tail_split: 1,
                 persistent: 0,
                 producer: 0,
+                tma: 0,
             })
         };
         let narrow = estimate(&k, &tile(16, 4), SmVersion::Sm90).unwrap();

@@ -203,6 +203,14 @@ pub struct MmaTiles {
     /// when 0.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub producer: u32,
+    /// How a producer copies (`producer` 1 or 2): 0, its 128 threads'
+    /// 16-byte `cp.async`s; 1, one thread's copies of whole tiles by the
+    /// tensor memory accelerator (TMA: `cp.async.bulk.tensor` through
+    /// tensor maps the launcher encodes), which lays them out swizzled
+    /// as `wgmma` reads them and counts their bytes at the slot's memory
+    /// barrier. Absent from the JSON form when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub tma: u32,
 }
 
 fn one() -> u32 {
@@ -273,6 +281,7 @@ impl Class {
                 "tail_split",
                 "persistent",
                 "producer",
+                "tma",
             ],
         }
     }
@@ -360,6 +369,7 @@ impl Class {
                     tail_split,
                     persistent,
                     producer,
+                    tma,
                 ],
             ) => Schedule::Mma(MmaTiles {
                 block_m,
@@ -377,6 +387,7 @@ impl Class {
                 tail_split,
                 persistent,
                 producer,
+                tma,
             }),
             _ => return None,
         })
@@ -452,9 +463,10 @@ impl Schedule {
                 tail_split,
                 persistent,
                 producer,
+                tma,
             }) => vec![
                 block_m, block_n, block_k, warp_m, warp_n, stages, group_m, split_k, min_blocks,
-                swizzle, prefetch, wgmma, tail_split, persistent, producer,
+                swizzle, prefetch, wgmma, tail_split, persistent, producer, tma,
             ],
         }
     }
@@ -592,71 +604,77 @@ mod tests {
         let parsed = Schedule::from_json(old).expect("a schedule written before split_k");
         assert_eq!(
             parsed.knob_values(),
-            [64, 64, 32, 32, 32, 3, 8, 1, 0, 0, 0, 0, 1, 0, 0]
+            [64, 64, 32, 32, 32, 3, 8, 1, 0, 0, 0, 0, 1, 0, 0, 0]
         );
         assert_eq!(parsed.to_json(), old);
         let split = Class::Mma
-            .schedule(&[64, 64, 32, 32, 32, 3, 1, 4, 0, 0, 0, 0, 1, 0, 0])
-            .expect("fifteen knobs");
+            .schedule(&[64, 64, 32, 32, 32, 3, 1, 4, 0, 0, 0, 0, 1, 0, 0, 0])
+            .expect("sixteen knobs");
         let json = split.to_json();
         assert!(json.ends_with(r#","stages":3,"split_k":4}"#), "{json}");
         assert_eq!(Schedule::from_json(&json).expect("round trip"), split);
     }
 
-    /// `min_blocks`, `swizzle`, `prefetch`, `wgmma`, `persistent` and `producer` default
-    /// to 0 in schedules written before them, `tail_split` to 1, and each is
+    /// `min_blocks`, `swizzle`, `prefetch`, `wgmma`, `persistent`, `producer`
+    /// and `tma` default to 0 in schedules written before them, `tail_split` to 1, and each is
     /// written only when set.
     #[test]
     fn register_and_layout_knobs_default_to_zero_and_are_written_only_when_set() {
         let cases = [
             (
                 r#"{"class":"mma","block_m":128,"block_n":128,"block_k":32,"warp_m":64,"warp_n":64,"stages":3,"split_k":2}"#,
-                [128, 128, 32, 64, 64, 3, 1, 2, 0, 0, 0, 0, 1, 0, 0],
-                [128, 128, 32, 64, 64, 3, 1, 1, 1, 0, 0, 0, 1, 0, 0],
+                [128, 128, 32, 64, 64, 3, 1, 2, 0, 0, 0, 0, 1, 0, 0, 0],
+                [128, 128, 32, 64, 64, 3, 1, 1, 1, 0, 0, 0, 1, 0, 0, 0],
                 r#","stages":3,"min_blocks":1}"#,
             ),
             (
                 r#"{"class":"mma","block_m":128,"block_n":128,"block_k":32,"warp_m":64,"warp_n":64,"stages":3,"min_blocks":1}"#,
-                [128, 128, 32, 64, 64, 3, 1, 1, 1, 0, 0, 0, 1, 0, 0],
-                [128, 128, 32, 64, 64, 3, 1, 1, 0, 1, 0, 0, 1, 0, 0],
+                [128, 128, 32, 64, 64, 3, 1, 1, 1, 0, 0, 0, 1, 0, 0, 0],
+                [128, 128, 32, 64, 64, 3, 1, 1, 0, 1, 0, 0, 1, 0, 0, 0],
                 r#","stages":3,"swizzle":1}"#,
             ),
             (
                 r#"{"class":"mma","block_m":128,"block_n":128,"block_k":32,"warp_m":64,"warp_n":64,"stages":3,"swizzle":1}"#,
-                [128, 128, 32, 64, 64, 3, 1, 1, 0, 1, 0, 0, 1, 0, 0],
-                [128, 128, 32, 64, 64, 3, 1, 1, 0, 1, 1, 0, 1, 0, 0],
+                [128, 128, 32, 64, 64, 3, 1, 1, 0, 1, 0, 0, 1, 0, 0, 0],
+                [128, 128, 32, 64, 64, 3, 1, 1, 0, 1, 1, 0, 1, 0, 0, 0],
                 r#","stages":3,"swizzle":1,"prefetch":1}"#,
             ),
             (
                 r#"{"class":"mma","block_m":128,"block_n":128,"block_k":64,"warp_m":64,"warp_n":128,"stages":3,"swizzle":1}"#,
-                [128, 128, 64, 64, 128, 3, 1, 1, 0, 1, 0, 0, 1, 0, 0],
-                [128, 128, 64, 64, 128, 3, 1, 1, 0, 1, 0, 1, 1, 0, 0],
+                [128, 128, 64, 64, 128, 3, 1, 1, 0, 1, 0, 0, 1, 0, 0, 0],
+                [128, 128, 64, 64, 128, 3, 1, 1, 0, 1, 0, 1, 1, 0, 0, 0],
                 r#","stages":3,"swizzle":1,"wgmma":1}"#,
             ),
             (
                 r#"{"class":"mma","block_m":128,"block_n":128,"block_k":64,"warp_m":64,"warp_n":128,"stages":3,"swizzle":1,"wgmma":1}"#,
-                [128, 128, 64, 64, 128, 3, 1, 1, 0, 1, 0, 1, 1, 0, 0],
-                [128, 128, 64, 64, 128, 3, 1, 1, 0, 1, 0, 1, 2, 0, 0],
+                [128, 128, 64, 64, 128, 3, 1, 1, 0, 1, 0, 1, 1, 0, 0, 0],
+                [128, 128, 64, 64, 128, 3, 1, 1, 0, 1, 0, 1, 2, 0, 0, 0],
                 r#","swizzle":1,"wgmma":1,"tail_split":2}"#,
             ),
             (
                 r#"{"class":"mma","block_m":128,"block_n":128,"block_k":64,"warp_m":64,"warp_n":128,"stages":3,"swizzle":1,"wgmma":1}"#,
-                [128, 128, 64, 64, 128, 3, 1, 1, 0, 1, 0, 1, 1, 0, 0],
-                [128, 128, 64, 64, 128, 3, 1, 1, 0, 1, 0, 1, 1, 1, 0],
+                [128, 128, 64, 64, 128, 3, 1, 1, 0, 1, 0, 1, 1, 0, 0, 0],
+                [128, 128, 64, 64, 128, 3, 1, 1, 0, 1, 0, 1, 1, 1, 0, 0],
                 r#","swizzle":1,"wgmma":1,"persistent":1}"#,
             ),
             (
                 r#"{"class":"mma","block_m":128,"block_n":256,"block_k":64,"warp_m":64,"warp_n":256,"stages":4,"swizzle":1,"wgmma":1,"persistent":1}"#,
-                [128, 256, 64, 64, 256, 4, 1, 1, 0, 1, 0, 1, 1, 1, 0],
-                [128, 256, 64, 64, 256, 4, 1, 1, 0, 1, 0, 1, 1, 1, 1],
+                [128, 256, 64, 64, 256, 4, 1, 1, 0, 1, 0, 1, 1, 1, 0, 0],
+                [128, 256, 64, 64, 256, 4, 1, 1, 0, 1, 0, 1, 1, 1, 1, 0],
                 r#","wgmma":1,"persistent":1,"producer":1}"#,
+            ),
+            (
+                r#"{"class":"mma","block_m":128,"block_n":256,"block_k":64,"warp_m":64,"warp_n":256,"stages":4,"min_blocks":1,"swizzle":1,"wgmma":1,"producer":1}"#,
+                [128, 256, 64, 64, 256, 4, 1, 1, 1, 1, 0, 1, 1, 0, 1, 0],
+                [128, 256, 64, 64, 256, 4, 1, 1, 1, 1, 0, 1, 1, 0, 1, 1],
+                r#","wgmma":1,"producer":1,"tma":1}"#,
             ),
         ];
         for (old, knobs, set, suffix) in cases {
             let parsed = Schedule::from_json(old).expect("a schedule written before the knob");
             assert_eq!(parsed.knob_values(), knobs);
             assert_eq!(parsed.to_json(), old);
-            let with = Class::Mma.schedule(&set).expect("fifteen knobs");
+            let with = Class::Mma.schedule(&set).expect("sixteen knobs");
             let json = with.to_json();
             assert!(json.ends_with(suffix), "{json}");
             assert_eq!(Schedule::from_json(&json).expect("round trip"), with);

@@ -285,6 +285,7 @@ fn contraction_knobs_out_of_range_are_reported_not_trusted() {
         tail_split: 1,
         persistent: 0,
         producer: 0,
+        tma: 0,
     };
     let schedules = [
         Schedule::Matmul(simt),
@@ -330,6 +331,7 @@ fn tensor_core_records_pass_with_or_without_the_register_hint_the_swizzle_or_the
             tail_split: 1,
             persistent: 0,
             producer: 0,
+            tma: 0,
         });
         let db = Database::parse(&db_of(vec![r]).to_text()).unwrap();
         assert_eq!(

@@ -7,10 +7,11 @@ use std::time::{Duration, Instant};
 
 use cudarc::driver::sys::{CUdevice_attribute, CUevent_flags, CUfunction_attribute};
 use cudarc::driver::{
-    CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream, LaunchConfig,
-    PushKernelArg,
+    CudaContext, CudaEvent, CudaFunction, CudaModule, CudaSlice, CudaStream, DevicePtr,
+    DriverError, LaunchConfig, PushKernelArg,
 };
 use cudarc::nvrtc::Ptx;
+use ktune::__private::{EncodedMap, encode_tensor_map};
 use ktune_core::ir::Kernel;
 use ktune_core::lower::{self, Lowered};
 use ktune_core::{SmVersion, ptx};
@@ -91,6 +92,8 @@ pub(crate) struct Program {
     /// The bytes of global workspace the kernel takes after its output
     /// (none: 0).
     workspace_bytes: usize,
+    /// The tensor maps the kernel takes after its pointers.
+    maps: Vec<ptx::TensorMap>,
     _module: Arc<CudaModule>,
 }
 
@@ -457,6 +460,7 @@ impl Gpu {
                 shared_mem_bytes: shared,
             },
             workspace_bytes: usize::try_from(lowered.launch.workspace_bytes).unwrap_or(usize::MAX),
+            maps: lowered.ptx.tensor_maps.clone(),
             _module: module,
         })
     }
@@ -495,6 +499,12 @@ impl Gpu {
     /// Queues one launch.
     fn launch(&self, armed: &mut Armed<'_>, buffers: &mut Buffers) -> Result<(), String> {
         let program = armed.program;
+        let maps = program
+            .maps
+            .iter()
+            .map(|map| tensor_map(map, &buffers.inputs[map.param], &self.stream))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(driver("encoding a tensor map"))?;
         let mut builder = self.stream.launch_builder(&program.function);
         for input in &buffers.inputs {
             builder.arg(input);
@@ -503,12 +513,15 @@ impl Gpu {
         if let Some(workspace) = armed.workspace.as_mut() {
             builder.arg(workspace);
         }
+        for map in &maps {
+            builder.arg(map);
+        }
         // SAFETY: the PTX was lowered for this kernel: its entry takes one
         // global pointer per tensor, the inputs in order then the output,
         // and accesses each within the length its shape implies, which is
         // each buffer's length (allocated from the kernel's shape above);
-        // a kernel with a workspace takes it last, zeroed and as long as
-        // its launch asks.
+        // a kernel with a workspace takes it after them, zeroed and as long
+        // as its launch asks, and tensor maps of its inputs last.
         // A kernel that does not keep to that (an injected fault) faults on
         // the GPU, and the worker exits after reporting it.
         unsafe { builder.launch(program.config) }
@@ -671,6 +684,22 @@ fn kernel_driver_version() -> Option<String> {
         .split_whitespace()
         .find(|w| w.contains('.') && w.chars().all(|c| c.is_ascii_digit() || c == '.'))
         .map(str::to_string)
+}
+
+/// `map` encoded by the driver for `buffer`, the input it maps (a lowered
+/// kernel's [`ptx::TensorMap`] as its launch passes it).
+pub fn tensor_map(
+    map: &ptx::TensorMap,
+    buffer: &CudaSlice<u8>,
+    stream: &CudaStream,
+) -> Result<EncodedMap, DriverError> {
+    let (address, _read) = buffer.device_ptr(stream);
+    encode_tensor_map(
+        address,
+        map.dtype.name(),
+        (&map.dims, &map.strides, &map.boxed),
+        map.swizzle.span().unwrap_or(0),
+    )
 }
 
 #[cfg(test)]

@@ -126,6 +126,7 @@ mod worker;
 pub use device::{
     DEVICE_ENV, DeviceEnvError, DeviceInfo, DeviceKind, VGPU_NAME, detect, device_from_env_value,
 };
+pub use gpu::tensor_map;
 pub use info::device_info;
 pub use inject::Injection;
 pub use job::{Job, Measured, Rejected, SAMPLED_POINTS, Settings};

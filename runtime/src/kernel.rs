@@ -3,6 +3,8 @@
 
 use std::fmt;
 
+use crate::tensor_map::TensorMapSpec;
+
 use crate::Backend;
 
 /// A kernel's signature and fixed shape, as `#[tuned_kernel]` saw it.
@@ -109,6 +111,9 @@ pub struct Variant {
     /// from a pool of this many per thread. A variant the driver compiles
     /// to fewer is refused, as it would wait forever.
     pub registers: u32,
+    /// Tensor maps the kernel takes by value after its pointers (and its
+    /// workspace), each encoded for its input's buffer at every launch.
+    pub tensor_maps: &'static [TensorMapSpec],
 }
 
 impl Variant {

@@ -156,6 +156,7 @@ mod kernel;
 mod launch;
 mod probe;
 mod select;
+mod tensor_map;
 mod vgpu;
 mod workspace;
 

@@ -126,6 +126,7 @@ mod tests {
             workspace_bytes: 0,
             persistent: false,
             registers: 0,
+            tensor_maps: &[],
         }
     }
 

@@ -150,6 +150,7 @@ fn softmax_variant(gpu: Option<&'static str>, entry: &'static str, registers: u3
         workspace_bytes: 0,
         persistent: false,
         registers,
+        tensor_maps: &[],
     }
 }
 

@@ -54,28 +54,6 @@ const PONG: &str = r#"{"class":"mma","block_m":64,"block_n":16,"block_k":64,"war
 
 static PONG_VARIANTS: LazyLock<Vec<Variant>> = LazyLock::new(|| variants(PONG));
 
-/// Small integers, so that the product is exact in f32 whatever the order
-/// of summation.
-fn inputs(seed: usize) -> (Vec<bf16>, Vec<bf16>) {
-    let value =
-        |i: usize, salt: usize| bf16::from_f32(((i * 7 + seed * 13 + salt) % 9) as f32 - 4.0);
-    let a = (0..M * K).map(|i| value(i, 1)).collect();
-    let b = (0..K * N).map(|i| value(i, 5)).collect();
-    (a, b)
-}
-
-fn reference(a: &[bf16], b: &[bf16]) -> Vec<f32> {
-    let mut c = vec![0.0; M * N];
-    for m in 0..M {
-        for n in 0..N {
-            c[m * N + n] = (0..K)
-                .map(|k| a[m * K + k].to_f32() * b[k * N + n].to_f32())
-                .sum();
-        }
-    }
-    c
-}
-
 #[test]
 fn the_variant_has_more_tiles_than_an_h100_or_h200_holds_blocks() {
     let variant = &VARIANTS[0];
@@ -106,14 +84,18 @@ fn a_persistent_variant_computes_every_tile() {
     let stream = device.stream().unwrap();
     for variants in [&*VARIANTS, &*PRODUCER_VARIANTS, &*PONG_VARIANTS] {
         for seed in 0..3 {
-            let (a, b) = inputs(seed);
+            let (a, b) = lowered::exact_inputs(seed, [M, N, K]);
             let a_gpu = stream.clone_htod(&a).unwrap();
             let b_gpu = stream.clone_htod(&b).unwrap();
             let mut out = stream.alloc_zeros::<f32>(M * N).unwrap();
             let variant = launch(stream, &KERNEL, variants, &[&a_gpu, &b_gpu], &mut out).unwrap();
             assert!(variant.persistent);
             let got = stream.clone_dtoh(&out).unwrap();
-            assert_eq!(got, reference(&a, &b), "{variant}, launch {seed}");
+            assert_eq!(
+                got,
+                lowered::product(&a, &b, [M, N, K]),
+                "{variant}, launch {seed}"
+            );
         }
     }
 }

@@ -33,6 +33,7 @@ const fn variant(gpu: Option<&'static str>, sm: (u32, u32), entry: &'static str)
         workspace_bytes: 0,
         persistent: false,
         registers: 0,
+        tensor_maps: &[],
     }
 }
 

@@ -587,6 +587,7 @@ fn tf32_tiles() -> Schedule {
         tail_split: 1,
         persistent: 0,
         producer: 0,
+        tma: 0,
     })
 }
 

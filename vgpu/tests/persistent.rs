@@ -32,6 +32,7 @@ fn tiles((block_m, block_n, block_k): (u32, u32, u32), warp_n: u32, stages: u32)
         tail_split: 1,
         persistent: 1,
         producer: 0,
+        tma: 0,
     }
 }
 

@@ -5,7 +5,8 @@
 //! CPU reference with edges along `M`, `N` and `K`, rings of 2 to 4 slots
 //! (a held slot included), one, two and four consumer warpgroups, a `K`
 //! of one tile, an `M` shallower than a pass of the producer's copies, a grouped walk, a batch with a fused epilogue, a block per tile
-//! and persistent blocks; and the points it cannot run rejected by their
+//! and persistent blocks, copies by `cp.async` and by tensor maps
+//! (`tma = 1`); and the points it cannot run rejected by their
 //! constraint.
 
 mod common;
@@ -35,6 +36,7 @@ fn tiles((block_m, block_n, block_k): (u32, u32, u32), warp_n: u32, stages: u32)
         tail_split: 1,
         persistent: 0,
         producer: 1,
+        tma: 0,
     }
 }
 
@@ -551,4 +553,53 @@ fn points_a_producer_cannot_feed_are_rejected_by_their_constraint() {
         let reason = rejected(t, want);
         assert!(reason.contains(says), "{reason}");
     }
+}
+
+/// With `tma = 1` one thread of the producer copies each fill by the
+/// tensor memory accelerator, through a tensor map of each operand: every
+/// layout of the operands (a tile contiguous along `m` or `n` in 128-byte
+/// panels, 64-byte and 32-byte rows), edges along every dimension (which
+/// the copies zero-fill), a single `K` tile, `M` of 5 rows, a batch with
+/// a fused epilogue, persistent blocks and ping-pong.
+#[test]
+fn tensor_map_copies_feed_the_consumers() {
+    let by_map = |t: MmaTiles| MmaTiles { tma: 1, ..t };
+    for (a_t, b_t) in [(false, false), (true, true), (false, true), (true, false)] {
+        let reference = Reference::new(&gemm("bf16", a_t, b_t, (760, 184, 88)), 7);
+        // Tiles of 64 × 16 (persistent too: 144 of them), of 64 × 64 in
+        // 32-deep slots and of 128 × 128 in 64-deep ones.
+        for (block, warp_n, persistent) in [
+            ((64, 16, 16), 16, 0),
+            ((64, 16, 16), 16, 1),
+            ((64, 64, 32), 64, 0),
+            ((128, 128, 64), 128, 0),
+        ] {
+            check(
+                &reference,
+                by_map(MmaTiles {
+                    persistent,
+                    ..tiles(block, warp_n, 3)
+                }),
+            );
+        }
+    }
+    let single = Reference::new(&gemm("f16", false, true, (1000, 280, 40)), 7);
+    check(&single, by_map(tiles((128, 32, 64), 16, 4)));
+    let decode = Reference::new(&gemm("bf16", false, false, (5, 2248, 88)), 7);
+    let pong = |t: MmaTiles| MmaTiles {
+        producer: 2,
+        persistent: 1,
+        ..t
+    };
+    for t in [tiles((64, 16, 64), 16, 3), pong(tiles((64, 16, 64), 16, 3))] {
+        // A copy reads what lies inside the operand: A's 5 rows per
+        // column tile, and B once.
+        let read = check(&decode, by_map(t));
+        assert_eq!(read, 141 * 5 * 88 * 2 + 88 * 2248 * 2);
+    }
+    let batched = Reference::new(&batched_bias_gelu(), 7);
+    check(&batched, by_map(tiles((128, 16, 32), 16, 3)));
+    check(&batched, by_map(pong(tiles((64, 16, 32), 16, 3))));
+    let kernel = gemm("bf16", false, true, (760, 184, 88));
+    common::with_any_number_of_blocks(&kernel, by_map(pong(tiles((64, 16, 16), 16, 3))), 144);
 }

@@ -36,6 +36,7 @@ fn tiles(
         tail_split,
         persistent: 0,
         producer: 0,
+        tma: 0,
     }
 }
 

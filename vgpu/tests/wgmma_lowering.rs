@@ -39,6 +39,7 @@ fn tiles(
         tail_split: 1,
         persistent: 0,
         producer: 0,
+        tma: 0,
     }
 }
 

@@ -209,7 +209,8 @@ const GPU_RUN_SCRIPT: &str = r#"#!/usr/bin/env bash
 #   checks  the demo on the GPU and on the virtual GPU, the runtime's GPU
 #           tests, the verification suite on both devices (agree.json;
 #           AGREE_KERNELS=mma_: only the kernels whose names start so;
-#           without producer points where gpu_persistent failed),
+#           without producer points where gpu_persistent failed, and
+#           without tensor-map points where gpu_tma did),
 #           then over the random kernels of seeds RANDOM_SEEDS (0..200;
 #           agree-random.json; AGREE_RANDOM_SECONDS=0 leaves them out)
 #   bench   ktune-bench against cuBLAS, then torch where present, on the
@@ -218,7 +219,8 @@ const GPU_RUN_SCRIPT: &str = r#"#!/usr/bin/env bash
 #           max-autotune's search per case, screened in that order;
 #           without schedules with a producer warpgroup where the
 #           runtime's gpu_persistent test failed in checks, or where
-#           WITHOUT_PRODUCER=1
+#           WITHOUT_PRODUCER=1; without those copying by tensor maps
+#           where its gpu_tma test did, or where WITHOUT_TMA=1
 #   profile Nsight Compute on the default schedules of PROFILE_CASES
 #           (PROFILE_SECONDS each), into profile.txt
 #   tune    `cargo ktune tune` of the demo's kernels on the GPU (TUNE_TRIALS,
@@ -238,6 +240,8 @@ cat "$out/gpu.txt"
 status=0
 without_producer=
 if [ "${WITHOUT_PRODUCER:-}" = 1 ]; then without_producer=1; fi
+without_tma=
+if [ "${WITHOUT_TMA:-}" = 1 ]; then without_tma=1; fi
 if has_part checks; then
     # Each killed after CHECK_SECONDS (120): a hang costs that run only.
     check_s=${CHECK_SECONDS:-120}
@@ -249,11 +253,14 @@ if has_part checks; then
     for test in "$here"/tests/*; do
         if ! timeout "$check_s" "$test" --include-ignored 2>&1 | tee -a "$out/tests.txt"; then
             status=1
-            # Its producer variants failed or hung here: the verification
-            # suite's comparison and the benchmark leave such schedules
-            # out, lest one's trap end their CUDA context for every run
-            # after.
-            if [ "$(basename "$test")" = gpu_persistent ]; then without_producer=1; fi
+            # Its producer (tensor-map) variants failed or hung here: the
+            # verification suite's comparison and the benchmark leave such
+            # schedules out, lest one's trap end their CUDA context for
+            # every run after.
+            case "$(basename "$test")" in
+                gpu_persistent) without_producer=1 ;;
+                gpu_tma) without_tma=1 ;;
+            esac
         fi
     done
     # Every run of the virtual GPU's verification suite on this GPU too:
@@ -266,12 +273,12 @@ if has_part checks; then
         export KTUNE_PTXAS=/usr/local/cuda/bin/ptxas
     fi
     timeout $(( agree_s + 60 )) "$here/ktune-bench" --agree ${AGREE_KERNELS:+--only "$AGREE_KERNELS"} \
-        ${without_producer:+--without-producer} \
+        ${without_producer:+--without-producer} ${without_tma:+--without-tma} \
         --budget-s "$agree_s" --out "$out/agree.json" 2>&1 | tee -a "$out/tests.txt" || status=1
     random_s=${AGREE_RANDOM_SECONDS:-60}
     if [ "$random_s" -gt 0 ]; then
         timeout $(( random_s + 60 )) "$here/ktune-bench" --agree --random "${RANDOM_SEEDS:-0..200}" \
-            ${without_producer:+--without-producer} \
+            ${without_producer:+--without-producer} ${without_tma:+--without-tma} \
             --budget-s "$random_s" --out "$out/agree-random.json" 2>&1 | tee -a "$out/tests.txt" || status=1
     fi
 fi
@@ -292,7 +299,7 @@ if has_part bench; then
     torch_s=${TORCH_SECONDS:-80}
     cases=${BENCH_CASES:-all}
     timeout $(( bench_s + 60 )) "$here/ktune-bench" --cases "$cases" --budget-s "$bench_s" \
-        --sample "${SAMPLE:-32}" --search "${SEARCH:-0}" ${without_producer:+--without-producer} \
+        --sample "${SAMPLE:-32}" --search "${SEARCH:-0}" ${without_producer:+--without-producer} ${without_tma:+--without-tma} \
         --out "$out/bench.json" 2>&1 \
         | tee "$out/bench.txt" || status=1
     "$here/ktune-bench" --cases "$cases" --list > "$libs/cases.json"

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use cudarc::driver::CudaSlice;
 use ktune_bench::agreement::{AgreeResults, Comparison, inexact};
-use ktune_bench::plan::{Variant, has_producer};
+use ktune_bench::plan::{LeftOut, Variant};
 use ktune_build::ptxas;
 use ktune_core::lower::lower;
 use ktune_vgpu::suite::{self, Run};
@@ -162,14 +162,14 @@ impl Compiler<'_> {
 /// run. Prints progress every [`PROGRESS_EVERY`]. When one run holds the
 /// GPU for [`STUCK`], or the runs go on [`GRACE`] past `deadline`, hands
 /// what was found so far to `stopped` and ends the process: a hung launch
-/// cannot be taken back. With `without_producer`, runs of schedules with a
-/// producer warpgroup are counted, not run. Says first, on stderr, what it
+/// cannot be taken back. Runs of schedules `left_out` names are counted,
+/// not run. Says first, on stderr, what it
 /// compares.
 pub fn agree(
     gpu: &Gpu,
     kernels: &Kernels,
     compiler: Compiler<'_>,
-    without_producer: bool,
+    left_out: LeftOut,
     deadline: Instant,
     date: &str,
     stopped: impl Fn(AgreeResults) + Sync,
@@ -195,7 +195,7 @@ pub fn agree(
         });
         let report = suite::run(&catalogue, workers, |run| {
             tally.begun.fetch_add(1, Ordering::Relaxed);
-            let leave_out = without_producer && has_producer(run.schedule);
+            let leave_out = left_out.reason(run.schedule).is_some();
             check(gpu, compiler, &device, &tally, run, (deadline, leave_out)).map_err(|e| {
                 let e = match sources.get(&run.reference.kernel().name) {
                     Some(source) => format!("{e}\n{source}"),

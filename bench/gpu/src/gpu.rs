@@ -17,7 +17,7 @@ use ktune_bench::probe::{self, MemoryProbe};
 use ktune_bench::report::GpuInfo;
 use ktune_bench::turns;
 use ktune_core::ir::Kernel;
-use ktune_core::{DType, SmVersion};
+use ktune_core::{DType, SmVersion, ptx};
 use ktune_vgpu::{POISON_16, POISON_F32};
 
 /// Bytes of the scratch buffer cleared before each batch of timed runs:
@@ -220,6 +220,7 @@ impl Gpu {
             persistent: launch.persistent,
             tensor_bytes,
             workspace,
+            maps: variant.maps.clone(),
         })
     }
 
@@ -315,6 +316,9 @@ pub struct Loaded {
     /// Split-K's workspace, zeroed when allocated; the kernel leaves it
     /// ready for its next launch.
     workspace: Option<CudaSlice<u8>>,
+    /// The tensor maps the kernel takes after its pointers, encoded for
+    /// each launch's inputs.
+    maps: Vec<ptx::TensorMap>,
 }
 
 impl Loaded {
@@ -340,6 +344,11 @@ impl Loaded {
             "buffers of {lens:?} bytes for a kernel whose tensors have {:?}",
             self.tensor_bytes
         );
+        let maps = self
+            .maps
+            .iter()
+            .map(|map| ktune_measure::tensor_map(map, inputs[map.param], stream))
+            .collect::<Result<Vec<_>, _>>()?;
         let mut builder = stream.launch_builder(&self.function);
         for input in inputs {
             builder.arg(*input);
@@ -347,6 +356,9 @@ impl Loaded {
         builder.arg(output);
         if let Some(workspace) = &self.workspace {
             builder.arg(workspace);
+        }
+        for map in &maps {
+            builder.arg(map);
         }
         // SAFETY: the PTX was lowered by ktune for the kernel whose tensor
         // sizes are `tensor_bytes` (checked above against the buffers): its
@@ -356,6 +368,7 @@ impl Loaded {
         // it last, as long as its launch asks and zeroed at allocation; it
         // writes it though it is passed shared, which is sound because only
         // this `Loaded`'s launches use it, all on one stream, in order.
+        // Tensor maps of the inputs, read only, come last.
         unsafe { builder.launch(self.config) }?;
         Ok(())
     }

@@ -67,6 +67,11 @@ struct Cli {
     /// the process's CUDA context unusable for every run after.
     #[arg(long, conflicts_with_all = ["fit", "dry_run", "list"])]
     without_producer: bool,
+    /// Likewise, only the schedules whose producer copies by tensor maps
+    /// (`tma = 1`): for a GPU on which the runtime's tensor-map test
+    /// failed.
+    #[arg(long, conflicts_with_all = ["fit", "dry_run", "list"])]
+    without_tma: bool,
     /// Wall-clock seconds for the whole run; each case gets an equal share
     /// of what is left, and stops screening schedules when its share is
     /// spent (the baseline and default are always measured, and the
@@ -123,6 +128,16 @@ struct Cli {
     /// With `--fit`: print JSON, every measured schedule with its estimate.
     #[arg(long, requires = "fit")]
     json: bool,
+}
+
+impl Cli {
+    /// The schedules `--without-producer` and `--without-tma` leave out.
+    fn left_out(&self) -> plan::LeftOut {
+        plan::LeftOut {
+            producer: self.without_producer,
+            tma: self.without_tma,
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -257,7 +272,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             &gpu,
             &kernels,
             compiler,
-            cli.without_producer,
+            cli.left_out(),
             deadline,
             &date,
             stopped,
@@ -291,7 +306,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         settings: policy.settings(
             (cli.sample, cli.search),
             cli.seed,
-            (cli.quick, cli.without_producer),
+            (cli.quick, cli.left_out()),
             cli.budget_s,
         ),
         memory: None,
@@ -328,7 +343,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         sample: cli.sample,
         search: cli.search,
         seed: cli.seed,
-        without_producer: cli.without_producer,
+        left_out: cli.left_out(),
     };
     for (i, case) in selected.iter().enumerate() {
         let left = budget.saturating_sub(start.elapsed());

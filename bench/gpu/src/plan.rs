@@ -29,6 +29,8 @@ pub struct Variant {
     pub ptx: String,
     pub entry: String,
     pub launch: Launch,
+    /// The tensor maps the kernel takes after its pointers.
+    pub maps: Vec<ptx::TensorMap>,
 }
 
 impl Variant {
@@ -48,6 +50,7 @@ impl Variant {
             ptx: ptx::print(&lowered.ptx, target),
             entry: lowered.ptx.entry.clone(),
             launch: lowered.launch,
+            maps: lowered.ptx.tensor_maps.clone(),
         }
     }
 }
@@ -97,6 +100,35 @@ pub struct Plan {
 /// trap.
 pub fn has_producer(schedule: &Schedule) -> bool {
     matches!(schedule, Schedule::Mma(t) if t.producer > 0)
+}
+
+/// Whether `schedule`'s producer copies by tensor maps (`tma = 1`).
+pub fn has_tma(schedule: &Schedule) -> bool {
+    matches!(schedule, Schedule::Mma(t) if t.tma == 1)
+}
+
+/// The schedules a run leaves out, for a GPU on which the runtime's test
+/// of their kind failed: should one trap, the process's CUDA context is
+/// unusable for every run after.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LeftOut {
+    /// Those with a producer warpgroup (`--without-producer`).
+    pub producer: bool,
+    /// Those whose producer copies by tensor maps (`--without-tma`).
+    pub tma: bool,
+}
+
+impl LeftOut {
+    /// Why `schedule` is left out, if it is.
+    pub fn reason(self, schedule: &Schedule) -> Option<&'static str> {
+        if self.producer && has_producer(schedule) {
+            Some("it has a producer warpgroup (--without-producer)")
+        } else if self.tma && has_tma(schedule) {
+            Some("its producer copies by tensor maps (--without-tma)")
+        } else {
+            None
+        }
+    }
 }
 
 impl Plan {
@@ -167,11 +199,11 @@ impl Plan {
         })
     }
 
-    /// Leaves schedules with a producer warpgroup ([`has_producer`]) out of
-    /// the alternatives, the bounded search's candidates and the sample.
-    pub fn leave_out_producers(&mut self) {
+    /// Leaves the schedules `left_out` names out of the alternatives, the
+    /// bounded search's candidates and the sample.
+    pub fn leave_out(&mut self, left_out: LeftOut) {
         for schedules in [&mut self.alternatives, &mut self.bounded, &mut self.sample] {
-            schedules.retain(|s| !has_producer(s));
+            schedules.retain(|s| left_out.reason(s).is_none());
         }
     }
 
@@ -201,7 +233,8 @@ const CLUSTER_ROWS_FROM: u32 = 16 * 1024;
 /// deep (`block_k`, up to 64) in either layout: whole 128-byte rows of
 /// 16-bit `k`-contiguous operands per copy; then with its last partial
 /// wave split 2 and 4 ways, and with `persistent` flipped; for warpgroups,
-/// with a producer warpgroup, and in ping-pong (see below). For a rows `default`: its row read once per pass, with two
+/// with a producer warpgroup, and in ping-pong (see below), each copying
+/// by `cp.async` and by tensor maps (`tma`). For a rows `default`: its row read once per pass, with two
 /// reductions in one pass where they pair (`online = 1`) or not, or kept
 /// in shared memory (`cache = 2`), at its own threads per row and, one row
 /// a block, at a block's most (1024) and half of it (512: the fastest of
@@ -326,12 +359,15 @@ fn alternatives(default: &Schedule, row_length: u32) -> Vec<Schedule> {
         producer: 2,
         ..t
     });
+    // Each producer copying by its threads' `cp.async`s, then by one
+    // thread's tensor-map copies.
     let producers = (t.wgmma == 1)
         .then(|| {
             [fed(t), fed(persistent)]
                 .into_iter()
                 .chain(wide)
                 .chain(pong)
+                .flat_map(|p| [p, MmaTiles { tma: 1, ..p }])
         })
         .into_iter()
         .flatten();
@@ -521,7 +557,8 @@ mod tests {
 
     /// The fused case's plan measures producer points among the default's
     /// alternatives and the bounded search's candidates (the sample may
-    /// draw some too); `--without-producer` leaves every one out and
+    /// draw some too), some copying by tensor maps; `--without-tma` leaves
+    /// those out, `--without-producer` every producer point, and each
     /// keeps the rest.
     #[test]
     fn producer_points_can_be_left_out() {
@@ -540,8 +577,26 @@ mod tests {
                 plan.sample.len(),
             ]
         };
-        let (before, producers) = (lengths(&plan), count(&plan));
-        plan.leave_out_producers();
+        let tma = |plan: &Plan| {
+            [&plan.alternatives, &plan.bounded, &plan.sample]
+                .map(|list| list.iter().filter(|s| has_tma(s)).count())
+        };
+        assert!(tma(&plan)[0] >= 3, "{:?}", tma(&plan));
+        let (before, producers, by_map) = (lengths(&plan), count(&plan), tma(&plan));
+        let mut only_tma = plan.clone();
+        only_tma.leave_out(LeftOut {
+            tma: true,
+            ..LeftOut::default()
+        });
+        assert_eq!(tma(&only_tma), [0, 0, 0]);
+        let after = lengths(&only_tma);
+        for i in 0..3 {
+            assert_eq!(after[i], before[i] - by_map[i]);
+        }
+        plan.leave_out(LeftOut {
+            producer: true,
+            ..LeftOut::default()
+        });
         assert_eq!(count(&plan), [0, 0, 0]);
         let after = lengths(&plan);
         for i in 0..3 {

@@ -69,6 +69,9 @@ pub struct Settings {
     /// Whether schedules with a producer warpgroup were left out
     /// (`--without-producer`).
     pub without_producer: bool,
+    /// Whether schedules whose producer copies by tensor maps were left
+    /// out (`--without-tma`).
+    pub without_tma: bool,
 }
 
 /// One case's measurements. The baseline and the schedules measured in
@@ -487,6 +490,7 @@ mod tests {
                 time_cap_ms: 1.0,
                 screen_reps: 1,
                 without_producer: false,
+                without_tma: false,
             },
             memory: None,
             cases: Vec::new(),

@@ -13,7 +13,7 @@ use anyhow::{Context, Result, bail};
 use cudarc::driver::CudaSlice;
 use ktune_bench::cases::{BIAS_GELU, Baseline, Case, Kind, parse, plain_product};
 use ktune_bench::check::{Check, HostTensor, Reference, random_inputs};
-use ktune_bench::plan::{Plan, Variant, has_producer};
+use ktune_bench::plan::{LeftOut, Plan, Variant};
 use ktune_bench::report::{
     CaseResult, Measured, Ratios, Sampled, Screen, Screened, Settings, Times,
 };
@@ -70,7 +70,7 @@ impl Policy {
         &self,
         (sample, search): (usize, usize),
         seed: u64,
-        (quick, without_producer): (bool, bool),
+        (quick, left_out): (bool, LeftOut),
         budget_s: f64,
     ) -> Settings {
         Settings {
@@ -83,7 +83,8 @@ impl Policy {
             max_reps: self.max_reps,
             time_cap_ms: self.cap_ms,
             screen_reps: self.screen_reps,
-            without_producer,
+            without_producer: left_out.producer,
+            without_tma: left_out.tma,
         }
     }
 }
@@ -161,8 +162,8 @@ pub struct Runner<'g> {
     /// Evaluations of `max-autotune`'s search per case (0: none).
     pub search: usize,
     pub seed: u64,
-    /// Whether schedules with a producer warpgroup are left out.
-    pub without_producer: bool,
+    /// The schedules left out.
+    pub left_out: LeftOut,
 }
 
 /// The baseline set up and checked, ready to time: what its runs need
@@ -173,7 +174,7 @@ enum Rig<'b> {
     CublasProduct(&'b Blas, Product),
     /// cuBLAS's product, then ktune's bias-gelu kernel (its schedule, the
     /// heuristic one) on it.
-    CublasThenBiasGelu(&'b Blas, Product, Loaded, Schedule),
+    CublasThenBiasGelu(&'b Blas, Product, Box<Loaded>, Schedule),
 }
 
 impl Rig<'_> {
@@ -232,9 +233,7 @@ impl<'g> Runner<'g> {
         result: &mut CaseResult,
     ) -> Result<()> {
         let mut plan = Plan::new(case, self.gpu.target, self.sample, self.seed)?;
-        if self.without_producer {
-            plan.leave_out_producers();
-        }
+        plan.leave_out(self.left_out);
         let kernel = &plan.kernel;
         result.dtype = case.dtype()?.name().to_owned();
         result.flops = kernel.flops();
@@ -327,10 +326,10 @@ impl<'g> Runner<'g> {
             let info = self.gpu.info.clone();
             let allowance = (self.search, deadline);
             let screens = (self.policy.screen_reps, default_ms);
-            let without_producer = self.without_producer;
+            let left_out = self.left_out;
             let (schedule, evaluated) = search(&plan, &info, allowance, screens, |kernel, s| {
-                if without_producer && has_producer(s) {
-                    return Err("left out: it has a producer warpgroup (--without-producer)".into());
+                if let Some(why) = left_out.reason(s) {
+                    return Err(format!("left out: {why}"));
                 }
                 self.screen(kernel, s, &mut bufs, &reference, beside)
                     .map(|(screen, _)| screen)
@@ -484,7 +483,7 @@ impl<'g> Runner<'g> {
                 let variant = Variant::lower(&epilogue, &schedule, self.gpu.target)?;
                 let loaded = self.gpu.load(&epilogue, &variant)?;
                 bufs.intermediate = Some(self.gpu.alloc_poisoned(p.dtype, p.batch * p.m * p.n)?);
-                Rig::CublasThenBiasGelu(blas()?, p, loaded, schedule)
+                Rig::CublasThenBiasGelu(blas()?, p, Box::new(loaded), schedule)
             }
         };
         let check = self.check(rig.subject(), bufs, reference)?;

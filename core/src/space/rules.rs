@@ -121,6 +121,13 @@
 //!   [`Constraint::Split`](crate::lower::Constraint) rejection; one whose
 //!   consumers would not fit the registers left them, a
 //!   [`Constraint::Registers`](crate::lower::Constraint) one.
+//! - **Tensor-map copies** (`tma`, where producers are offered): 0, the
+//!   producer's threads copy by `cp.async`, and 1, one of its threads
+//!   copies whole tiles by the tensor memory accelerator. A point without
+//!   a producer is a [`Constraint::Range`](crate::lower::Constraint)
+//!   rejection; one whose operand no tensor map can describe (strides
+//!   the driver refuses), a
+//!   [`Constraint::Alignment`](crate::lower::Constraint) one.
 
 use super::{Coverage, Family, Knob, Space};
 use crate::dtype::DType;
@@ -242,6 +249,7 @@ fn matmul(kernel: &Kernel, plan: &MatmulPlan, target: SmVersion) -> Space {
         let warpgroups = wgmmas(kernel, plan, target);
         let persistent = persistents(kernel, plan, target, &warpgroups);
         let producer = producers(&warpgroups, &persistent);
+        let tma = tmas(&producer);
         // Tensor-core tiles are at least one 16-wide fragment.
         let tile = |extent: u32, high: u32| powers(16, extent.next_power_of_two().clamp(16, high));
         families.push(Family {
@@ -266,6 +274,7 @@ fn matmul(kernel: &Kernel, plan: &MatmulPlan, target: SmVersion) -> Space {
                 knob("tail_split", tail_split_values(kernel, plan, target)),
                 knob("persistent", persistent),
                 knob("producer", producer),
+                knob("tma", tma),
             ],
         });
     }
@@ -303,6 +312,16 @@ fn producers(warpgroups: &[u32], persistent: &[u32]) -> Vec<u32> {
         (false, _) => vec![0],
         (true, false) => vec![0, 1],
         (true, true) => vec![0, 1, 2],
+    }
+}
+
+/// How a producer warpgroup copies: its threads' `cp.async`s (0), and
+/// where producers are offered, one thread's tensor-map copies (1).
+fn tmas(producers: &[u32]) -> Vec<u32> {
+    if producers.contains(&1) {
+        vec![0, 1]
+    } else {
+        vec![0]
     }
 }
 

@@ -12,6 +12,7 @@ pub use rayon;
 
 pub use crate::launch::{DeviceArg, DeviceArgMut, launch, module_loads};
 pub use crate::select::select_variant;
+pub use crate::tensor_map::{EncodedMap, TensorMapSpec, encode as encode_tensor_map};
 pub use crate::vgpu::{HostArg, HostArgMut, run_vgpu};
 pub use crate::workspace::workspace_allocations;
 pub use crate::{Element, KernelInfo, TensorInfo, Variant};

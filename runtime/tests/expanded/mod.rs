@@ -49,6 +49,7 @@ pub mod softmax {
                 workspace_bytes: 0,
                 persistent: false,
                 registers: 0,
+                tensor_maps: &[],
             },
             ::ktune::__private::Variant {
                 gpu: None,
@@ -63,6 +64,7 @@ pub mod softmax {
                 workspace_bytes: 0,
                 persistent: false,
                 registers: 0,
+                tensor_maps: &[],
             },
         ];
     }
@@ -197,6 +199,7 @@ pub mod scale_add {
             workspace_bytes: 0,
             persistent: false,
             registers: 0,
+            tensor_maps: &[],
         }];
     }
 

@@ -1,7 +1,11 @@
 //! Variants lowered here by ktune-core, for the GPU tests that need a
-//! real generated kernel rather than hand-written PTX.
+//! real generated kernel rather than hand-written PTX, and exact inputs
+//! for bf16 products and their reference.
 
-use ktune::__private::Variant;
+#![allow(dead_code)]
+
+use ktune::__private::{TensorMapSpec, Variant};
+use ktune::bf16;
 use ktune_core::lower::lower;
 use ktune_core::ptx;
 use ktune_core::ptx::inst::Instr;
@@ -44,6 +48,21 @@ pub fn matmul(
         workspace_bytes: lowered.launch.workspace_bytes,
         persistent: lowered.launch.persistent,
         registers: lowered.launch.registers,
+        tensor_maps: Box::leak(
+            lowered
+                .ptx
+                .tensor_maps
+                .iter()
+                .map(|m| TensorMapSpec {
+                    param: m.param,
+                    dtype: m.dtype.name(),
+                    dims: Box::leak(m.dims.clone().into_boxed_slice()),
+                    strides: Box::leak(m.strides.clone().into_boxed_slice()),
+                    boxed: Box::leak(m.boxed.clone().into_boxed_slice()),
+                    swizzle: m.swizzle.span().unwrap_or(0),
+                })
+                .collect(),
+        ),
     }
 }
 
@@ -82,3 +101,26 @@ macro_rules! matmul_info {
     };
 }
 pub(crate) use matmul_info;
+
+/// Inputs of a bf16 product `[M, N, K]` in small integers, so that it is
+/// exact in f32 whatever the order of summation.
+pub fn exact_inputs(seed: usize, [m, n, k]: [usize; 3]) -> (Vec<bf16>, Vec<bf16>) {
+    let value =
+        |i: usize, salt: usize| bf16::from_f32(((i * 7 + seed * 13 + salt) % 9) as f32 - 4.0);
+    let a = (0..m * k).map(|i| value(i, 1)).collect();
+    let b = (0..k * n).map(|i| value(i, 5)).collect();
+    (a, b)
+}
+
+/// The product of `a` (`M × K`) and `b` (`K × N`), row-major.
+pub fn product(a: &[bf16], b: &[bf16], [m, n, k]: [usize; 3]) -> Vec<f32> {
+    let mut c = vec![0.0; m * n];
+    for i in 0..m {
+        for j in 0..n {
+            c[i * n + j] = (0..k)
+                .map(|l| a[i * k + l].to_f32() * b[l * n + j].to_f32())
+                .sum();
+        }
+    }
+    c
+}

@@ -265,6 +265,7 @@ fn warpgroup_options(
                     tail_split: 1,
                     persistent: 0,
                     producer: 0,
+                    tma: 0,
                 };
                 MmaLayout::new(kernel, plan, tiles, target)
                     .is_ok()
@@ -613,6 +614,7 @@ fn tensor_core(
             tail_split: 1,
             persistent: 0,
             producer: 0,
+            tma: 0,
         })
         .find(|t| MmaLayout::new(kernel, plan, *t, target).is_ok())
 }

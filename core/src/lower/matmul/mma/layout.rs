@@ -1,7 +1,7 @@
 //! Checking a tensor-core schedule against a contraction and a target, and
 //! deriving everything the emitter needs from it.
 
-use super::MmaTiles;
+use super::{MmaTiles, tma};
 use crate::dtype::DType;
 use crate::ir::{Expr, Kernel};
 use crate::lower::matmul::output::check_group;
@@ -9,6 +9,7 @@ use crate::lower::matmul::pipeline::MAX_STAGES;
 use crate::lower::matmul::split::{self, Extents, Split};
 use crate::lower::matmul::{MatmulOperand, MatmulPlan, Side};
 use crate::lower::{Constraint, Violation, check_block};
+use crate::ptx::TensorMap;
 use crate::ptx::inst::MmaKind;
 use crate::target::SmVersion;
 
@@ -173,6 +174,9 @@ pub(crate) struct MmaLayout {
     pub split: Option<Split>,
     /// Output tiles: `block_m × block_n` tiles of each batch element.
     pub grid: u64,
+    /// With `tma = 1`, the tensor maps of A and B the producer copies
+    /// through (the kernel's, in that order).
+    pub maps: Vec<TensorMap>,
 }
 
 impl MmaLayout {
@@ -199,6 +203,7 @@ impl MmaLayout {
             tail_split,
             persistent: _,
             producer: _,
+            tma,
         } = tiles;
         let warpgroups = wgmma == 1;
         // A warpgroup's `wgmma`s are 64 rows by up to 256 columns.
@@ -347,6 +352,14 @@ impl MmaLayout {
             offset: a.bytes(),
             ..b
         };
+        let maps = if tma == 1 {
+            vec![
+                tma::tensor_map(kernel, plan, Side::A, &a, block_k)?,
+                tma::tensor_map(kernel, plan, Side::B, &b, block_k)?,
+            ]
+        } else {
+            Vec::new()
+        };
         if warpgroups {
             for (s, name, warp_x) in [(&a, "A", warp_m), (&b, "B", warp_n)] {
                 s.check_canonical(name, warp_x)?;
@@ -439,6 +452,7 @@ impl MmaLayout {
             k_extent,
             split,
             grid,
+            maps,
         })
     }
 
@@ -521,6 +535,10 @@ fn check_producer(tiles: MmaTiles) -> Result<(), Violation> {
     let range = |reason: String| Err(Violation::new(Constraint::Range, reason));
     let producer = tiles.producer;
     match (producer, tiles.wgmma) {
+        (0, _) if tiles.tma != 0 => range(format!(
+            "tma = {} is how a producer warpgroup copies; producer = 0 has none",
+            tiles.tma
+        )),
         (0, _) => Ok(()),
         (1 | 2, 1) => {
             if tiles.stages == 1 {
@@ -541,6 +559,12 @@ fn check_producer(tiles: MmaTiles) -> Result<(), Violation> {
                         "producer = {producer} runs each tile's whole K in one block; split_k = {} and tail_split = {} split tiles across blocks",
                         tiles.split_k, tiles.tail_split
                     ),
+                ));
+            }
+            if tiles.tma > 1 {
+                return range(format!(
+                    "tma = {}; expected 0 (the producer's threads copy by cp.async) or 1 (one thread copies whole tiles by the tensor memory accelerator)",
+                    tiles.tma
                 ));
             }
             if producer == 2 && tiles.persistent != 1 {

@@ -117,6 +117,7 @@ pub(crate) mod layout;
 mod producer;
 #[cfg(test)]
 mod tests;
+mod tma;
 mod warpgroup;
 
 use super::MatmulPlan;

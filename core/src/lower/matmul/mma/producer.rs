@@ -59,6 +59,13 @@
 //! issued without waiting for anything later: neither side waits for the
 //! other in a cycle.
 //!
+//! With `tma = 1` one thread of the producer does its copying, by the
+//! tensor memory accelerator (`tma`): `full` expects its one arrival, the
+//! fill's bytes expected with it, and the copies' bytes complete the
+//! phase; the others exit once they have given their registers away.
+//! Those copies and `wgmma`'s reads are both the async proxy's: neither
+//! the producer before a fill nor the consumers after their wait fence.
+//!
 //! In ping-pong, set `s` takes the block's tiles `s, s + 2, …`, passing
 //! over the other set's fills in the ring (their slots and phases), and a
 //! lane of each warp releases each of its fills (`empty` counts one set's
@@ -71,6 +78,7 @@
 use super::MmaLayout;
 use super::copy::Copier;
 use super::emit::{block_shape, imm};
+use super::tma::Maps;
 use super::warpgroup::{Warpgroup, accumulators, drain, issuer};
 use crate::ir::Kernel;
 use crate::lower::Lowered;
@@ -104,7 +112,12 @@ pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &MmaLayout) -> Lo
     let sets = t.consumer_sets();
     let per_set = consumers / sets;
     let ring = Slots::new(&mut b, layout, smem);
-    ring.init(&mut b, tid, per_set / WARP, sets);
+    let tma = t.tma == 1;
+    // A fill's copies arrive at `full` from each of the producer's
+    // threads, or by the tensor memory accelerator, as the bytes the one
+    // issuing thread's arrival expects.
+    let fillers = if tma { 1 } else { WARPGROUP };
+    ring.init(&mut b, tid, (fillers, per_set / WARP), sets);
 
     let producer = b.label();
     let copies = b.setp(Cmp::Ge, Ty::U32, tid, imm(consumers));
@@ -150,10 +163,13 @@ pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &MmaLayout) -> Lo
     }
     tiles_loop(&mut b, layout, &ring, |b, kt| {
         ring.wait(b, Barrier::Full, ring.parity);
-        // The fill's copies are the producer's generic-proxy writes; the
-        // consumer's fence, after the wait that ordered them before it,
-        // makes them visible to the async proxy `wgmma` reads through.
-        b.push(Op::FenceProxyAsync);
+        // The fill's `cp.async` copies are the producer's generic-proxy
+        // writes; the consumer's fence, after the wait that ordered them
+        // before it, makes them visible to the async proxy `wgmma` reads
+        // through. The tensor memory accelerator's are that proxy's own.
+        if !tma {
+            b.push(Op::FenceProxyAsync);
+        }
         let offset = b.u32_op(ArithOp::Mul, ring.slot, imm(layout.slot_bytes));
         compute(b, offset);
         match (t.held(), kt) {
@@ -199,34 +215,54 @@ pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &MmaLayout) -> Lo
         });
     }
     let member = b.u32_op(ArithOp::Sub, tid, imm(consumers));
+    let maps = if tma {
+        // One thread issues every copy; the warpgroup's others are done.
+        let idle = b.setp(Cmp::Ne, Ty::U32, member, imm(0));
+        b.bra_if(idle, false, done);
+        Some(Maps::new(&mut b))
+    } else {
+        None
+    };
     let index = copy_of(&mut b, ctaid);
     let top = b.label();
     b.place(top);
     let tile = Tile::at(&mut b, (kernel, plan), blocks, t.group_m, (member, index));
-    let [a, bs] = [Side::A, Side::B]
-        .map(|side| Copier::new(&mut b, kernel, plan, layout, side, &tile, (smem, None)));
-    let issue = issuer(&a, &bs);
-    tiles_loop(&mut b, layout, &ring, |b, _| {
-        ring.acquire(b);
-        let offset = b.u32_op(ArithOp::Mul, ring.slot, imm(layout.slot_bytes));
-        issue(b, offset);
-        let full = ring.barrier(b, Barrier::Full, ring.slot);
-        b.push(Op::CpAsyncMbarrierArrive { addr: full });
-    });
+    if let Some(maps) = &maps {
+        tiles_loop(&mut b, layout, &ring, |b, kt| {
+            ring.acquire(b, false);
+            let offset = b.u32_op(ArithOp::Mul, ring.slot, imm(layout.slot_bytes));
+            let slot = b.u32_op(ArithOp::Add, smem, offset);
+            let full = ring.barrier(b, Barrier::Full, ring.slot);
+            maps.fill(b, (kernel, plan, layout), &tile, (kt, slot, full));
+        });
+    } else {
+        let [a, bs] = [Side::A, Side::B]
+            .map(|side| Copier::new(&mut b, kernel, plan, layout, side, &tile, (smem, None)));
+        let issue = issuer(&a, &bs);
+        tiles_loop(&mut b, layout, &ring, |b, _| {
+            ring.acquire(b, true);
+            let offset = b.u32_op(ArithOp::Mul, ring.slot, imm(layout.slot_bytes));
+            issue(b, offset);
+            let full = ring.barrier(b, Barrier::Full, ring.slot);
+            b.push(Op::CpAsyncMbarrierArrive { addr: full });
+        });
+    }
     next_tile(&mut b, index, stride, tiles, top);
     // Exit once the consumers have released every fill: the slots as
     // they would be acquired for the next `stages` fills.
     let slots = b.u32_imm(0);
     let tail = b.label();
     b.place(tail);
-    ring.acquire(&mut b);
+    ring.acquire(&mut b, !tma);
     ring.advance(&mut b);
     let next = b.u32_op(ArithOp::Add, slots, imm(1));
     assign(&mut b, slots, next);
     let more = b.setp(Cmp::Lt, Ty::U32, slots, imm(t.stages));
     b.bra_if(more, false, tail);
     b.place(done);
-    assemble(b, kernel, grid, block_shape(layout))
+    let mut lowered = assemble(b, kernel, grid, block_shape(layout));
+    lowered.ptx.tensor_maps.clone_from(&layout.maps);
+    lowered
 }
 
 /// Which of a slot's two barriers.
@@ -263,16 +299,17 @@ impl Slots {
         }
     }
 
-    /// Thread 0 sets up every slot's barriers, `full` for the producer's
-    /// threads' arrivals and `empty` for one from each of the `warps`
-    /// warps of a set of consumers, and with two sets their `turn`s, for
-    /// as many; the block's barrier after it orders that before any use.
-    fn init(&self, b: &mut Builder, tid: Reg, warps: u32, sets: u32) {
+    /// Thread 0 sets up every slot's barriers, `full` for `fillers`
+    /// arrivals of the producer's threads and `empty` for one from each
+    /// of the `warps` warps of a set of consumers, and with two sets their
+    /// `turn`s, for as many; the block's barrier after it orders that
+    /// before any use.
+    fn init(&self, b: &mut Builder, tid: Reg, (fillers, warps): (u32, u32), sets: u32) {
         let skip = b.label();
         let first = b.setp(Cmp::Eq, Ty::U32, tid, imm(0));
         b.bra_if(first, true, skip);
         let turns = if sets > 1 { sets } else { 0 };
-        let counts = std::iter::repeat_n(WARPGROUP, self.stages as usize)
+        let counts = std::iter::repeat_n(fillers, self.stages as usize)
             .chain(std::iter::repeat_n(warps, (self.stages + turns) as usize));
         for (barrier, count) in (0..).zip(counts) {
             let addr = Addr {
@@ -326,13 +363,15 @@ impl Slots {
 
     /// The producer takes the current slot once the consumers released
     /// the fill before in it (in the first round, the phase before phase
-    /// 0, which counts as completed).
-    fn acquire(&self, b: &mut Builder) {
+    /// 0, which counts as completed). The slot's last reads were the async
+    /// proxy's (`wgmma`): copies that overwrite it through the generic
+    /// proxy (`cp.async`, `fence`) come after a proxy fence.
+    fn acquire(&self, b: &mut Builder, fence: bool) {
         let parity = b.u32_op(ArithOp::Xor, self.parity, imm(1));
         self.wait(b, Barrier::Empty, parity);
-        // The slot's last reads were the async proxy's (`wgmma`); the
-        // copies that overwrite it are generic-proxy writes.
-        b.push(Op::FenceProxyAsync);
+        if fence {
+            b.push(Op::FenceProxyAsync);
+        }
     }
 
     /// Releases the fill in `slot` to the producer: `leader`, a lane of

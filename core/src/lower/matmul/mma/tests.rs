@@ -45,6 +45,7 @@ fn tiles(block: (u32, u32, u32), warp: (u32, u32), stages: u32) -> MmaTiles {
         tail_split: 1,
         persistent: 0,
         producer: 0,
+        tma: 0,
     }
 }
 
@@ -573,4 +574,76 @@ fn a_producer_block_shares_its_registers_as_far_as_its_launch_share_allows() {
         ..fed((128, 256, 64), (64, 256))
     };
     assert_eq!(Realloc::new(unfed, target), None);
+}
+
+/// With `tma = 1` the producer copies through two tensor maps, A's and
+/// B's, whose boxes are the tiles (a `k`-major one whole, one contiguous
+/// along `n` a 128-byte panel at a time) swizzled by their rows' span;
+/// one thread issues the copies, two to A's tile, one per panel of B's,
+/// and the consumers fence nothing.
+#[test]
+fn a_tma_producer_copies_tiles_through_tensor_maps() {
+    use crate::DType;
+    use crate::ptx::{Swizzle, TensorMap};
+
+    let k = gemm(1000, 512, 200, "bf16", false);
+    let t = MmaTiles {
+        wgmma: 1,
+        swizzle: 1,
+        min_blocks: 1,
+        producer: 1,
+        tma: 1,
+        ..tiles((128, 256, 64), (64, 256), 4)
+    };
+    let lowered = lower(&k, &t.to_schedule(), SmVersion::Sm90).expect("lowers");
+    let a = TensorMap {
+        param: 0,
+        dtype: DType::Bf16,
+        dims: vec![200, 1000],
+        strides: vec![400],
+        boxed: vec![64, 128],
+        swizzle: Swizzle::B128,
+    };
+    let b = TensorMap {
+        param: 1,
+        dims: vec![512, 200],
+        strides: vec![1024],
+        boxed: vec![64, 64],
+        ..a.clone()
+    };
+    assert_eq!(lowered.ptx.tensor_maps, [a, b]);
+    let ops = &lowered.ptx.body;
+    let copies = ops
+        .iter()
+        .filter(|i| matches!(i.op, Op::CpAsyncBulkTensor { .. }))
+        .count();
+    assert_eq!(copies, 1 + 256 / 64);
+    assert!(ops.iter().any(|i| matches!(
+        i.op,
+        Op::MbarrierArriveExpectTx {
+            bytes: crate::ptx::inst::Operand::Int(49152),
+            ..
+        }
+    )));
+    assert!(!ops.iter().any(|i| matches!(
+        i.op,
+        Op::CpAsync { .. } | Op::CpAsyncMbarrierArrive { .. } | Op::FenceProxyAsync
+    )));
+    let text = crate::ptx::print(&lowered.ptx, SmVersion::Sm90);
+    let (parsed, _) = crate::ptx::parse(&text).expect("parses back");
+    assert_eq!(parsed, lowered.ptx);
+
+    let fed = |tma| MmaTiles { tma, ..t };
+    let (constraint, reason) = rejection(
+        &k,
+        MmaTiles {
+            producer: 0,
+            ..fed(1)
+        },
+        SmVersion::Sm90,
+    );
+    assert_eq!(constraint, Constraint::Range);
+    assert!(reason.contains("producer = 0 has none"), "{reason}");
+    let (_, reason) = rejection(&k, fed(2), SmVersion::Sm90);
+    assert!(reason.contains("tma = 2"), "{reason}");
 }
