@@ -496,15 +496,25 @@ impl Gpu {
         Ok(Armed { program, workspace })
     }
 
-    /// Queues one launch.
-    fn launch(&self, armed: &mut Armed<'_>, buffers: &mut Buffers) -> Result<(), String> {
-        let program = armed.program;
-        let maps = program
+    /// The tensor maps `program` takes, encoded for `buffers`' inputs
+    /// (none for most programs): before a launch's timing starts.
+    fn maps(&self, program: &Program, buffers: &Buffers) -> Result<Vec<EncodedMap>, String> {
+        program
             .maps
             .iter()
             .map(|map| tensor_map(map, &buffers.inputs[map.param], &self.stream))
             .collect::<Result<Vec<_>, _>>()
-            .map_err(driver("encoding a tensor map"))?;
+            .map_err(driver("encoding a tensor map"))
+    }
+
+    /// Queues one launch, with `maps` encoded for `buffers`.
+    fn launch(
+        &self,
+        armed: &mut Armed<'_>,
+        buffers: &mut Buffers,
+        maps: &[EncodedMap],
+    ) -> Result<(), String> {
+        let program = armed.program;
         let mut builder = self.stream.launch_builder(&program.function);
         for input in &buffers.inputs {
             builder.arg(input);
@@ -513,7 +523,7 @@ impl Gpu {
         if let Some(workspace) = armed.workspace.as_mut() {
             builder.arg(workspace);
         }
-        for map in &maps {
+        for map in maps {
             builder.arg(map);
         }
         // SAFETY: the PTX was lowered for this kernel: its entry takes one
@@ -536,7 +546,8 @@ impl Gpu {
         buffers: &mut Buffers,
     ) -> Result<Vec<u8>, GpuRejected> {
         let fault = |e: String| (Rejected::Fault(e), true);
-        self.launch(armed, buffers).map_err(fault)?;
+        let maps = self.maps(armed.program, buffers).map_err(fault)?;
+        self.launch(armed, buffers, &maps).map_err(fault)?;
         self.stream
             .synchronize()
             .map_err(driver("running the kernel"))
@@ -558,11 +569,16 @@ impl Gpu {
     ) -> Result<Vec<f64>, GpuRejected> {
         const BATCH: usize = 8;
         let fault = |e: String| (Rejected::Fault(e), true);
+        let maps = sets
+            .iter()
+            .map(|set| self.maps(armed.program, set))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(fault)?;
         let warmup = Instant::now();
         let mut runs = 0u32;
         while runs < settings.warmup_runs || warmup.elapsed() < Duration::from_millis(10) {
-            let n = sets.len();
-            self.launch(armed, &mut sets[runs as usize % n])
+            let at = runs as usize % sets.len();
+            self.launch(armed, &mut sets[at], &maps[at])
                 .map_err(fault)?;
             self.stream
                 .synchronize()
@@ -589,7 +605,8 @@ impl Gpu {
                 record(start)
                     .map_err(driver("recording an event"))
                     .map_err(fault)?;
-                self.launch(armed, &mut sets[next % sets.len()])
+                let at = next % sets.len();
+                self.launch(armed, &mut sets[at], &maps[at])
                     .map_err(fault)?;
                 record(end)
                     .map_err(driver("recording an event"))

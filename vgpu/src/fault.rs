@@ -436,8 +436,14 @@ pub enum TensorCopyProblem {
     /// A copy of `coords` coordinates through map `map`, which has
     /// `rank` dimensions.
     Rank { map: u32, rank: u32, coords: u32 },
-    /// A copy to shared address `addr`, which is not 128-byte aligned.
-    Misaligned { addr: u64 },
+    /// A copy to shared address `addr`, which is not `align`-byte aligned
+    /// (128, or a swizzled copy's period: 8 times its span).
+    Misaligned { addr: u64, align: u64 },
+    /// A copy completing its bytes at the memory barrier at window offset
+    /// `offset`, whose init its thread did not fence for the async proxy
+    /// (`fence.proxy.async` after `mbarrier.init`): the tensor memory
+    /// accelerator may not see the barrier.
+    UnfencedInit { offset: u32 },
 }
 
 impl fmt::Display for TensorCopyProblem {
@@ -455,9 +461,13 @@ impl fmt::Display for TensorCopyProblem {
                 f,
                 "a copy with {coords} coordinates through map_{map}, which has {rank} dimensions"
             ),
-            TensorCopyProblem::Misaligned { addr } => {
-                write!(f, "the destination {addr:#x} is not 128-byte aligned")
+            TensorCopyProblem::Misaligned { addr, align } => {
+                write!(f, "the destination {addr:#x} is not {align}-byte aligned")
             }
+            TensorCopyProblem::UnfencedInit { offset } => write!(
+                f,
+                "the memory barrier at window offset {offset} was initialised without a fence.proxy.async after it: the tensor memory accelerator may not see it"
+            ),
         }
     }
 }

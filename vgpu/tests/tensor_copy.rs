@@ -72,6 +72,8 @@ struct Setup {
     /// The copy's barrier operand points this many bytes past the
     /// barrier.
     barrier_moved: i64,
+    /// Thread 0 fences its init of the barrier for the async proxy.
+    fence_init: bool,
 }
 
 impl Setup {
@@ -89,6 +91,7 @@ impl Setup {
             copier: 0,
             early_read: false,
             barrier_moved: 0,
+            fence_init: true,
         }
     }
 
@@ -200,7 +203,10 @@ fn kernel(setup: &Setup) -> Kernel {
         b.push(Op::MbarrierInit {
             addr: barrier,
             count: Operand::Int(1),
-        })
+        });
+        if setup.fence_init {
+            b.push(Op::FenceProxyAsync);
+        }
     });
     let fill = i64::from(u32::from_le_bytes([FILL; 4]));
     each_chunk(&mut b, tid, region / 16, |b, index| {
@@ -400,16 +406,14 @@ fn f32_rows(boxed: [u32; 2], swizzle: Swizzle) -> TensorMap {
     map(DType::F32, &[24, 20], &[96], &boxed, swizzle)
 }
 
-/// Each swizzle, on rows as wide as its span (and narrower), a box inside
-/// the tensor and boxes hanging over its edges, a negative coordinate
-/// included.
+/// Each swizzle, on rows as wide as its span, a box inside the tensor and
+/// boxes hanging over its edges, a negative coordinate included.
 #[test]
 fn boxes_land_as_their_swizzle_lays_them_out() {
     let maps = [
         bf16_rows([64, 16], Swizzle::B128),
         bf16_rows([32, 8], Swizzle::B64),
         bf16_rows([16, 8], Swizzle::B32),
-        bf16_rows([8, 9], Swizzle::B128),
         f32_rows([8, 12], Swizzle::B32),
         f32_rows([16, 8], Swizzle::B64),
         f32_rows([4, 8], Swizzle::None),
@@ -430,23 +434,32 @@ fn boxes_land_as_their_swizzle_lays_them_out() {
     }
 }
 
-/// The swizzle works on address bits: a box landing at an offset of 384,
-/// not a multiple of the 128-byte swizzle's 1024, starts its pattern on
-/// the fourth row's.
+/// A swizzled box lands at the start of its pattern's period (eight times
+/// the span): a 128-byte swizzle's at 1024, not 384; a 32-byte one's at
+/// 256.
 #[test]
-fn a_swizzle_follows_the_destination_s_address() {
-    let setup = Setup {
+fn a_swizzled_box_starts_its_pattern_s_period() {
+    check(&Setup {
+        dst: 1024,
+        ..Setup::new(bf16_rows([64, 16], Swizzle::B128), &[8, 3])
+    });
+    check(&Setup {
+        dst: 256,
+        ..Setup::new(f32_rows([8, 12], Swizzle::B32), &[1, 2])
+    });
+    let fault = run(&Setup {
         dst: 384,
         ..Setup::new(bf16_rows([64, 16], Swizzle::B128), &[8, 3])
-    };
-    check(&setup);
-    let unaligned = Setup {
-        dst: 0,
-        ..setup.clone()
-    };
-    let (at_384, _) = expected(&setup, &tensor(tensor_bytes(&setup.map)));
-    let (at_0, _) = expected(&unaligned, &tensor(tensor_bytes(&setup.map)));
-    assert_ne!(at_384, at_0);
+    })
+    .unwrap_err();
+    copy_instruction(&fault);
+    assert_eq!(
+        tensor_problem(&fault),
+        &TensorCopyProblem::Misaligned {
+            addr: u64::from(ktune_vgpu::SHARED_BASE) + 384,
+            align: 1024
+        }
+    );
 }
 
 /// A 3-D f32 tensor (8 × 6 × 5, rows padded to 48 bytes, planes to 336)
@@ -564,9 +577,28 @@ fn a_map_operand_must_be_a_map_s_generic_address() {
     );
 }
 
+/// The tensor memory accelerator completes bytes at a barrier through
+/// the async proxy: the init must have been fenced for it.
+#[test]
+fn a_barrier_s_init_must_be_fenced_for_the_async_proxy() {
+    let setup = Setup {
+        fence_init: false,
+        ..Setup::new(f32_rows([8, 12], Swizzle::B32), &[0, 0])
+    };
+    let fault = run(&setup).unwrap_err();
+    copy_instruction(&fault);
+    assert_eq!(
+        tensor_problem(&fault),
+        &TensorCopyProblem::UnfencedInit {
+            offset: setup.barrier()
+        }
+    );
+    assert!(fault.to_string().contains("fence.proxy.async"), "{fault}");
+}
+
 #[test]
 fn a_destination_must_be_128_byte_aligned_and_in_the_window() {
-    let map = f32_rows([8, 12], Swizzle::B32);
+    let map = f32_rows([8, 12], Swizzle::None);
     let mut misaligned = kernel(&Setup::new(map.clone(), &[0, 0]));
     let retarget = |kernel: &mut Kernel, offset: i64| {
         for inst in &mut kernel.body {
@@ -583,7 +615,8 @@ fn a_destination_must_be_128_byte_aligned_and_in_the_window() {
     assert_eq!(
         tensor_problem(&fault),
         &TensorCopyProblem::Misaligned {
-            addr: u64::from(ktune_vgpu::SHARED_BASE) + 64
+            addr: u64::from(ktune_vgpu::SHARED_BASE) + 64,
+            align: 128
         }
     );
     // Past the end of the window, whose last line the box would need.
@@ -796,8 +829,8 @@ fn a_map_the_driver_would_refuse_fails_the_launch() {
         }
         assert_eq!(fault.instruction, "", "{fault}");
     };
-    // Rows of 24 bytes; rows of 64 under a 32-byte swizzle; a stride not a
-    // multiple of 16.
+    // Rows of 24 bytes; rows of 64 and of 16 under a 32-byte swizzle; a
+    // stride not a multiple of 16.
     refused(
         map(DType::F32, &[24, 20], &[96], &[6, 12], Swizzle::B32),
         None,
@@ -806,7 +839,12 @@ fn a_map_the_driver_would_refuse_fails_the_launch() {
     refused(
         map(DType::F32, &[24, 20], &[96], &[16, 12], Swizzle::B32),
         None,
-        "wider than the 32-byte swizzle",
+        "not the 32-byte swizzle's span",
+    );
+    refused(
+        map(DType::F32, &[24, 20], &[96], &[4, 12], Swizzle::B32),
+        None,
+        "16 bytes, not the 32-byte swizzle's span",
     );
     refused(
         map(DType::F32, &[24, 20], &[100], &[8, 12], Swizzle::B32),
@@ -921,6 +959,7 @@ fn a_wait_orders_its_own_barrier_s_copies_only() {
                     count: Operand::Int(1),
                 });
             }
+            b.push(Op::FenceProxyAsync);
         });
         b.push(Op::BarSync);
         first_thread(&mut b, tid, |b| {
@@ -1027,7 +1066,8 @@ fn wgmma_kernel(feed: Feed) -> Kernel {
                 b.push(Op::MbarrierInit {
                     addr: barrier,
                     count: Operand::Int(1),
-                })
+                });
+                b.push(Op::FenceProxyAsync);
             });
             b.push(Op::BarSync);
             first_thread(&mut b, tid, |b| {

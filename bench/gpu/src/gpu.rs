@@ -2,16 +2,20 @@
 //! so that nothing panics without one), device buffers, loading and
 //! launching lowered kernels, and timing with CUDA events.
 
+use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result, anyhow, bail, ensure};
-use cudarc::driver::sys::{self, CUdevice_attribute, CUevent_flags, CUfunction_attribute};
+use cudarc::driver::sys::{
+    self, CUdevice_attribute, CUdeviceptr, CUevent_flags, CUfunction_attribute,
+};
 use cudarc::driver::{
-    CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtrMut, LaunchConfig,
-    PushKernelArg,
+    CudaContext, CudaEvent, CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut,
+    LaunchConfig, PushKernelArg,
 };
 use cudarc::nvrtc::Ptx;
+use ktune::__private::EncodedMap;
 use ktune_bench::plan::{Variant, target_for};
 use ktune_bench::probe::{self, MemoryProbe};
 use ktune_bench::report::GpuInfo;
@@ -221,6 +225,7 @@ impl Gpu {
             tensor_bytes,
             workspace,
             maps: variant.maps.clone(),
+            encoded: Mutex::default(),
         })
     }
 
@@ -316,9 +321,12 @@ pub struct Loaded {
     /// Split-K's workspace, zeroed when allocated; the kernel leaves it
     /// ready for its next launch.
     workspace: Option<CudaSlice<u8>>,
-    /// The tensor maps the kernel takes after its pointers, encoded for
-    /// each launch's inputs.
+    /// The tensor maps the kernel takes after its pointers.
     maps: Vec<ptx::TensorMap>,
+    /// Those maps encoded for each set of input buffers launched with so
+    /// far, by the buffers' addresses: encoded at a set's first launch (a
+    /// warm-up's), not between a timed run's events.
+    encoded: Mutex<HashMap<Vec<CUdeviceptr>, Vec<EncodedMap>>>,
 }
 
 impl Loaded {
@@ -344,11 +352,7 @@ impl Loaded {
             "buffers of {lens:?} bytes for a kernel whose tensors have {:?}",
             self.tensor_bytes
         );
-        let maps = self
-            .maps
-            .iter()
-            .map(|map| ktune_measure::tensor_map(map, inputs[map.param], stream))
-            .collect::<Result<Vec<_>, _>>()?;
+        let maps = self.encoded_maps(stream, inputs)?;
         let mut builder = stream.launch_builder(&self.function);
         for input in inputs {
             builder.arg(*input);
@@ -371,6 +375,33 @@ impl Loaded {
         // Tensor maps of the inputs, read only, come last.
         unsafe { builder.launch(self.config) }?;
         Ok(())
+    }
+
+    /// The kernel's tensor maps encoded for `inputs` (none for most
+    /// kernels), encoded once per set of buffers.
+    fn encoded_maps(
+        &self,
+        stream: &CudaStream,
+        inputs: &[&CudaSlice<u8>],
+    ) -> Result<Vec<EncodedMap>> {
+        if self.maps.is_empty() {
+            return Ok(Vec::new());
+        }
+        let key: Vec<CUdeviceptr> = inputs.iter().map(|b| b.device_ptr(stream).0).collect();
+        let mut encoded = self
+            .encoded
+            .lock()
+            .map_err(|_| anyhow!("a launch panicked while encoding tensor maps"))?;
+        if let Some(maps) = encoded.get(&key) {
+            return Ok(maps.clone());
+        }
+        let maps = self
+            .maps
+            .iter()
+            .map(|map| ktune_measure::tensor_map(map, inputs[map.param], stream))
+            .collect::<Result<Vec<_>, _>>()?;
+        encoded.insert(key, maps.clone());
+        Ok(maps)
     }
 }
 

@@ -2,8 +2,8 @@
 //! through ([`super::inst::Op::CpAsyncBulkTensor`]). A kernel takes each by
 //! value, after its pointers; its launcher encodes it for the buffer it
 //! passes as the map's parameter (on a GPU with the driver's
-//! `cuTensorMapEncodeTiled`: tiled, not interleaved, no L2 promotion
-//! asked, elements outside the tensor read as zero). The printed kernel
+//! `cuTensorMapEncodeTiled`: tiled, not interleaved, L2 promotion of
+//! 128 bytes, elements outside the tensor read as zero). The printed kernel
 //! states each map in a comment, so that its text says how to launch it.
 
 use std::fmt;
@@ -87,9 +87,11 @@ impl TensorMap {
     }
 
     /// Checks what the driver requires of an encoding: 1 to 5 dimensions,
-    /// extents from 1 to 2^32, strides multiples of 16 below 2^40, boxes of
-    /// 1 to 256 elements a dimension whose innermost row is a multiple of
-    /// 16 bytes and, swizzled, at most the span.
+    /// extents from 1 to 2^31 - 1 (coordinates are `.s32`), strides
+    /// multiples of 16 below 2^40, boxes of 1 to 256 elements a dimension
+    /// whose innermost row is a multiple of 16 bytes and, swizzled, the
+    /// span exactly (the driver allows narrower rows, whose layout neither
+    /// the lowering nor the virtual GPU relies on).
     pub fn check(&self) -> Result<(), String> {
         let rank = self.dims.len();
         if rank == 0 || rank > MAX_RANK {
@@ -105,8 +107,8 @@ impl TensorMap {
                 rank - 1
             ));
         }
-        if let Some(d) = self.dims.iter().find(|d| **d == 0 || **d > 1 << 32) {
-            return Err(format!("extent {d} is outside 1 to 2^32"));
+        if let Some(d) = self.dims.iter().find(|d| **d == 0 || **d >= 1 << 31) {
+            return Err(format!("extent {d} is outside 1 to 2^31 - 1"));
         }
         if let Some(s) = self
             .strides
@@ -125,8 +127,8 @@ impl TensorMap {
             ));
         }
         match self.swizzle.span() {
-            Some(span) if row > span => Err(format!(
-                "the box's rows are {row} bytes, wider than the {span}-byte swizzle"
+            Some(span) if row != span => Err(format!(
+                "the box's rows are {row} bytes, not the {span}-byte swizzle's span"
             )),
             _ => Ok(()),
         }
@@ -231,7 +233,7 @@ mod tests {
         };
         assert_eq!(
             wide.check().unwrap_err(),
-            "the box's rows are 256 bytes, wider than the 128-byte swizzle"
+            "the box's rows are 256 bytes, not the 128-byte swizzle's span"
         );
         let odd = TensorMap {
             strides: vec![8200],

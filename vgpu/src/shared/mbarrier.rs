@@ -41,7 +41,9 @@
 //! hardware promises.
 //!
 //! A tensor copy (`cp.async.bulk.tensor`, [`Shared::tensor_copy`]) is
-//! checked as a write by its thread when it issues (alignment, bounds,
+//! checked as a write by its thread when it issues (the barrier's init
+//! made visible to the async proxy by a `fence.proxy.async` of the
+//! initialising thread after it, alignment, bounds,
 //! races with the accesses before it, `wgmma`s still reading), and its
 //! bytes are pending from then on. It completes its transaction bytes at
 //! once, in the barrier's current phase, and its data lands as that phase
@@ -88,6 +90,12 @@ pub(super) struct Mbarrier {
     transactions: i32,
     /// Phases completed.
     completed: u32,
+    /// The thread that initialised it, and the number of that write: a
+    /// tensor copy completes bytes at the barrier only once a
+    /// `fence.proxy.async` of that thread after it has made the init
+    /// visible to the async proxy.
+    init_by: u32,
+    init_write: u64,
     /// The join of every arrival's clocks so far.
     join: Vec<u32>,
     /// `join` when the last phase completed: what a wait acquires.
@@ -151,6 +159,8 @@ impl Shared {
             pending: count as u32,
             transactions: 0,
             completed: 0,
+            init_by: thread,
+            init_write: self.writes,
             join: vec![0; threads],
             published: vec![0; threads],
             landing: Vec::new(),
@@ -353,9 +363,23 @@ impl Shared {
         data: &[u8],
     ) -> Result<u64, FaultKind> {
         let k = self.mbarrier(thread, barrier)?;
-        if !dst.is_multiple_of(TENSOR_ALIGN) {
+        let init = &self.mbarriers[k];
+        if self.proxy_fenced[init.init_by as usize] <= init.init_write {
             return Err(FaultKind::TensorCopy {
-                problem: TensorCopyProblem::Misaligned { addr: dst },
+                problem: TensorCopyProblem::UnfencedInit {
+                    offset: init.offset,
+                },
+            });
+        }
+        // A swizzled box starts its pattern's period: the hardware's
+        // pattern follows address bits, and ktune's layouts assume it from
+        // the destination on. (The window's base is 1024-aligned.)
+        let align = swizzle
+            .span()
+            .map_or(TENSOR_ALIGN, |span| 8 * u64::from(span));
+        if !dst.is_multiple_of(align) {
+            return Err(FaultKind::TensorCopy {
+                problem: TensorCopyProblem::Misaligned { addr: dst, align },
             });
         }
         // The swizzle keeps each chunk within its 128-byte line, and the

@@ -64,7 +64,9 @@
 //! fill's bytes expected with it, and the copies' bytes complete the
 //! phase; the others exit once they have given their registers away.
 //! Those copies and `wgmma`'s reads are both the async proxy's: neither
-//! the producer before a fill nor the consumers after their wait fence.
+//! the producer before a fill nor the consumers after their wait fence;
+//! thread 0 fences once, after the barriers' inits, which the tensor
+//! memory accelerator must see.
 //!
 //! In ping-pong, set `s` takes the block's tiles `s, s + 2, …`, passing
 //! over the other set's fills in the ring (their slots and phases), and a
@@ -117,7 +119,7 @@ pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &MmaLayout) -> Lo
     // threads, or by the tensor memory accelerator, as the bytes the one
     // issuing thread's arrival expects.
     let fillers = if tma { 1 } else { WARPGROUP };
-    ring.init(&mut b, tid, (fillers, per_set / WARP), sets);
+    ring.init(&mut b, tid, (fillers, per_set / WARP), (sets, tma));
 
     let producer = b.label();
     let copies = b.setp(Cmp::Ge, Ty::U32, tid, imm(consumers));
@@ -303,8 +305,16 @@ impl Slots {
     /// arrivals of the producer's threads and `empty` for one from each
     /// of the `warps` warps of a set of consumers, and with two sets their
     /// `turn`s, for as many; the block's barrier after it orders that
-    /// before any use.
-    fn init(&self, b: &mut Builder, tid: Reg, (fillers, warps): (u32, u32), sets: u32) {
+    /// before any use. With `tma` the barriers' bytes complete by the
+    /// tensor memory accelerator, which sees their init only once a proxy
+    /// fence has made it visible to the async proxy.
+    fn init(
+        &self,
+        b: &mut Builder,
+        tid: Reg,
+        (fillers, warps): (u32, u32),
+        (sets, tma): (u32, bool),
+    ) {
         let skip = b.label();
         let first = b.setp(Cmp::Eq, Ty::U32, tid, imm(0));
         b.bra_if(first, true, skip);
@@ -320,6 +330,9 @@ impl Slots {
                 addr,
                 count: imm(count),
             });
+        }
+        if tma {
+            b.push(Op::FenceProxyAsync);
         }
         b.place(skip);
         b.push(Op::BarSync);

@@ -579,8 +579,9 @@ fn a_producer_block_shares_its_registers_as_far_as_its_launch_share_allows() {
 /// With `tma = 1` the producer copies through two tensor maps, A's and
 /// B's, whose boxes are the tiles (a `k`-major one whole, one contiguous
 /// along `n` a 128-byte panel at a time) swizzled by their rows' span;
-/// one thread issues the copies, two to A's tile, one per panel of B's,
-/// and the consumers fence nothing.
+/// one thread issues the copies, one for A's tile and one per panel of
+/// B's; the one proxy fence is thread 0's after the barriers' inits,
+/// before the block's first barrier.
 #[test]
 fn a_tma_producer_copies_tiles_through_tensor_maps() {
     use crate::DType;
@@ -625,10 +626,21 @@ fn a_tma_producer_copies_tiles_through_tensor_maps() {
             ..
         }
     )));
-    assert!(!ops.iter().any(|i| matches!(
-        i.op,
-        Op::CpAsync { .. } | Op::CpAsyncMbarrierArrive { .. } | Op::FenceProxyAsync
-    )));
+    assert!(
+        !ops.iter()
+            .any(|i| matches!(i.op, Op::CpAsync { .. } | Op::CpAsyncMbarrierArrive { .. }))
+    );
+    let position = |want: fn(&Op) -> bool| ops.iter().position(|i| want(&i.op));
+    let fences = ops
+        .iter()
+        .filter(|i| matches!(i.op, Op::FenceProxyAsync))
+        .count();
+    assert_eq!(fences, 1);
+    let fence = position(|op| matches!(op, Op::FenceProxyAsync));
+    let last_init = ops
+        .iter()
+        .rposition(|i| matches!(i.op, Op::MbarrierInit { .. }));
+    assert!(last_init < fence && fence < position(|op| matches!(op, Op::BarSync)));
     let text = crate::ptx::print(&lowered.ptx, SmVersion::Sm90);
     let (parsed, _) = crate::ptx::parse(&text).expect("parses back");
     assert_eq!(parsed, lowered.ptx);
