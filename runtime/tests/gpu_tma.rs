@@ -15,7 +15,7 @@ mod lowered;
 
 use std::sync::LazyLock;
 
-use ktune::__private::{KernelInfo, Variant, launch};
+use ktune::__private::{KernelInfo, Variant};
 use ktune::prelude::*;
 use ktune_core::target::SmVersion;
 
@@ -68,17 +68,7 @@ fn tensor_map_copies_feed_every_tile() {
     let stream = device.stream().unwrap();
     for variants in VARIANTS.iter() {
         for seed in 0..3 {
-            let (a, b) = lowered::exact_inputs(seed, [M, N, K]);
-            let a_gpu = stream.clone_htod(&a).unwrap();
-            let b_gpu = stream.clone_htod(&b).unwrap();
-            let mut out = stream.alloc_zeros::<f32>(M * N).unwrap();
-            let variant = launch(stream, &KERNEL, variants, &[&a_gpu, &b_gpu], &mut out).unwrap();
-            let got = stream.clone_dtoh(&out).unwrap();
-            assert_eq!(
-                got,
-                lowered::product(&a, &b, [M, N, K]),
-                "{variant}, launch {seed}"
-            );
+            lowered::launch_exact(stream, (&KERNEL, variants), [M, N, K], seed);
         }
     }
 }

@@ -518,6 +518,13 @@ fn a_bar_sync_orders_the_copy_only_after_a_wait() {
         ..Setup::new(map, &[1, 2])
     })
     .unwrap_err();
+    read_races_thread_0_s_write(&fault);
+    assert!(fault.instruction.starts_with("ld.shared"), "{fault}");
+}
+
+/// Asserts that `fault` is a read racing with a write by thread 0 (the
+/// copy's, landed as its).
+fn read_races_thread_0_s_write(fault: &Fault) {
     assert!(
         matches!(
             fault.kind,
@@ -530,7 +537,6 @@ fn a_bar_sync_orders_the_copy_only_after_a_wait() {
         ),
         "{fault}"
     );
-    assert!(fault.instruction.starts_with("ld.shared"), "{fault}");
 }
 
 fn tensor_problem(fault: &Fault) -> &TensorCopyProblem {
@@ -675,18 +681,7 @@ fn reading_the_destination_before_waiting_is_a_fault() {
     };
     let fault = run(&landed).unwrap_err();
     assert!(fault.instruction.starts_with("ld.shared"), "{fault}");
-    assert!(
-        matches!(
-            fault.kind,
-            FaultKind::SharedRace {
-                first_thread: [0, 0, 0],
-                first_was_write: true,
-                second_is_write: false,
-                ..
-            }
-        ),
-        "{fault}"
-    );
+    read_races_thread_0_s_write(&fault);
 }
 
 fn mbarrier_problem(fault: &Fault) -> &MbarrierProblem {

@@ -4,7 +4,10 @@
 
 #![allow(dead_code)]
 
-use ktune::__private::{TensorMapSpec, Variant};
+use std::sync::Arc;
+
+use ktune::__private::cudarc::driver::CudaStream;
+use ktune::__private::{KernelInfo, TensorMapSpec, Variant, launch};
 use ktune::bf16;
 use ktune_core::lower::lower;
 use ktune_core::ptx;
@@ -123,4 +126,23 @@ pub fn product(a: &[bf16], b: &[bf16], [m, n, k]: [usize; 3]) -> Vec<f32> {
         }
     }
     c
+}
+
+/// Launches `variants` of the bf16 product `kernel` (`[M, N, K]`) on the
+/// exact inputs of `seed` and checks the output against [`product`];
+/// returns the variant launched.
+pub fn launch_exact(
+    stream: &Arc<CudaStream>,
+    (kernel, variants): (&'static KernelInfo, &'static [Variant]),
+    shape @ [m, n, _]: [usize; 3],
+    seed: usize,
+) -> &'static Variant {
+    let (a, b) = exact_inputs(seed, shape);
+    let a_gpu = stream.clone_htod(&a).unwrap();
+    let b_gpu = stream.clone_htod(&b).unwrap();
+    let mut out = stream.alloc_zeros::<f32>(m * n).unwrap();
+    let variant = launch(stream, kernel, variants, &[&a_gpu, &b_gpu], &mut out).unwrap();
+    let got = stream.clone_dtoh(&out).unwrap();
+    assert_eq!(got, product(&a, &b, shape), "{variant}, launch {seed}");
+    variant
 }
