@@ -237,6 +237,7 @@ fn suite() -> Vec<(Kernel, Vec<Schedule>)> {
             persistent: 0,
             producer: 0,
             tma: 0,
+            cluster_m: 1,
         })
     };
     let tf32_points = vec![
@@ -337,6 +338,7 @@ fn suite() -> Vec<(Kernel, Vec<Schedule>)> {
                 persistent: 0,
                 producer: 0,
                 tma: 0,
+                cluster_m: 1,
             }),
         ],
     ));
@@ -694,7 +696,8 @@ fn named_barriers_assemble() {
 /// way round: of each, points with a producer warpgroup (`producer = 1`)
 /// and in ping-pong (`producer = 2`, offered where blocks may loop over
 /// tiles, as both kernels' may), each copying by `cp.async` and by tensor
-/// maps (`tma = 1`). Each assembles without spills, and where its warpgroups move
+/// maps (`tma = 1`), the latter also in clusters of two blocks sharing
+/// B's tiles (`cluster_m = 2`). Each assembles without spills, and where its warpgroups move
 /// registers, ptxas gives every thread at launch exactly the share their
 /// `setmaxnreg` counts assume (`Launch::registers`).
 #[test]
@@ -725,19 +728,19 @@ fn producer_points_assemble_without_spills_at_their_launch_share() {
         .iter()
         .flat_map(|k| {
             let candidates = ktune_core::space::candidates(k, target);
-            [(1, 0), (1, 1), (2, 0), (2, 1)]
+            [(1, 0, 1), (1, 1, 1), (1, 1, 2), (2, 0, 1), (2, 1, 1)]
                 .into_iter()
-                .flat_map(move |(producer, tma)| {
+                .flat_map(move |(producer, tma, cluster_m)| {
                     let fed: Vec<Schedule> = candidates
                         .iter()
                         .filter(|s| {
-                            matches!(s, Schedule::Mma(t) if t.producer == producer && t.tma == tma)
+                            matches!(s, Schedule::Mma(t) if t.producer == producer && t.tma == tma && t.cluster_m == cluster_m)
                         })
                         .cloned()
                         .collect();
                     assert!(
                         fed.len() > 50,
-                        "{}: {} points of producer = {producer}, tma = {tma}",
+                        "{}: {} points of producer = {producer}, tma = {tma}, cluster_m = {cluster_m}",
                         k.name,
                         fed.len()
                     );

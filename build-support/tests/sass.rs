@@ -677,6 +677,7 @@ fn warpgroup_tiles_run_on_hgmma() {
         persistent: 0,
         producer: 0,
         tma: 0,
+        cluster_m: 1,
     };
     let schedule = Schedule::Mma(tiles);
     let lowered = lower::lower(&kernel, &schedule, target)
@@ -728,6 +729,7 @@ fn fed_tiles() -> MmaTiles {
         persistent: 1,
         producer: 1,
         tma: 0,
+        cluster_m: 1,
     }
 }
 
@@ -867,6 +869,7 @@ fn a_tma_producer_copies_tiles_by_tensor_maps() {
     let target = SmVersion::Sm90;
     let base = MmaTiles {
         tma: 1,
+        cluster_m: 1,
         ..fed_tiles()
     };
     let pong = MmaTiles {
@@ -905,4 +908,42 @@ fn a_tma_producer_copies_tiles_by_tensor_maps() {
         );
         assert_eq!(count("LDGSTS"), 0, "{}", schedule.to_json());
     }
+}
+
+/// Two blocks of a cluster sharing B's tiles (`cluster_m = 2`): the
+/// issuing thread still copies A's tile and each of B's four 128-byte
+/// panels, B's halves by multicast (`UTMALDG` with `MULTICAST`), and
+/// the consumers keep their 240 registers without spilling, edges along
+/// every dimension too.
+#[test]
+fn a_cluster_shares_b_s_tiles_by_multicast_copies() {
+    let tools = tools();
+    let edged = bf16_matmul_bias_gelu_of(quote!(shape(M = 4000, N = 11000, K = 4000)));
+    let target = SmVersion::Sm90;
+    let tiles = MmaTiles {
+        tma: 1,
+        cluster_m: 2,
+        persistent: 0,
+        ..fed_tiles()
+    };
+    let schedule = Schedule::Mma(tiles);
+    let lowered = lower::lower(&edged, &schedule, target)
+        .unwrap_or_else(|e| panic!("{}: {e}", schedule.to_json()));
+    let ptx = ktune_core::ptx::print(&lowered.ptx, target);
+    assert!(ptx.contains("\n.reqnctapercluster 2, 1, 1\n"), "{ptx}");
+    let report = ktune_build::ptxas::assemble(&tools.ptxas, &ptx, target)
+        .unwrap_or_else(|e| panic!("{}: {e}", schedule.to_json()));
+    assert_eq!(report.registers, 168, "{}", report.log);
+    assert!(!report.spills(), "{}", report.log);
+    let instructions = machine_code(&tools, &lowered, target);
+    let copies: Vec<_> = instructions
+        .iter()
+        .filter(|i| i.opcode.name == "UTMALDG")
+        .collect();
+    assert_eq!(copies.len(), 5, "{}", schedule.to_json());
+    let multicast = copies
+        .iter()
+        .filter(|i| i.opcode.modifiers.iter().any(|m| m == "MULTICAST"))
+        .count();
+    assert_eq!(multicast, 4, "{copies:?}");
 }

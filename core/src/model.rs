@@ -102,7 +102,10 @@
 //!   about like the same tiles without a producer, save ping-pong's
 //!   hidden epilogue, and measurement decides. With `tma = 1` one thread
 //!   issues a copy per tile (per 128-byte panel) in place of the
-//!   warpgroup's 16-byte ones.
+//!   warpgroup's 16-byte ones. With `cluster_m = 2` the two blocks of a
+//!   cluster read each of B's tiles from L2 once between them (its DRAM
+//!   traffic is left as it is: the pair's reads of a tile came one after
+//!   the other anyway).
 //! - **DRAM traffic of contractions**: an operand larger than half of L2
 //!   is re-read from DRAM by every wave, as much of it as the wave's
 //!   blocks cover: row by row (`group_m = 1`) a wave covers all of B, in
@@ -656,6 +659,7 @@ fn contraction(product: &Product<'_>, tiles: Tiles) -> Estimate {
             fill: false,
             persistent: false,
             ping_pong: false,
+            shares_b: 1,
         },
     );
     let (hw, resident) = (&block.hw, block.resident);
@@ -734,6 +738,9 @@ struct Walk {
     /// Whether two sets of warpgroups take the tiles in turn (`producer =
     /// 2`), one's epilogue beside the other's products.
     ping_pong: bool,
+    /// Blocks of a cluster that read each of B's tiles from L2 once
+    /// between them (`cluster_m`).
+    shares_b: u32,
 }
 
 /// What both contraction estimates (SIMT and tensor-core) share: a block's
@@ -835,6 +842,7 @@ impl Block {
             block_n: self.walk.block_n,
             block_k: self.walk.block_k,
             group_m: self.walk.group_m,
+            shares_b: self.walk.shares_b,
             wave: u64::from(wave),
             workspace_bytes: split_traffic(self.walk.split),
         };
@@ -969,6 +977,8 @@ struct Grid {
     block_n: u32,
     block_k: u32,
     group_m: u32,
+    /// See [`Walk::shares_b`].
+    shares_b: u32,
     /// Blocks resident on all SMs at once.
     wave: u64,
     /// Split-K's partial tiles, written and read back.
@@ -999,7 +1009,7 @@ fn with_memory(
     );
     let batch = plan.batch_count(kernel) as f64;
     let a_l2 = a_bytes * tiles_n as f64;
-    let b_l2 = b_bytes * tiles_m as f64;
+    let b_l2 = b_bytes * tiles_m.div_ceil(u64::from(grid.shares_b)) as f64;
     // A block tile's rows of an operand are runs of contiguous bytes (along
     // `k` or along `m`/`n`, whichever has stride 1); from DRAM, a run
     // shorter than a segment costs a whole one (see DRAM_SEGMENT_BYTES).
@@ -1098,6 +1108,7 @@ fn tensor_core(product: &Product<'_>, tiles: MmaTiles) -> Estimate {
             fill: tiles.stages > 1,
             persistent: tiles.persistent == 1,
             ping_pong: tiles.producer == 2,
+            shares_b: tiles.cluster_m,
         },
     );
     let hw = &block.hw;
@@ -1275,6 +1286,7 @@ mod tests {
             persistent: 1,
             producer: 1,
             tma: 0,
+            cluster_m: 1,
         };
         let pong = MmaTiles {
             block_m: 128,
@@ -1544,6 +1556,7 @@ mod tests {
             persistent: 0,
             producer: 0,
             tma: 0,
+            cluster_m: 1,
         })
     }
 
@@ -1718,6 +1731,7 @@ mod tests {
                 persistent: 0,
                 producer: 0,
                 tma: 0,
+                cluster_m: 1,
             })
         };
         let narrow = estimate(&k, &tile(16, 4), SmVersion::Sm90).unwrap();

@@ -211,6 +211,14 @@ pub struct MmaTiles {
     /// barrier. Absent from the JSON form when 0.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub tma: u32,
+    /// Blocks a thread-block cluster holds along `M` (`tma = 1`): 1, each
+    /// block copies its own tiles; 2, two blocks computing vertically
+    /// adjacent tiles of the same columns, which share B's tiles: each
+    /// copies half of each and the tensor memory accelerator multicasts
+    /// it to both, so that B is read from L2 once for the two. Absent
+    /// from the JSON form when 1.
+    #[serde(default = "one", skip_serializing_if = "is_one")]
+    pub cluster_m: u32,
 }
 
 fn one() -> u32 {
@@ -282,6 +290,7 @@ impl Class {
                 "persistent",
                 "producer",
                 "tma",
+                "cluster_m",
             ],
         }
     }
@@ -370,6 +379,7 @@ impl Class {
                     persistent,
                     producer,
                     tma,
+                    cluster_m,
                 ],
             ) => Schedule::Mma(MmaTiles {
                 block_m,
@@ -388,6 +398,7 @@ impl Class {
                 persistent,
                 producer,
                 tma,
+                cluster_m,
             }),
             _ => return None,
         })
@@ -464,9 +475,10 @@ impl Schedule {
                 persistent,
                 producer,
                 tma,
+                cluster_m,
             }) => vec![
                 block_m, block_n, block_k, warp_m, warp_n, stages, group_m, split_k, min_blocks,
-                swizzle, prefetch, wgmma, tail_split, persistent, producer, tma,
+                swizzle, prefetch, wgmma, tail_split, persistent, producer, tma, cluster_m,
             ],
         }
     }
@@ -604,12 +616,12 @@ mod tests {
         let parsed = Schedule::from_json(old).expect("a schedule written before split_k");
         assert_eq!(
             parsed.knob_values(),
-            [64, 64, 32, 32, 32, 3, 8, 1, 0, 0, 0, 0, 1, 0, 0, 0]
+            [64, 64, 32, 32, 32, 3, 8, 1, 0, 0, 0, 0, 1, 0, 0, 0, 1]
         );
         assert_eq!(parsed.to_json(), old);
         let split = Class::Mma
-            .schedule(&[64, 64, 32, 32, 32, 3, 1, 4, 0, 0, 0, 0, 1, 0, 0, 0])
-            .expect("sixteen knobs");
+            .schedule(&[64, 64, 32, 32, 32, 3, 1, 4, 0, 0, 0, 0, 1, 0, 0, 0, 1])
+            .expect("seventeen knobs");
         let json = split.to_json();
         assert!(json.ends_with(r#","stages":3,"split_k":4}"#), "{json}");
         assert_eq!(Schedule::from_json(&json).expect("round trip"), split);
@@ -623,50 +635,50 @@ mod tests {
         let cases = [
             (
                 r#"{"class":"mma","block_m":128,"block_n":128,"block_k":32,"warp_m":64,"warp_n":64,"stages":3,"split_k":2}"#,
-                [128, 128, 32, 64, 64, 3, 1, 2, 0, 0, 0, 0, 1, 0, 0, 0],
-                [128, 128, 32, 64, 64, 3, 1, 1, 1, 0, 0, 0, 1, 0, 0, 0],
+                [128, 128, 32, 64, 64, 3, 1, 2, 0, 0, 0, 0, 1, 0, 0, 0, 1],
+                [128, 128, 32, 64, 64, 3, 1, 1, 1, 0, 0, 0, 1, 0, 0, 0, 1],
                 r#","stages":3,"min_blocks":1}"#,
             ),
             (
                 r#"{"class":"mma","block_m":128,"block_n":128,"block_k":32,"warp_m":64,"warp_n":64,"stages":3,"min_blocks":1}"#,
-                [128, 128, 32, 64, 64, 3, 1, 1, 1, 0, 0, 0, 1, 0, 0, 0],
-                [128, 128, 32, 64, 64, 3, 1, 1, 0, 1, 0, 0, 1, 0, 0, 0],
+                [128, 128, 32, 64, 64, 3, 1, 1, 1, 0, 0, 0, 1, 0, 0, 0, 1],
+                [128, 128, 32, 64, 64, 3, 1, 1, 0, 1, 0, 0, 1, 0, 0, 0, 1],
                 r#","stages":3,"swizzle":1}"#,
             ),
             (
                 r#"{"class":"mma","block_m":128,"block_n":128,"block_k":32,"warp_m":64,"warp_n":64,"stages":3,"swizzle":1}"#,
-                [128, 128, 32, 64, 64, 3, 1, 1, 0, 1, 0, 0, 1, 0, 0, 0],
-                [128, 128, 32, 64, 64, 3, 1, 1, 0, 1, 1, 0, 1, 0, 0, 0],
+                [128, 128, 32, 64, 64, 3, 1, 1, 0, 1, 0, 0, 1, 0, 0, 0, 1],
+                [128, 128, 32, 64, 64, 3, 1, 1, 0, 1, 1, 0, 1, 0, 0, 0, 1],
                 r#","stages":3,"swizzle":1,"prefetch":1}"#,
             ),
             (
                 r#"{"class":"mma","block_m":128,"block_n":128,"block_k":64,"warp_m":64,"warp_n":128,"stages":3,"swizzle":1}"#,
-                [128, 128, 64, 64, 128, 3, 1, 1, 0, 1, 0, 0, 1, 0, 0, 0],
-                [128, 128, 64, 64, 128, 3, 1, 1, 0, 1, 0, 1, 1, 0, 0, 0],
+                [128, 128, 64, 64, 128, 3, 1, 1, 0, 1, 0, 0, 1, 0, 0, 0, 1],
+                [128, 128, 64, 64, 128, 3, 1, 1, 0, 1, 0, 1, 1, 0, 0, 0, 1],
                 r#","stages":3,"swizzle":1,"wgmma":1}"#,
             ),
             (
                 r#"{"class":"mma","block_m":128,"block_n":128,"block_k":64,"warp_m":64,"warp_n":128,"stages":3,"swizzle":1,"wgmma":1}"#,
-                [128, 128, 64, 64, 128, 3, 1, 1, 0, 1, 0, 1, 1, 0, 0, 0],
-                [128, 128, 64, 64, 128, 3, 1, 1, 0, 1, 0, 1, 2, 0, 0, 0],
+                [128, 128, 64, 64, 128, 3, 1, 1, 0, 1, 0, 1, 1, 0, 0, 0, 1],
+                [128, 128, 64, 64, 128, 3, 1, 1, 0, 1, 0, 1, 2, 0, 0, 0, 1],
                 r#","swizzle":1,"wgmma":1,"tail_split":2}"#,
             ),
             (
                 r#"{"class":"mma","block_m":128,"block_n":128,"block_k":64,"warp_m":64,"warp_n":128,"stages":3,"swizzle":1,"wgmma":1}"#,
-                [128, 128, 64, 64, 128, 3, 1, 1, 0, 1, 0, 1, 1, 0, 0, 0],
-                [128, 128, 64, 64, 128, 3, 1, 1, 0, 1, 0, 1, 1, 1, 0, 0],
+                [128, 128, 64, 64, 128, 3, 1, 1, 0, 1, 0, 1, 1, 0, 0, 0, 1],
+                [128, 128, 64, 64, 128, 3, 1, 1, 0, 1, 0, 1, 1, 1, 0, 0, 1],
                 r#","swizzle":1,"wgmma":1,"persistent":1}"#,
             ),
             (
                 r#"{"class":"mma","block_m":128,"block_n":256,"block_k":64,"warp_m":64,"warp_n":256,"stages":4,"swizzle":1,"wgmma":1,"persistent":1}"#,
-                [128, 256, 64, 64, 256, 4, 1, 1, 0, 1, 0, 1, 1, 1, 0, 0],
-                [128, 256, 64, 64, 256, 4, 1, 1, 0, 1, 0, 1, 1, 1, 1, 0],
+                [128, 256, 64, 64, 256, 4, 1, 1, 0, 1, 0, 1, 1, 1, 0, 0, 1],
+                [128, 256, 64, 64, 256, 4, 1, 1, 0, 1, 0, 1, 1, 1, 1, 0, 1],
                 r#","wgmma":1,"persistent":1,"producer":1}"#,
             ),
             (
                 r#"{"class":"mma","block_m":128,"block_n":256,"block_k":64,"warp_m":64,"warp_n":256,"stages":4,"min_blocks":1,"swizzle":1,"wgmma":1,"producer":1}"#,
-                [128, 256, 64, 64, 256, 4, 1, 1, 1, 1, 0, 1, 1, 0, 1, 0],
-                [128, 256, 64, 64, 256, 4, 1, 1, 1, 1, 0, 1, 1, 0, 1, 1],
+                [128, 256, 64, 64, 256, 4, 1, 1, 1, 1, 0, 1, 1, 0, 1, 0, 1],
+                [128, 256, 64, 64, 256, 4, 1, 1, 1, 1, 0, 1, 1, 0, 1, 1, 1],
                 r#","wgmma":1,"producer":1,"tma":1}"#,
             ),
         ];
@@ -674,7 +686,7 @@ mod tests {
             let parsed = Schedule::from_json(old).expect("a schedule written before the knob");
             assert_eq!(parsed.knob_values(), knobs);
             assert_eq!(parsed.to_json(), old);
-            let with = Class::Mma.schedule(&set).expect("sixteen knobs");
+            let with = Class::Mma.schedule(&set).expect("seventeen knobs");
             let json = with.to_json();
             assert!(json.ends_with(suffix), "{json}");
             assert_eq!(Schedule::from_json(&json).expect("round trip"), with);

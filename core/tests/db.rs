@@ -286,6 +286,7 @@ fn contraction_knobs_out_of_range_are_reported_not_trusted() {
         persistent: 0,
         producer: 0,
         tma: 0,
+        cluster_m: 1,
     };
     let schedules = [
         Schedule::Matmul(simt),
@@ -332,6 +333,7 @@ fn tensor_core_records_pass_with_or_without_the_register_hint_the_swizzle_or_the
             persistent: 0,
             producer: 0,
             tma: 0,
+            cluster_m: 1,
         });
         let db = Database::parse(&db_of(vec![r]).to_text()).unwrap();
         assert_eq!(

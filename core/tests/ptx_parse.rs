@@ -724,7 +724,7 @@ fn memory_barriers_round_trip() {
 #[test]
 fn tensor_map_copies_round_trip() {
     use ktune_core::DType;
-    use ktune_core::ptx::inst::{Addr, Op, Operand, RegClass};
+    use ktune_core::ptx::inst::{Addr, Op, Operand, RegClass, Ty};
     use ktune_core::ptx::{Builder, Swizzle, TensorMap};
 
     let mut b = Builder::new();
@@ -756,8 +756,40 @@ fn tensor_map_copies_round_trip() {
             offset: 0,
         },
         map,
+        coords: coords.clone(),
+        barrier,
+        multicast: None,
+    });
+    // The same box for both blocks of a cluster, and an arrival at the
+    // other's barrier.
+    b.push(Op::FenceMbarrierInit);
+    let mask = b.reg(RegClass::B16);
+    b.push(Op::Mov {
+        ty: Ty::B16,
+        dst: mask,
+        src: Operand::Int(3),
+    });
+    b.push(Op::CpAsyncBulkTensor {
+        dst: Addr {
+            base: smem,
+            offset: 0,
+        },
+        map,
         coords,
         barrier,
+        multicast: Some(mask),
+    });
+    let remote = b.reg(RegClass::B32);
+    b.push(Op::Mapa {
+        dst: remote,
+        src: smem,
+        rank: Operand::Int(1),
+    });
+    b.push(Op::MbarrierArriveCluster {
+        addr: Addr {
+            base: remote,
+            offset: 16384,
+        },
     });
     let mut kernel = b.finish("tma".into(), 3, 128, 16392);
     let a = TensorMap {
@@ -788,6 +820,9 @@ fn tensor_map_copies_round_trip() {
         "\tcvta.param.u64 %rd1, %rd0;",
         "\tmbarrier.arrive.expect_tx.shared::cta.b64 %rd2, [%r0+16384], 16384;",
         "\tcp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%r0], [%rd1, {%r1, %r2}], [%r0+16384];",
+        "\tfence.mbarrier_init.release.cluster;",
+        "\tcp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%r0], [%rd1, {%r1, %r2}], [%r0+16384], %h0;",
+        "\tmbarrier.arrive.release.cluster.shared::cluster.b64 _, [%r3+16384];",
     ] {
         assert!(
             text.lines().any(|l| l == line),

@@ -18,7 +18,7 @@ use crate::fault::{ClusterProblem, Fault, FaultKind, LaneState, MbarrierProblem,
 use crate::fragment::{self, WARP};
 use crate::memory::Memory;
 use crate::numeric::shfl_source;
-use crate::shared::Shared;
+use crate::shared::{MessageKind, Shared, Writer};
 use crate::{BlockOrder, Config, Stats};
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -117,9 +117,10 @@ enum Progress {
 }
 
 /// Runs the blocks of one cluster (one block, for a kernel without
-/// clusters) together: each as far as it gets on its own, then the loads
-/// of each other's shared memory, then the waits at the cluster's barrier
-/// that can end, until every thread has exited.
+/// clusters) together: each as far as it gets on its own, then what they
+/// sent each other (arrivals at memory barriers, multicast tensor copies)
+/// and the loads of each other's shared memory, then the waits at the
+/// cluster's barrier that can end, until every thread has exited.
 fn run_cluster(
     blocks: &mut [Block<'_>],
     envs: &[BlockEnv<'_>],
@@ -143,7 +144,8 @@ fn run_cluster(
                 }
             }
         }
-        if remote_loads(blocks, envs, &exited, stats)? {
+        let delivered = deliver(blocks, envs, &exited, stats)?;
+        if remote_loads(blocks, envs, &exited, stats)? | delivered {
             continue;
         }
         if exited.iter().all(|e| *e) {
@@ -151,6 +153,66 @@ fn run_cluster(
         }
         cluster_waits(blocks, envs, &mut complete, stats)?;
     }
+}
+
+/// Delivers what each block's threads sent to other blocks of the
+/// cluster, in the order they sent it; whether there was any. A fault in
+/// a delivery is the sending thread's, at the instruction that sent it.
+fn deliver(
+    blocks: &mut [Block<'_>],
+    envs: &[BlockEnv<'_>],
+    exited: &[bool],
+    stats: &mut Stats,
+) -> Result<bool, Fault> {
+    let mut any = false;
+    for k in 0..blocks.len() {
+        let rank = k as u32;
+        for message in std::mem::take(&mut blocks[k].shared.outbox) {
+            any = true;
+            let to = message.to as usize;
+            let writer = Writer::Remote {
+                thread: message.thread,
+                view: &message.view,
+                waited: message.waited,
+            };
+            let landed = if exited[to] {
+                Err(cluster_fault(ClusterProblem::SendAfterExit {
+                    rank: message.to,
+                }))
+            } else {
+                let shared = &mut blocks[to].shared;
+                match &message.kind {
+                    MessageKind::Arrive { addr, join } => {
+                        shared.mbarrier_arrive_remote(writer, rank, join, *addr)
+                    }
+                    MessageKind::Tensor {
+                        dst,
+                        barrier,
+                        swizzle,
+                        data,
+                    } => {
+                        shared.tensor_copy_by(writer, message.pc, (*dst, *barrier), *swizzle, data)
+                    }
+                }
+            };
+            match landed {
+                Ok(bytes) => stats.shared_store_bytes += bytes,
+                Err(mut kind) => {
+                    if let FaultKind::Cluster {
+                        problem: ClusterProblem::RemoteRace { rank, .. },
+                    } = &mut kind
+                    {
+                        *rank = message.to;
+                    }
+                    let mut fault = blocks[k].fault(&envs[k], message.thread as usize, kind);
+                    fault.pc = message.pc as usize;
+                    fault.instruction = print_instr(&blocks[k].kernel.body[fault.pc]);
+                    return Err(fault);
+                }
+            }
+        }
+    }
+    Ok(any)
 }
 
 /// Completes every thread's pending load of the cluster's shared memory;
@@ -270,6 +332,17 @@ fn cluster_waits(
         })
         .min();
     let Some((barrier, k, i)) = waiter else {
+        // The blocks wait for each other at memory barriers that no one
+        // is left to complete.
+        for (block, env) in blocks.iter().zip(envs) {
+            let stuck = block
+                .threads
+                .iter()
+                .position(|t| matches!(t.state, State::MbarrierWait { .. }));
+            if let Some(i) = stuck {
+                return Err(block.fault(env, i, block.deadlock(i)));
+            }
+        }
         let kind = internal("the cluster waits, but at no barrier");
         return Err(blocks[0].fault(&envs[0], 0, kind));
     };
@@ -527,7 +600,7 @@ impl<'a> Block<'a> {
                 self.register_deadlock(env)?;
             }
             if !self.barrier(env, stats)? {
-                if self.threads.iter().any(|t| t.state == State::ClusterWait) {
+                if self.threads.iter().any(|t| self.waits_for_cluster(env, t)) {
                     return Ok(Progress::Waiting);
                 }
                 if let Some((first, groups)) = self.warpgroups.unfinished() {
@@ -820,7 +893,7 @@ impl<'a> Block<'a> {
             )
         });
         if let Some(i) = stuck {
-            if self.threads.iter().any(|t| t.state == State::ClusterWait) {
+            if self.threads.iter().any(|t| self.waits_for_cluster(env, t)) {
                 return Ok(false);
             }
             return Err(self.fault(env, i, self.deadlock(i)));
@@ -869,6 +942,17 @@ impl<'a> Block<'a> {
         self.shared.barrier();
         stats.barriers += 1;
         Ok(true)
+    }
+
+    /// Whether thread `t` waits for another block of the cluster: at the
+    /// cluster's barrier, or, in a cluster of several blocks, at a memory
+    /// barrier (their threads may arrive there, or their copies land).
+    fn waits_for_cluster(&self, env: &BlockEnv<'_>, t: &Thread) -> bool {
+        match t.state {
+            State::ClusterWait => true,
+            State::MbarrierWait { .. } => env.cluster_blocks > 1,
+            _ => false,
+        }
     }
 
     /// The deadlock of thread `i`, waiting at a named or memory barrier

@@ -1,5 +1,6 @@
 //! Thread-block clusters (sm_90): the window through which a block reads
-//! the shared memory of the other blocks of its cluster.
+//! the shared memory of the other blocks of its cluster, and through
+//! which its threads arrive at their memory barriers.
 //!
 //! `mapa` turns an address in the block's own shared window into one in
 //! the cluster's window: block rank `r`'s byte at window offset `o` is at

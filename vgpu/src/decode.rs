@@ -256,6 +256,16 @@ pub(crate) enum Exec {
     TensorCopy {
         index: u32,
     },
+    /// `mbarrier.arrive.release.cluster.shared::cluster`: an arrival at
+    /// the memory barrier at a cluster-window address, which the cluster
+    /// completes ([`crate::block`]).
+    MbarrierArriveCluster {
+        base: Slot,
+        offset: i64,
+    },
+    /// `fence.mbarrier_init.release.cluster`: the thread's barrier inits
+    /// become visible to the cluster's other blocks.
+    FenceMbarrierInit,
     /// `mbarrier.try_wait.parity`: `done` once the phase of parity
     /// `parity` has completed; the thread waits for that in place.
     MbarrierTryWait {
@@ -363,6 +373,9 @@ pub(crate) struct TensorCopy {
     pub coords: Vec<Slot>,
     pub barrier: Slot,
     pub barrier_offset: i64,
+    /// The mask of the cluster's blocks it lands in (`.multicast::cluster`,
+    /// a 16-bit register), or `None` for the issuing block alone.
+    pub multicast: Option<Slot>,
 }
 
 /// A decoded `wgmma.mma_async`: N is twice `d.len()`.
@@ -498,6 +511,7 @@ impl Program {
                     | Exec::MbarrierArriveExpectTx { .. }
                     | Exec::CpMbarrierArrive { .. }
                     | Exec::TensorCopy { .. }
+                    | Exec::MbarrierArriveCluster { .. }
             )
         });
         program.insts = insts;
@@ -953,6 +967,7 @@ impl Decoder<'_> {
                 map,
                 coords,
                 barrier,
+                multicast,
             } => {
                 if coords.is_empty() || coords.len() > MAX_RANK {
                     return Err(format!(
@@ -970,6 +985,7 @@ impl Decoder<'_> {
                         .collect::<Result<_, _>>()?,
                     barrier: self.address(Space::Shared, barrier.base)?,
                     barrier_offset: barrier.offset,
+                    multicast: multicast.map(|m| self.reg(m, Width::W16)).transpose()?,
                 };
                 let mut table = self.tensor_copies.borrow_mut();
                 table.push(copy);
@@ -1030,6 +1046,11 @@ impl Decoder<'_> {
                 value,
             } => self.atom_add(*ty, Some(*dst), addr, *value)?,
             Op::FenceProxyAsync => Exec::FenceProxy,
+            Op::FenceMbarrierInit => Exec::FenceMbarrierInit,
+            Op::MbarrierArriveCluster { addr } => Exec::MbarrierArriveCluster {
+                base: self.address(Space::SharedCluster, addr.base)?,
+                offset: addr.offset,
+            },
             Op::WgmmaFence => Exec::WgmmaFence,
             Op::WgmmaCommit => Exec::WgmmaCommit,
             Op::WgmmaWait { pending } => Exec::WgmmaWait { pending: *pending },

@@ -6,12 +6,12 @@ use ktune_core::ptx::tensor_map::MAX_RANK;
 
 use crate::Stats;
 use crate::async_copy::{AsyncCopies, AsyncCopy};
-use crate::cluster;
+use crate::cluster::{self, Target};
 use crate::decode::{Bin, CmpKind, Exec, Guard, Mad, Program, Slot, Src, Un};
 use crate::fault::{ClusterProblem, FaultKind, TensorCopyProblem};
 use crate::memory::Memory;
 use crate::numeric;
-use crate::shared::{Shared, Waited};
+use crate::shared::{MessageKind, Shared, Waited};
 use crate::tensor_copy;
 
 /// Where a thread is.
@@ -514,6 +514,36 @@ fn step(
                 })?;
             set!(dst, generic);
         }
+        Exec::MbarrierArriveCluster { base, offset } => {
+            let addr = get!(base).wrapping_add(offset as u64);
+            let own = env.ctaid[0] % env.cluster_blocks;
+            // The block's own barrier, reached either way, is arrived at
+            // in place.
+            let target = cluster::target(addr, env.cluster_blocks).map(|t| match t {
+                Target::Block { rank, addr } if rank == own => Target::Own(addr),
+                other => other,
+            });
+            match target {
+                Some(Target::Own(addr)) => {
+                    let (_, landed) = reach.shared.mbarrier_arrive(t.id, addr, Vec::new())?;
+                    reach.stats.shared_store_bytes += landed;
+                }
+                Some(Target::Block { rank, addr }) => {
+                    let kind = MessageKind::Arrive {
+                        addr,
+                        join: Vec::new(),
+                    };
+                    reach
+                        .shared
+                        .send(t.id, program.origin[pc] as u32, rank, kind);
+                }
+                None => {
+                    let problem = ClusterProblem::Address { addr };
+                    return Err(Box::new(FaultKind::Cluster { problem }));
+                }
+            }
+        }
+        Exec::FenceMbarrierInit => reach.shared.fence_mbarrier_init(t.id),
         Exec::TensorCopy { index } => {
             let copy = &program.tensor_copies[index as usize];
             let dst = get!(copy.dst).wrapping_add(copy.dst_offset as u64);
@@ -523,6 +553,21 @@ fn step(
             for (c, slot) in coords.iter_mut().zip(&copy.coords) {
                 *c = get!(*slot) as u32 as i32;
             }
+            let own = env.ctaid[0] % env.cluster_blocks;
+            let mask = match copy.multicast {
+                Some(slot) => {
+                    let mask = get!(slot) as u16;
+                    if mask == 0 || u32::from(mask) >> env.cluster_blocks != 0 {
+                        let problem = ClusterProblem::Mask {
+                            mask,
+                            blocks: env.cluster_blocks,
+                        };
+                        return Err(Box::new(FaultKind::Cluster { problem }));
+                    }
+                    mask
+                }
+                None => 1 << own,
+            };
             let Some(k) = tensor_copy::map_at(addr, program.maps.len()) else {
                 let reg = program.reg_name(copy.map);
                 let problem = TensorCopyProblem::NotMap { reg, addr };
@@ -539,12 +584,27 @@ fn step(
                 return Err(Box::new(FaultKind::TensorCopy { problem }));
             }
             let (data, read) = tensor_copy::read_box(reach.global, map, &coords[..rank])?;
-            let pc = program.origin[pc] as u32;
-            let landed = reach
-                .shared
-                .tensor_copy(t.id, pc, dst, barrier, map.swizzle, &data)?;
             reach.stats.global_load_bytes += read;
-            reach.stats.shared_store_bytes += landed;
+            let pc = program.origin[pc] as u32;
+            // The other blocks' landings go through the cluster, after the
+            // issuing block's own.
+            for to in (0..env.cluster_blocks).filter(|r| mask >> r & 1 == 1) {
+                if to == own {
+                    let landed =
+                        reach
+                            .shared
+                            .tensor_copy(t.id, pc, dst, barrier, map.swizzle, &data)?;
+                    reach.stats.shared_store_bytes += landed;
+                } else {
+                    let kind = MessageKind::Tensor {
+                        dst,
+                        barrier,
+                        swizzle: map.swizzle,
+                        data: data.clone(),
+                    };
+                    reach.shared.send(t.id, pc, to, kind);
+                }
+            }
         }
         Exec::MbarrierTryWait {
             done,

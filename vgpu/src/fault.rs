@@ -507,6 +507,28 @@ pub enum ClusterProblem {
     /// has read its shared memory with no cluster barrier since: the read
     /// may come after the exit.
     ExitWhileRead { reader: u32 },
+    /// A multicast tensor copy to the blocks of `mask`, which names none,
+    /// or a block outside the cluster of `blocks`.
+    Mask { mask: u16, blocks: u32 },
+    /// An arrival or tensor copy from another block of the cluster at the
+    /// memory barrier at window offset `offset`, whose init its thread did
+    /// not release to the cluster (`fence.mbarrier_init.release.cluster`
+    /// after it).
+    UnreleasedInit { offset: u32 },
+    /// An arrival at, or a tensor copy to, block `rank`'s shared memory
+    /// after that block exited.
+    SendAfterExit { rank: u32 },
+    /// An arrival at, or a tensor copy to, block `rank`'s shared byte at
+    /// window `offset`, which that block's thread `other_thread` wrote (or
+    /// read) before with nothing ordering the two: no cluster barrier
+    /// between them, and no memory barrier that thread arrived at (or one
+    /// ordered after it) and this one waited at.
+    RemoteRace {
+        rank: u32,
+        offset: u32,
+        other_thread: [u32; 3],
+        other_wrote: bool,
+    },
     /// `barrier.cluster.wait` by a thread that has not arrived.
     WaitWithoutArrive,
     /// A second `barrier.cluster.arrive` with no wait between the two.
@@ -535,7 +557,29 @@ impl fmt::Display for ClusterProblem {
             ),
             ClusterProblem::Address { addr } => write!(
                 f,
-                "ld.shared::cluster of {addr:#x}, which is in no block's shared window (map addresses with mapa)"
+                "a cluster access of {addr:#x}, which is in no block's shared window (map addresses with mapa)"
+            ),
+            ClusterProblem::Mask { mask, blocks } => write!(
+                f,
+                "a multicast tensor copy to the blocks of mask {mask:#06b}, which must name one or more of the cluster's {blocks}"
+            ),
+            ClusterProblem::UnreleasedInit { offset } => write!(
+                f,
+                "another block of the cluster reaches the memory barrier at window offset {offset}, whose init was not released to the cluster (fence.mbarrier_init.release.cluster after it, then a cluster barrier)"
+            ),
+            ClusterProblem::RemoteRace {
+                rank,
+                offset,
+                other_thread,
+                other_wrote,
+            } => write!(
+                f,
+                "an access from another block of the cluster to block {rank}'s shared byte at window offset {offset}, which its thread {other_thread:?} {} with nothing ordering the two (a cluster barrier between them, or a memory barrier that thread arrived at and this one waited at)",
+                if *other_wrote { "wrote" } else { "read" }
+            ),
+            ClusterProblem::SendAfterExit { rank } => write!(
+                f,
+                "an arrival at or a tensor copy to block {rank}'s shared memory after that block exited"
             ),
             ClusterProblem::Unwritten { rank, offset } => write!(
                 f,

@@ -57,6 +57,24 @@
 //! the barrier that orders the byte's last remote read; and the block
 //! must not exit before each of its threads has waited at the barrier
 //! that orders every remote read of its window.
+//!
+//! Other blocks' threads reach the window's memory barriers as well: they
+//! arrive there (`mbarrier.arrive.release.cluster` at an address `mapa`
+//! gave), and their multicast tensor copies land here, completing bytes
+//! at this block's barrier at the offset they name in their own window.
+//! The cluster delivers each ([`crate::block`]) as a [`Message`] from the
+//! sending block's outbox, and it is checked as an access by a
+//! [`Writer::Remote`]: what the sending thread knew of this block's
+//! threads when it sent it. A thread comes to know them by waiting for a
+//! phase of one of its own block's barriers at which they arrived (each
+//! barrier keeps, for each other block, the join of what its arriving
+//! threads knew of their own, `mbarrier`), or by a cluster barrier after
+//! their accesses. This block's `bar.sync`s order nothing before such a
+//! thread, so every access the bytes keep since the block began must be
+//! ordered before it. What a thread learns of another block passes on
+//! through the barrier it waited at only, not through its own block's
+//! barriers after it: stricter than the hardware, which a kernel meets by
+//! having the thread that copies or arrives wait itself.
 
 mod mbarrier;
 
@@ -73,6 +91,31 @@ pub(crate) use mbarrier::Waited;
 pub const SHARED_BASE: u32 = 0x0100_0000;
 
 const NOBODY: u32 = u32::MAX;
+
+/// Who accesses the window: one of the block's threads, or a thread of
+/// another block of the cluster (its index in its own block), which knows
+/// of this block's threads what it acquired through memory barriers it
+/// waited at and others of this block arrived at (`view`, a clock for
+/// each column of this block's [`Order`]; see `mbarrier`), and of its
+/// cluster barriers, the `waited` it has waited at.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Writer<'a> {
+    Thread(u32),
+    Remote {
+        thread: u32,
+        view: &'a [u32],
+        waited: u32,
+    },
+}
+
+impl Writer<'_> {
+    /// The thread, in its own block.
+    fn thread(&self) -> u32 {
+        match *self {
+            Writer::Thread(t) | Writer::Remote { thread: t, .. } => t,
+        }
+    }
+}
 
 #[derive(Debug, Clone, Copy)]
 struct ByteState {
@@ -198,6 +241,48 @@ pub(crate) struct Shared {
     /// Whether a memory barrier's phase landed copies in this block: a
     /// `bar.sync 0` then hands on what each thread's waits acquired.
     landed_any: bool,
+    /// For each thread, [`Shared::writes`] at its last
+    /// `fence.mbarrier_init`: its barrier inits numbered below are
+    /// released to the cluster.
+    init_fenced: Vec<u64>,
+    /// For each thread, and each other block of the cluster (by rank),
+    /// what it knows of that block's threads: the joins it acquired by
+    /// waiting at barriers where they arrived (see `mbarrier`), a clock
+    /// for each column of that block's [`Order`].
+    views: Vec<Vec<Vec<u32>>>,
+    /// What the block's threads sent to other blocks of the cluster since
+    /// the cluster last delivered it ([`crate::block`]).
+    pub(crate) outbox: Vec<Message>,
+}
+
+/// An access of one block's thread to another block's shared memory, for
+/// the cluster to deliver: `thread` (at body index `pc`) of the sending
+/// block reaches block `to`, knowing `view` of its threads and having
+/// waited at `waited` cluster barriers.
+#[derive(Debug)]
+pub(crate) struct Message {
+    pub thread: u32,
+    pub pc: u32,
+    pub to: u32,
+    pub view: Vec<u32>,
+    pub waited: u32,
+    pub kind: MessageKind,
+}
+
+#[derive(Debug)]
+pub(crate) enum MessageKind {
+    /// An arrival at the barrier at shared address `addr` of block `to`,
+    /// releasing `join`: what the thread knew of its own block's threads.
+    Arrive { addr: u64, join: Vec<u32> },
+    /// A multicast tensor copy's landing in block `to`: the box's bytes
+    /// `data`, for shared address `dst` with `swizzle`, completing at the
+    /// barrier at `barrier`.
+    Tensor {
+        dst: u64,
+        barrier: u64,
+        swizzle: ktune_core::ptx::Swizzle,
+        data: Vec<u8>,
+    },
 }
 
 impl Shared {
@@ -224,6 +309,9 @@ impl Shared {
             mbarriers: Vec::new(),
             agents: Vec::new(),
             landed_any: false,
+            init_fenced: vec![0; threads],
+            views: Vec::new(),
+            outbox: Vec::new(),
         }
     }
 
@@ -244,6 +332,47 @@ impl Shared {
         self.tickets.clear();
         self.end_mbarriers();
         self.landed_any = false;
+        self.views.clear();
+        self.outbox.clear();
+    }
+
+    /// What `thread` knows of the threads of the cluster's block `rank`.
+    fn view(&self, thread: u32, rank: u32) -> &[u32] {
+        self.views
+            .get(thread as usize)
+            .and_then(|v| v.get(rank as usize))
+            .map_or(&[], Vec::as_slice)
+    }
+
+    fn view_mut(&mut self, thread: u32, rank: u32) -> &mut Vec<u32> {
+        let (t, r) = (thread as usize, rank as usize);
+        if self.views.len() <= t {
+            self.views.resize(t + 1, Vec::new());
+        }
+        if self.views[t].len() <= r {
+            self.views[t].resize(r + 1, Vec::new());
+        }
+        &mut self.views[t][r]
+    }
+
+    /// `thread` (at body index `pc`) sends `kind` to block `to` of the
+    /// cluster; an arrival releases what the thread did so far.
+    pub(crate) fn send(&mut self, thread: u32, pc: u32, to: u32, kind: MessageKind) {
+        let kind = match kind {
+            MessageKind::Arrive { addr, mut join } => {
+                self.order.release(thread, &mut join);
+                MessageKind::Arrive { addr, join }
+            }
+            tensor => tensor,
+        };
+        self.outbox.push(Message {
+            thread,
+            pc,
+            to,
+            view: self.view(thread, to).to_vec(),
+            waited: self.waited[thread as usize],
+            kind,
+        });
     }
 
     /// A `bar.sync 0` completed, or a barrier of the whole cluster.
@@ -295,6 +424,34 @@ impl Shared {
     /// before what `x` does now.
     fn before(&self, u: u32, stamp: u32, x: u32) -> bool {
         u == x || self.order.before(u, stamp, x)
+    }
+
+    /// Whether `u`'s access stamped `stamp` is ordered before what `writer`
+    /// does now: for another block's thread, through what it acquired of
+    /// this block's clocks (a `bar.sync` of this block orders nothing
+    /// before it).
+    fn known(&self, writer: Writer<'_>, u: u32, stamp: u32) -> bool {
+        match writer {
+            Writer::Thread(x) => self.before(u, stamp, x),
+            Writer::Remote { view, .. } => view.get(u as usize).is_some_and(|c| *c > stamp),
+        }
+    }
+
+    /// [`Shared::write_before`] for `writer`. Another block's thread is
+    /// ordered after this block's write by its clocks, or by a cluster
+    /// barrier it waited at that published the write.
+    fn write_before_by(&self, s: &ByteState, writer: Writer<'_>) -> bool {
+        match writer {
+            Writer::Thread(x) => self.write_before(s, x),
+            Writer::Remote { waited, .. } if self.landed(s) => {
+                waited >= s.release || self.known(writer, Self::orderer(s), s.write_clock)
+            }
+            Writer::Remote { waited, .. } => {
+                s.write_epoch < self.block_start
+                    || waited >= s.release
+                    || self.known(writer, s.writer, s.write_clock)
+            }
+        }
     }
 
     /// Whether the last write of a byte (its state `s`) in this block is
@@ -640,14 +797,15 @@ impl Shared {
         self.tickets[ticket as usize].1 = clocks;
     }
 
-    /// Whether the completed reads of `ticket` are ordered before what `x`
-    /// does now.
-    fn ticket_before(&self, ticket: u32, x: u32) -> bool {
+    /// Whether the completed reads of `ticket` are ordered before what
+    /// `writer` does now.
+    fn ticket_before(&self, ticket: u32, writer: Writer<'_>) -> bool {
         let (group, clocks) = &self.tickets[ticket as usize];
         let first = u32::from(*group) * WARPGROUP as u32;
-        (first..)
-            .zip(clocks)
-            .any(|(m, stamp)| self.order.before(m, *stamp, x))
+        (first..).zip(clocks).any(|(m, stamp)| match writer {
+            Writer::Thread(x) => self.order.before(m, *stamp, x),
+            Writer::Remote { .. } => self.known(writer, m, *stamp),
+        })
     }
 
     /// An in-flight `wgmma.mma_async`'s read of `size` bytes at window
@@ -662,6 +820,22 @@ impl Shared {
     /// The checks of a write by `thread` to window bytes `start..end`:
     /// nothing pending, no other thread's access in this barrier interval.
     fn check_write(&self, thread: u32, start: usize, end: usize) -> Result<(), FaultKind> {
+        self.check_write_by(Writer::Thread(thread), start, end)
+    }
+
+    /// [`Shared::check_write`] by `writer`. Another block's thread must be
+    /// ordered after every access the bytes keep since this block began
+    /// (its `bar.sync`s order nothing before it).
+    fn check_write_by(
+        &self,
+        writer: Writer<'_>,
+        start: usize,
+        end: usize,
+    ) -> Result<(), FaultKind> {
+        let (own_group, interval) = match writer {
+            Writer::Thread(t) => (1 << (t as usize / WARPGROUP), self.epoch),
+            Writer::Remote { .. } => (0, self.block_start),
+        };
         for i in start..end {
             let s = self.state[i];
             let offset = i as u32;
@@ -680,18 +854,22 @@ impl Shared {
                     offset,
                 });
             }
-            let others = s.async_read_groups & !(1 << (thread as usize / WARPGROUP));
-            if s.async_read_epoch == self.epoch {
+            let others = s.async_read_groups & !own_group;
+            if s.async_read_epoch >= interval {
                 let unordered = (0..8).find(|&g| {
-                    others & (1 << g) != 0 && !self.ticket_before(self.async_tickets[i][g], thread)
+                    others & (1 << g) != 0 && !self.ticket_before(self.async_tickets[i][g], writer)
                 });
                 if let Some(g) = unordered {
-                    return Err(self.race(offset, (g * WARPGROUP) as u32, false, true));
+                    return Err(self.race_by(writer, offset, (g * WARPGROUP) as u32, false));
                 }
             }
+            let waited = match writer {
+                Writer::Thread(t) => self.waited[t as usize],
+                Writer::Remote { waited, .. } => waited,
+            };
             if s.remote_reader != NOBODY
                 && s.remote_read_epoch >= self.block_start
-                && self.waited[thread as usize] < s.remote_read
+                && waited < s.remote_read
             {
                 return Err(FaultKind::Cluster {
                     problem: ClusterProblem::Overwrite {
@@ -700,27 +878,30 @@ impl Shared {
                     },
                 });
             }
-            if s.writer != NOBODY && !self.write_before(&s, thread) {
-                return Err(self.race(offset, s.writer, true, true));
+            if s.writer != NOBODY && !self.write_before_by(&s, writer) {
+                return Err(self.race_by(writer, offset, s.writer, true));
             }
-            if s.read_epoch == self.epoch
-                && let Some(reader) = self.unordered_reader(s, thread)
+            if s.read_epoch >= interval
+                && let Some(reader) = self.unordered_reader(s, writer)
             {
-                return Err(self.race(offset, reader, false, true));
+                return Err(self.race_by(writer, offset, reader, false));
             }
         }
         Ok(())
     }
 
-    /// A thread whose read of a byte in this epoch is not ordered before
-    /// what `thread` does now.
-    fn unordered_reader(&self, s: ByteState, thread: u32) -> Option<u32> {
+    /// A thread whose read of a byte (its state `s`) is not ordered
+    /// before what `writer` does now.
+    fn unordered_reader(&self, s: ByteState, writer: Writer<'_>) -> Option<u32> {
         let crowd: &[(u32, u32)] = match s.crowd {
             NOBODY => &[],
             CROWDED => {
                 // Three threads or more read it, no two of them ordered:
-                // at least one other than `thread`.
-                let other = s.readers.iter().find(|(u, _)| *u != thread);
+                // at least one other than the writer.
+                let other = s.readers.iter().find(|(u, _)| match writer {
+                    Writer::Thread(t) => *u != t,
+                    Writer::Remote { .. } => *u != NOBODY,
+                });
                 return other.map(|(u, _)| *u);
             }
             k => &self.crowds[k as usize],
@@ -728,7 +909,7 @@ impl Shared {
         s.readers
             .iter()
             .chain(crowd)
-            .find(|&&(u, stamp)| u != NOBODY && !self.before(u, stamp, thread))
+            .find(|&&(u, stamp)| u != NOBODY && !self.known(writer, u, stamp))
             .map(|(u, _)| *u)
     }
 
@@ -803,6 +984,30 @@ impl Shared {
                 addr: u64::from(SHARED_BASE) + u64::from(offset),
                 offset,
             }
+        }
+    }
+
+    /// The race of `writer`'s write (or, where it arrives at a barrier,
+    /// its access) at window `offset` with `first`'s earlier access: for
+    /// another block's thread, one that no cluster barrier or memory
+    /// barrier orders.
+    fn race_by(
+        &self,
+        writer: Writer<'_>,
+        offset: u32,
+        first: u32,
+        first_was_write: bool,
+    ) -> FaultKind {
+        match writer {
+            Writer::Thread(_) => self.race(offset, first, first_was_write, true),
+            Writer::Remote { .. } => FaultKind::Cluster {
+                problem: ClusterProblem::RemoteRace {
+                    rank: NOBODY,
+                    offset,
+                    other_thread: self.coords(first),
+                    other_wrote: first_was_write,
+                },
+            },
         }
     }
 

@@ -588,6 +588,7 @@ fn tf32_tiles() -> Schedule {
         persistent: 0,
         producer: 0,
         tma: 0,
+        cluster_m: 1,
     })
 }
 

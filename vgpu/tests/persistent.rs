@@ -33,6 +33,7 @@ fn tiles((block_m, block_n, block_k): (u32, u32, u32), warp_n: u32, stages: u32)
         persistent: 1,
         producer: 0,
         tma: 0,
+        cluster_m: 1,
     }
 }
 

@@ -37,6 +37,7 @@ fn tiles((block_m, block_n, block_k): (u32, u32, u32), warp_n: u32, stages: u32)
         persistent: 0,
         producer: 1,
         tma: 0,
+        cluster_m: 1,
     }
 }
 
@@ -602,4 +603,53 @@ fn tensor_map_copies_feed_the_consumers() {
     check(&batched, by_map(pong(tiles((64, 16, 32), 16, 3))));
     let kernel = gemm("bf16", false, true, (760, 184, 88));
     common::with_any_number_of_blocks(&kernel, by_map(pong(tiles((64, 16, 16), 16, 3))), 144);
+}
+
+/// With `cluster_m = 2` two blocks of a cluster compute tiles stacked
+/// along `M` and share B's: each copies half of each of B's boxes,
+/// multicast to both, and each block's consumers release every slot in
+/// both blocks. Every layout of the operands (B contiguous along `k`, one
+/// box halved along `n`, or along `n` in 128-byte panels halved along
+/// `k`), an `M` whose last cluster's second tile lies wholly past it (760
+/// rows in tiles of 64: 12 tiles, 6 clusters, and 100 rows: the second
+/// block of the only cluster computes rows 64..128, of which 36 exist), a
+/// single `K` tile, a grouped walk and a batch with a fused epilogue.
+#[test]
+fn a_cluster_shares_b_s_tiles_by_multicast() {
+    let shared = |t: MmaTiles| MmaTiles {
+        tma: 1,
+        cluster_m: 2,
+        ..t
+    };
+    for (a_t, b_t) in [(false, false), (true, true), (false, true), (true, false)] {
+        let reference = Reference::new(&gemm("bf16", a_t, b_t, (760, 184, 88)), 7);
+        for (block, warp_n) in [
+            ((64, 16, 16), 16),
+            ((64, 64, 32), 64),
+            ((128, 128, 64), 128),
+        ] {
+            check(&reference, shared(tiles(block, warp_n, 3)));
+        }
+    }
+    // A block per tile, a cluster per pair: 6 pairs of the 12 rows of
+    // tiles by 12 columns.
+    let kernel = gemm("bf16", false, false, (760, 184, 88));
+    let t = shared(tiles((64, 16, 16), 16, 3));
+    let lowered = lower(&kernel, &Schedule::Mma(t), SmVersion::Sm90).expect("lowers");
+    assert_eq!(lowered.launch.grid, [144, 1, 1]);
+    assert_eq!(lowered.ptx.cluster_blocks, 2);
+    for m in [100, 40] {
+        let short = Reference::new(&gemm("f16", false, true, (m, 280, 40)), 7);
+        check(&short, shared(tiles((64, 32, 64), 32, 2)));
+    }
+    let grouped = Reference::new(&gemm("bf16", false, false, (1000, 184, 72)), 7);
+    check(
+        &grouped,
+        shared(MmaTiles {
+            group_m: 2,
+            ..tiles((64, 16, 16), 16, 4)
+        }),
+    );
+    let batched = Reference::new(&batched_bias_gelu(), 7);
+    check(&batched, shared(tiles((128, 16, 32), 16, 3)));
 }

@@ -55,6 +55,7 @@ fn padded_and_swizzled_tiles_compute_the_product_and_read_fragments_without_conf
                         persistent: 0,
                         producer: 0,
                         tma: 0,
+                        cluster_m: 1,
                     });
                     let what =
                         format!("{dtype} A^T {a_transposed} B^T {b_transposed} {schedule:?}");

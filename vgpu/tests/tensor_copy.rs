@@ -244,6 +244,7 @@ fn kernel(setup: &Setup) -> Kernel {
                 offset: barrier.offset + setup.barrier_moved,
                 ..barrier
             },
+            multicast: None,
         });
         if setup.read_before_waiting {
             load_u32(b, addr(smem, setup.dst));
@@ -972,6 +973,7 @@ fn a_wait_orders_its_own_barrier_s_copies_only() {
                     map,
                     coords: vec![zero, zero],
                     barrier,
+                    multicast: None,
                 });
             }
         });
@@ -1080,6 +1082,7 @@ fn wgmma_kernel(feed: Feed) -> Kernel {
                         map,
                         coords: vec![zero, zero],
                         barrier,
+                        multicast: None,
                     });
                 }
             });
@@ -1151,6 +1154,7 @@ fn wgmma_kernel(feed: Feed) -> Kernel {
                 map,
                 coords: vec![zero, zero],
                 barrier,
+                multicast: None,
             });
         });
     }

@@ -40,6 +40,7 @@ fn tiles(
         persistent: 0,
         producer: 0,
         tma: 0,
+        cluster_m: 1,
     }
 }
 

@@ -209,8 +209,9 @@ const GPU_RUN_SCRIPT: &str = r#"#!/usr/bin/env bash
 #   checks  the demo on the GPU and on the virtual GPU, the runtime's GPU
 #           tests, the verification suite on both devices (agree.json;
 #           AGREE_KERNELS=mma_: only the kernels whose names start so;
-#           without producer points where gpu_persistent failed, and
-#           without tensor-map points where gpu_tma did),
+#           without producer points where gpu_persistent failed,
+#           without tensor-map points where gpu_tma did, and without
+#           clustered ones where gpu_multicast did),
 #           then over the random kernels of seeds RANDOM_SEEDS (0..200;
 #           agree-random.json; AGREE_RANDOM_SECONDS=0 leaves them out)
 #   bench   ktune-bench against cuBLAS, then torch where present, on the
@@ -220,7 +221,9 @@ const GPU_RUN_SCRIPT: &str = r#"#!/usr/bin/env bash
 #           without schedules with a producer warpgroup where the
 #           runtime's gpu_persistent test failed in checks, or where
 #           WITHOUT_PRODUCER=1; without those copying by tensor maps
-#           where its gpu_tma test did, or where WITHOUT_TMA=1
+#           where its gpu_tma test did, or where WITHOUT_TMA=1; without
+#           those sharing B's tiles in clusters where its gpu_multicast
+#           test did, or where WITHOUT_CLUSTER=1
 #   profile Nsight Compute on the default schedules of PROFILE_CASES
 #           (PROFILE_SECONDS each), into profile.txt
 #   tune    `cargo ktune tune` of the demo's kernels on the GPU (TUNE_TRIALS,
@@ -242,6 +245,8 @@ without_producer=
 if [ "${WITHOUT_PRODUCER:-}" = 1 ]; then without_producer=1; fi
 without_tma=
 if [ "${WITHOUT_TMA:-}" = 1 ]; then without_tma=1; fi
+without_cluster=
+if [ "${WITHOUT_CLUSTER:-}" = 1 ]; then without_cluster=1; fi
 if has_part checks; then
     # Each killed after CHECK_SECONDS (120): a hang costs that run only.
     check_s=${CHECK_SECONDS:-120}
@@ -260,6 +265,7 @@ if has_part checks; then
             case "$(basename "$test")" in
                 gpu_persistent) without_producer=1 ;;
                 gpu_tma) without_tma=1 ;;
+                gpu_multicast) without_cluster=1 ;;
             esac
         fi
     done
@@ -273,12 +279,12 @@ if has_part checks; then
         export KTUNE_PTXAS=/usr/local/cuda/bin/ptxas
     fi
     timeout $(( agree_s + 60 )) "$here/ktune-bench" --agree ${AGREE_KERNELS:+--only "$AGREE_KERNELS"} \
-        ${without_producer:+--without-producer} ${without_tma:+--without-tma} \
+        ${without_producer:+--without-producer} ${without_tma:+--without-tma} ${without_cluster:+--without-cluster} \
         --budget-s "$agree_s" --out "$out/agree.json" 2>&1 | tee -a "$out/tests.txt" || status=1
     random_s=${AGREE_RANDOM_SECONDS:-60}
     if [ "$random_s" -gt 0 ]; then
         timeout $(( random_s + 60 )) "$here/ktune-bench" --agree --random "${RANDOM_SEEDS:-0..200}" \
-            ${without_producer:+--without-producer} ${without_tma:+--without-tma} \
+            ${without_producer:+--without-producer} ${without_tma:+--without-tma} ${without_cluster:+--without-cluster} \
             --budget-s "$random_s" --out "$out/agree-random.json" 2>&1 | tee -a "$out/tests.txt" || status=1
     fi
 fi
@@ -299,7 +305,7 @@ if has_part bench; then
     torch_s=${TORCH_SECONDS:-80}
     cases=${BENCH_CASES:-all}
     timeout $(( bench_s + 60 )) "$here/ktune-bench" --cases "$cases" --budget-s "$bench_s" \
-        --sample "${SAMPLE:-32}" --search "${SEARCH:-0}" ${without_producer:+--without-producer} ${without_tma:+--without-tma} \
+        --sample "${SAMPLE:-32}" --search "${SEARCH:-0}" ${without_producer:+--without-producer} ${without_tma:+--without-tma} ${without_cluster:+--without-cluster} \
         --out "$out/bench.json" 2>&1 \
         | tee "$out/bench.txt" || status=1
     "$here/ktune-bench" --cases "$cases" --list > "$libs/cases.json"

@@ -72,6 +72,11 @@ struct Cli {
     /// failed.
     #[arg(long, conflicts_with_all = ["fit", "dry_run", "list"])]
     without_tma: bool,
+    /// Likewise, only the schedules whose blocks pair up in clusters that
+    /// share B's tiles by multicast (`cluster_m = 2`): for a GPU on which
+    /// the runtime's multicast test failed.
+    #[arg(long, conflicts_with_all = ["fit", "dry_run", "list"])]
+    without_cluster: bool,
     /// Wall-clock seconds for the whole run; each case gets an equal share
     /// of what is left, and stops screening schedules when its share is
     /// spent (the baseline and default are always measured, and the
@@ -131,11 +136,13 @@ struct Cli {
 }
 
 impl Cli {
-    /// The schedules `--without-producer` and `--without-tma` leave out.
+    /// The schedules `--without-producer`, `--without-tma` and
+    /// `--without-cluster` leave out.
     fn left_out(&self) -> plan::LeftOut {
         plan::LeftOut {
             producer: self.without_producer,
             tma: self.without_tma,
+            cluster: self.without_cluster,
         }
     }
 }

@@ -107,6 +107,12 @@ pub fn has_tma(schedule: &Schedule) -> bool {
     matches!(schedule, Schedule::Mma(t) if t.tma == 1)
 }
 
+/// Whether `schedule`'s blocks share B's tiles in clusters
+/// (`cluster_m = 2`).
+pub fn has_cluster(schedule: &Schedule) -> bool {
+    matches!(schedule, Schedule::Mma(t) if t.cluster_m > 1)
+}
+
 /// The schedules a run leaves out, for a GPU on which the runtime's test
 /// of their kind failed: should one trap, the process's CUDA context is
 /// unusable for every run after.
@@ -116,6 +122,9 @@ pub struct LeftOut {
     pub producer: bool,
     /// Those whose producer copies by tensor maps (`--without-tma`).
     pub tma: bool,
+    /// Those whose blocks share B's tiles in clusters
+    /// (`--without-cluster`).
+    pub cluster: bool,
 }
 
 impl LeftOut {
@@ -125,6 +134,8 @@ impl LeftOut {
             Some("it has a producer warpgroup (--without-producer)")
         } else if self.tma && has_tma(schedule) {
             Some("its producer copies by tensor maps (--without-tma)")
+        } else if self.cluster && has_cluster(schedule) {
+            Some("its blocks share B's tiles in clusters (--without-cluster)")
         } else {
             None
         }
@@ -234,7 +245,8 @@ const CLUSTER_ROWS_FROM: u32 = 16 * 1024;
 /// 16-bit `k`-contiguous operands per copy; then with its last partial
 /// wave split 2 and 4 ways, and with `persistent` flipped; for warpgroups,
 /// with a producer warpgroup, and in ping-pong (see below), each copying
-/// by `cp.async` and by tensor maps (`tma`). For a rows `default`: its row read once per pass, with two
+/// by `cp.async` and by tensor maps (`tma`), the latter also in clusters
+/// of two blocks sharing B's tiles (`cluster_m = 2`). For a rows `default`: its row read once per pass, with two
 /// reductions in one pass where they pair (`online = 1`) or not, or kept
 /// in shared memory (`cache = 2`), at its own threads per row and, one row
 /// a block, at a block's most (1024) and half of it (512: the fastest of
@@ -360,25 +372,40 @@ fn alternatives(default: &Schedule, row_length: u32) -> Vec<Schedule> {
         ..t
     });
     // Each producer copying by its threads' `cp.async`s, then by one
-    // thread's tensor-map copies.
+    // thread's tensor-map copies, and those in clusters of two blocks
+    // sharing B's tiles (a block per tile pair).
     let producers = (t.wgmma == 1)
         .then(|| {
             [fed(t), fed(persistent)]
                 .into_iter()
                 .chain(wide)
                 .chain(pong)
-                .flat_map(|p| [p, MmaTiles { tma: 1, ..p }])
+                .flat_map(|p| {
+                    let by_map = MmaTiles { tma: 1, ..p };
+                    let shared = MmaTiles {
+                        cluster_m: 2,
+                        persistent: 0,
+                        ..by_map
+                    };
+                    [p, by_map, shared]
+                })
         })
         .into_iter()
         .flatten();
-    std::iter::once(prefetch)
+    let mut out: Vec<Schedule> = Vec::new();
+    for s in std::iter::once(prefetch)
         .chain(flips)
         .chain(deeper)
         .chain(tails)
         .chain(std::iter::once(persistent))
         .chain(producers)
         .map(Schedule::Mma)
-        .collect()
+    {
+        if !out.contains(&s) {
+            out.push(s);
+        }
+    }
+    out
 }
 
 /// The SM version ktune generates for a device of compute capability
@@ -557,9 +584,10 @@ mod tests {
 
     /// The fused case's plan measures producer points among the default's
     /// alternatives and the bounded search's candidates (the sample may
-    /// draw some too), some copying by tensor maps; `--without-tma` leaves
-    /// those out, `--without-producer` every producer point, and each
-    /// keeps the rest.
+    /// draw some too), some copying by tensor maps, some of those in
+    /// clusters; `--without-tma` leaves the tensor-map ones out,
+    /// `--without-cluster` the clustered ones, `--without-producer` every
+    /// producer point, and each keeps the rest.
     #[test]
     fn producer_points_can_be_left_out() {
         let mut plan =
@@ -592,6 +620,22 @@ mod tests {
         let after = lengths(&only_tma);
         for i in 0..3 {
             assert_eq!(after[i], before[i] - by_map[i]);
+        }
+        let clustered = |plan: &Plan| {
+            [&plan.alternatives, &plan.bounded, &plan.sample]
+                .map(|list| list.iter().filter(|s| has_cluster(s)).count())
+        };
+        let shared = clustered(&plan);
+        assert!(shared[0] >= 1, "{shared:?}");
+        let mut no_clusters = plan.clone();
+        no_clusters.leave_out(LeftOut {
+            cluster: true,
+            ..LeftOut::default()
+        });
+        assert_eq!(clustered(&no_clusters), [0, 0, 0]);
+        let after = lengths(&no_clusters);
+        for i in 0..3 {
+            assert_eq!(after[i], before[i] - shared[i]);
         }
         plan.leave_out(LeftOut {
             producer: true,

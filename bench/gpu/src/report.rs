@@ -72,6 +72,9 @@ pub struct Settings {
     /// Whether schedules whose producer copies by tensor maps were left
     /// out (`--without-tma`).
     pub without_tma: bool,
+    /// Whether schedules whose blocks share B's tiles in clusters were
+    /// left out (`--without-cluster`).
+    pub without_cluster: bool,
 }
 
 /// One case's measurements. The baseline and the schedules measured in
@@ -491,6 +494,7 @@ mod tests {
                 screen_reps: 1,
                 without_producer: false,
                 without_tma: false,
+                without_cluster: false,
             },
             memory: None,
             cases: Vec::new(),

@@ -85,6 +85,7 @@ impl Policy {
             screen_reps: self.screen_reps,
             without_producer: left_out.producer,
             without_tma: left_out.tma,
+            without_cluster: left_out.cluster,
         }
     }
 }

@@ -103,7 +103,7 @@ pub enum LowerError {
     )]
     Invalid {
         kernel: String,
-        schedule: Schedule,
+        schedule: Box<Schedule>,
         target: SmVersion,
         constraint: Constraint,
         reason: String,
@@ -283,7 +283,7 @@ impl<'k> Lowering<'k> {
         }
         let invalid = |v: Violation| LowerError::Invalid {
             kernel: kernel.name.clone(),
-            schedule: schedule.clone(),
+            schedule: Box::new(schedule.clone()),
             target,
             constraint: v.constraint,
             reason: v.reason,

@@ -390,12 +390,30 @@ pub enum Op {
     /// at `barrier`. The copy is the async proxy's: `wgmma` reads it
     /// without a proxy fence, and a thread's wait for the barrier's phase
     /// orders it before what follows.
+    ///
+    /// With `multicast` (`.multicast::cluster`, sm_90a, its `ctaMask` a
+    /// `.b16` register) the box lands in the shared memory of every block
+    /// of the cluster whose rank's bit the mask sets, each at the same
+    /// offset as `dst` in its own, completing its bytes at the barrier at
+    /// `barrier`'s offset in its own.
     CpAsyncBulkTensor {
         dst: Addr,
         map: Reg,
         coords: Vec<Reg>,
         barrier: Addr,
+        multicast: Option<Reg>,
     },
+    /// `mbarrier.arrive.release.cluster.shared::cluster.b64 _, [addr]`
+    /// (sm_90): an arrival at the memory barrier at `addr`, an address in
+    /// the [`Space::SharedCluster`] window ([`Op::Mapa`]), which may be in
+    /// another block of the cluster; it releases the thread's accesses
+    /// before it at cluster scope, to whoever waits for the phase.
+    MbarrierArriveCluster { addr: Addr },
+    /// `fence.mbarrier_init.release.cluster` (sm_90): the thread's
+    /// `mbarrier.init`s before it are released at cluster scope, so that
+    /// a cluster barrier after it orders them before other blocks'
+    /// arrivals and copies at those barriers.
+    FenceMbarrierInit,
     /// `ldmatrix.sync.aligned.m8n8.x<n>[.trans].shared.b16 {dsts}, [addr]`:
     /// warp-collective; `dsts.len()` (1, 2 or 4) 8×8 matrices of 16-bit
     /// values, matrix `i`'s rows addressed by lanes `8i..8i+8`.
@@ -536,6 +554,8 @@ impl Op {
                 | Op::CvtaParam { .. }
                 | Op::MbarrierArriveExpectTx { .. }
                 | Op::CpAsyncBulkTensor { .. }
+                | Op::MbarrierArriveCluster { .. }
+                | Op::FenceMbarrierInit
                 | Op::WgmmaFence
                 | Op::Wgmma { .. }
                 | Op::WgmmaCommit

@@ -559,7 +559,8 @@ impl<'t> Parser<'t> {
                 }
             }
             "cp" if parts.get(2) == Some(&"bulk") => {
-                arity(3)?;
+                let multicast = opcode.ends_with(".multicast::cluster");
+                arity(if multicast { 4 } else { 3 })?;
                 let inner = ops[1]
                     .strip_prefix('[')
                     .and_then(|t| t.strip_suffix(']'))
@@ -572,7 +573,7 @@ impl<'t> Parser<'t> {
                     .iter()
                     .map(|r| self.reg(r, counts))
                     .collect::<Result<_, _>>()?;
-                if opcode != bulk_tensor_name(coords.len()) {
+                if opcode != bulk_tensor_name(coords.len(), multicast) {
                     return Err(self.error(format!(
                         "`{opcode}` with {} coordinates is not a tensor copy ktune emits",
                         coords.len()
@@ -583,6 +584,7 @@ impl<'t> Parser<'t> {
                     map: self.reg(inner.0, counts)?,
                     coords,
                     barrier: self.addr(ops[2], counts)?,
+                    multicast: if multicast { Some(reg(3)?) } else { None },
                 }
             }
             "cp" if parts.get(1) == Some(&"async") => match parts.get(2) {
@@ -636,6 +638,18 @@ impl<'t> Parser<'t> {
                 arity(2)?;
                 Op::MbarrierArrive {
                     state: reg(0)?,
+                    addr: self.addr(ops[1], counts)?,
+                }
+            }
+            "mbarrier" if opcode == "mbarrier.arrive.release.cluster.shared::cluster.b64" => {
+                arity(2)?;
+                if ops[0] != "_" {
+                    return Err(self.error(format!(
+                        "`{}` is not `_`: a cluster arrival returns no state",
+                        ops[0]
+                    )));
+                }
+                Op::MbarrierArriveCluster {
                     addr: self.addr(ops[1], counts)?,
                 }
             }
@@ -698,6 +712,7 @@ impl<'t> Parser<'t> {
                 _ => return Err(self.error(format!("`{opcode}` is not a wgmma form ktune emits"))),
             },
             "fence" if opcode == "fence.proxy.async.shared::cta" => Op::FenceProxyAsync,
+            "fence" if opcode == "fence.mbarrier_init.release.cluster" => Op::FenceMbarrierInit,
             "red" => {
                 arity(2)?;
                 Op::RedAdd {

@@ -326,9 +326,13 @@ pub(super) fn mma_name(kind: MmaKind) -> &'static str {
 }
 
 /// The label's name in printed PTX.
-/// The opcode of a tensor-map copy over `dims` coordinates.
-pub(super) fn bulk_tensor_name(dims: usize) -> String {
-    format!("cp.async.bulk.tensor.{dims}d.shared::cluster.global.mbarrier::complete_tx::bytes")
+/// The opcode of a tensor-map copy over `dims` coordinates, to the
+/// cluster's blocks a mask names where `multicast`.
+pub(super) fn bulk_tensor_name(dims: usize, multicast: bool) -> String {
+    let cast = if multicast { ".multicast::cluster" } else { "" };
+    format!(
+        "cp.async.bulk.tensor.{dims}d.shared::cluster.global.mbarrier::complete_tx::bytes{cast}"
+    )
 }
 
 pub fn label_name(l: Label) -> String {
@@ -531,15 +535,28 @@ pub(super) fn write_instr(out: &mut String, instr: &Instr) -> std::fmt::Result {
             map,
             coords,
             barrier,
-        } => write!(
+            multicast,
+        } => {
+            write!(
+                out,
+                "{} {}, [{}, {}], {}",
+                bulk_tensor_name(coords.len(), multicast.is_some()),
+                A(*dst),
+                R(*map),
+                braced(coords),
+                A(*barrier)
+            )?;
+            match multicast {
+                Some(mask) => write!(out, ", {}", R(*mask)),
+                None => Ok(()),
+            }
+        }
+        Op::MbarrierArriveCluster { addr } => write!(
             out,
-            "{} {}, [{}, {}], {}",
-            bulk_tensor_name(coords.len()),
-            A(*dst),
-            R(*map),
-            braced(coords),
-            A(*barrier)
+            "mbarrier.arrive.release.cluster.shared::cluster.b64 _, {}",
+            A(*addr)
         ),
+        Op::FenceMbarrierInit => write!(out, "fence.mbarrier_init.release.cluster"),
         Op::MbarrierTryWait { done, addr, parity } => write!(
             out,
             "mbarrier.try_wait.parity.shared.b64 {}, {}, {}",

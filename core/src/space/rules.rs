@@ -128,6 +128,11 @@
 //!   rejection; one whose operand no tensor map can describe (strides
 //!   the driver refuses), a
 //!   [`Constraint::Alignment`](crate::lower::Constraint) one.
+//! - **Clusters sharing B** (`cluster_m`, where tensor-map copies are
+//!   offered and `M` has two tiles or more of the finest 64 rows): 1,
+//!   each block copies its own tiles, and 2, two blocks stacked along `M`
+//!   share B's by multicast. A point without `tma = 1`, or persistent, is
+//!   a [`Constraint::Range`](crate::lower::Constraint) rejection.
 
 use super::{Coverage, Family, Knob, Space};
 use crate::dtype::DType;
@@ -250,6 +255,7 @@ fn matmul(kernel: &Kernel, plan: &MatmulPlan, target: SmVersion) -> Space {
         let persistent = persistents(kernel, plan, target, &warpgroups);
         let producer = producers(&warpgroups, &persistent);
         let tma = tmas(&producer);
+        let cluster_m = clusters(&tma, m);
         // Tensor-core tiles are at least one 16-wide fragment.
         let tile = |extent: u32, high: u32| powers(16, extent.next_power_of_two().clamp(16, high));
         families.push(Family {
@@ -275,6 +281,7 @@ fn matmul(kernel: &Kernel, plan: &MatmulPlan, target: SmVersion) -> Space {
                 knob("persistent", persistent),
                 knob("producer", producer),
                 knob("tma", tma),
+                knob("cluster_m", cluster_m),
             ],
         });
     }
@@ -322,6 +329,16 @@ fn tmas(producers: &[u32]) -> Vec<u32> {
         vec![0, 1]
     } else {
         vec![0]
+    }
+}
+
+/// Blocks per cluster along `M`: 1, and where tensor-map copies are
+/// offered and `M` (`m` rows) holds two of the finest warpgroup tiles, 2.
+fn clusters(tmas: &[u32], m: u32) -> Vec<u32> {
+    if tmas.contains(&1) && m > 64 {
+        vec![1, 2]
+    } else {
+        vec![1]
     }
 }
 

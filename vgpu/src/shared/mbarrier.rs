@@ -3,7 +3,10 @@
 //! threads in.
 //!
 //! `mbarrier.init` turns 8 aligned bytes into a barrier expecting `count`
-//! arrivals a phase, starting in phase 0. The init is a write of those
+//! arrivals a phase, starting in phase 0. Other blocks of a cluster may
+//! use it once its thread has released the init to the cluster
+//! (`fence.mbarrier_init.release.cluster`) and a cluster barrier, or a
+//! chain of memory barriers, orders it before them. The init is a write of those
 //! bytes: another thread's arrival or wait must be ordered after it (a
 //! `bar.sync`), or the two race. From then until the block ends the bytes
 //! are the barrier's: a plain load, store or copy of them is a fault.
@@ -22,7 +25,8 @@
 //! no bytes. A wait for a phase of parity `p`
 //! (`mbarrier.try_wait.parity`) succeeds once the current phase's parity
 //! differs from `p`, and acquires what the last completed phase
-//! published; one that would fail parks its thread
+//! published (of another block's threads that arrived, what they knew of
+//! their own block: see [`Writer::Remote`]); one that would fail parks its thread
 //! ([`crate::exec::State::MbarrierWait`]) until a phase completes, when it
 //! tries again, in place of spinning. A wait nobody can end is a deadlock
 //! that names the arrivals and bytes the phase still misses.
@@ -56,9 +60,9 @@
 //! phase has not completed when the block ends are dropped, as are
 //! `cp.async`s waiting for a phase.
 
-use super::{FRESH, SHARED_BASE, Shared};
+use super::{FRESH, SHARED_BASE, Shared, Writer};
 use crate::async_copy::AsyncCopy;
-use crate::fault::{Access, FaultKind, MbarrierProblem, TensorCopyProblem};
+use crate::fault::{Access, ClusterProblem, FaultKind, MbarrierProblem, TensorCopyProblem};
 use ktune_core::ptx::Swizzle;
 use ktune_core::ptx::inst::Space;
 
@@ -106,6 +110,12 @@ pub(super) struct Mbarrier {
     /// Tensor copies that completed their bytes in the current phase,
     /// landing when it completes.
     tensors: Vec<TensorLanding>,
+    /// For each other block of the cluster whose threads arrived here
+    /// (its rank), the join of what they knew of that block's threads
+    /// (`Order::release` there), and that join when the last phase
+    /// completed: what a wait here acquires of that block.
+    remote: Vec<(u32, Vec<u32>)>,
+    remote_published: Vec<(u32, Vec<u32>)>,
 }
 
 /// A tensor copy waiting for its phase: the issuing thread, and its
@@ -165,13 +175,29 @@ impl Shared {
             published: vec![0; threads],
             landing: Vec::new(),
             tensors: Vec::new(),
+            remote: Vec::new(),
+            remote_published: Vec::new(),
         });
         Ok(())
+    }
+
+    /// `fence.mbarrier_init.release.cluster` by `thread`: its inits so far
+    /// are released to the cluster's other blocks.
+    pub(crate) fn fence_mbarrier_init(&mut self, thread: u32) {
+        self.init_fenced[thread as usize] = self.writes + 1;
     }
 
     /// The index of the barrier at `addr`, whose init must be ordered
     /// before what `thread` does now.
     fn mbarrier(&self, thread: u32, addr: u64) -> Result<usize, FaultKind> {
+        self.mbarrier_by(Writer::Thread(thread), addr)
+    }
+
+    /// [`Shared::mbarrier`] for `who`. Another block's thread must be
+    /// ordered after the init by a cluster barrier (or clocks), and the
+    /// init released to the cluster by a `fence.mbarrier_init` of its
+    /// thread.
+    fn mbarrier_by(&self, who: Writer<'_>, addr: u64) -> Result<usize, FaultKind> {
         let start = self.offset(addr, SIZE, Access::Load)?;
         let offset = start as u32;
         let Some(k) = self.mbarriers.iter().position(|m| m.offset == offset) else {
@@ -179,8 +205,22 @@ impl Shared {
             return Err(FaultKind::Mbarrier { offset, problem });
         };
         let s = self.state[start];
-        if s.write_epoch == self.epoch && !self.before(s.writer, s.write_clock, thread) {
-            return Err(self.race(offset, s.writer, true, false));
+        match who {
+            Writer::Thread(thread) => {
+                if s.write_epoch == self.epoch && !self.before(s.writer, s.write_clock, thread) {
+                    return Err(self.race(offset, s.writer, true, false));
+                }
+            }
+            Writer::Remote { .. } => {
+                let init = &self.mbarriers[k];
+                if self.init_fenced[init.init_by as usize] <= init.init_write {
+                    let problem = ClusterProblem::UnreleasedInit { offset };
+                    return Err(FaultKind::Cluster { problem });
+                }
+                if !self.write_before_by(&s, who) {
+                    return Err(self.race_by(who, offset, s.writer, true));
+                }
+            }
         }
         Ok(k)
     }
@@ -236,6 +276,40 @@ impl Shared {
         self.arrival_allowed(k)?;
         self.mbarriers[k].transactions = transactions;
         self.arrive_at(thread, k, Vec::new())
+    }
+
+    /// An arrival at the barrier at `addr` by a thread of the cluster's
+    /// block `rank` (`who`), which released `join` there: what it knew of
+    /// its own block's threads. Returns the bytes that landed as the
+    /// arrival completed the phase.
+    pub(crate) fn mbarrier_arrive_remote(
+        &mut self,
+        who: Writer<'_>,
+        rank: u32,
+        join: &[u32],
+        addr: u64,
+    ) -> Result<u64, FaultKind> {
+        let k = self.mbarrier_by(who, addr)?;
+        self.arrival_allowed(k)?;
+        let barrier = &mut self.mbarriers[k];
+        let entry = match barrier.remote.iter().position(|(r, _)| *r == rank) {
+            Some(i) => &mut barrier.remote[i].1,
+            None => {
+                barrier.remote.push((rank, Vec::new()));
+                &mut barrier.remote.last_mut().expect("pushed").1
+            }
+        };
+        if entry.len() < join.len() {
+            entry.resize(join.len(), 0);
+        }
+        for (e, j) in entry.iter_mut().zip(join) {
+            *e = (*e).max(*j);
+        }
+        barrier.pending -= 1;
+        if barrier.pending > 0 || barrier.transactions != 0 {
+            return Ok(0);
+        }
+        self.complete_phase(k)
     }
 
     /// Faults if barrier `k`'s current phase has all its arrivals in.
@@ -294,6 +368,7 @@ impl Shared {
         barrier.transactions = 0;
         barrier.completed += 1;
         barrier.published.clone_from(&barrier.join);
+        barrier.remote_published.clone_from(&barrier.remote);
         let landing = std::mem::take(&mut barrier.landing);
         let mut landed = 0;
         for (copier, stamp, copies) in landing {
@@ -362,7 +437,23 @@ impl Shared {
         swizzle: Swizzle,
         data: &[u8],
     ) -> Result<u64, FaultKind> {
-        let k = self.mbarrier(thread, barrier)?;
+        self.tensor_copy_by(Writer::Thread(thread), pc, (dst, barrier), swizzle, data)
+    }
+
+    /// [`Shared::tensor_copy`] by `writer`: a multicast copy of another
+    /// block of the cluster lands here, checked against what its thread
+    /// knows of this block, at the addresses its operands name in its own
+    /// window.
+    pub(crate) fn tensor_copy_by(
+        &mut self,
+        writer: Writer<'_>,
+        pc: u32,
+        (dst, barrier): (u64, u64),
+        swizzle: Swizzle,
+        data: &[u8],
+    ) -> Result<u64, FaultKind> {
+        let thread = writer.thread();
+        let k = self.mbarrier_by(writer, barrier)?;
         let init = &self.mbarriers[k];
         if self.proxy_fenced[init.init_by as usize] <= init.init_write {
             return Err(FaultKind::TensorCopy {
@@ -406,7 +497,7 @@ impl Shared {
         }
         for chunk in &chunks {
             let start = *chunk as usize;
-            self.check_write(thread, start, start + CHUNK)?;
+            self.check_write_by(writer, start, start + CHUNK)?;
         }
         let transactions = self.transactions(k, -(data.len() as i64))?;
         for chunk in &chunks {
@@ -457,6 +548,17 @@ impl Shared {
         let published = std::mem::take(&mut self.mbarriers[k].published);
         self.order.acquire(thread, &published);
         self.mbarriers[k].published = published;
+        let remote = std::mem::take(&mut self.mbarriers[k].remote_published);
+        for (rank, join) in &remote {
+            let view = self.view_mut(thread, *rank);
+            if view.len() < join.len() {
+                view.resize(join.len(), 0);
+            }
+            for (v, j) in view.iter_mut().zip(join) {
+                *v = (*v).max(*j);
+            }
+        }
+        self.mbarriers[k].remote_published = remote;
         Ok(Waited::Done)
     }
 

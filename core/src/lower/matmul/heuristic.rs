@@ -266,6 +266,7 @@ fn warpgroup_options(
                     persistent: 0,
                     producer: 0,
                     tma: 0,
+                    cluster_m: 1,
                 };
                 MmaLayout::new(kernel, plan, tiles, target)
                     .is_ok()
@@ -615,6 +616,7 @@ fn tensor_core(
             persistent: 0,
             producer: 0,
             tma: 0,
+            cluster_m: 1,
         })
         .find(|t| MmaLayout::new(kernel, plan, *t, target).is_ok())
 }

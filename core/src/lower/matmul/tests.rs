@@ -544,6 +544,7 @@ fn heuristic_picks_tensor_cores_for_aligned_16_bit_operands() {
         persistent: 0,
         producer: 0,
         tma: 0,
+        cluster_m: 1,
     };
     assert_eq!(pick(4096, 4096, 4096, "bf16", false), Some(big));
     assert_eq!(pick(4096, 11008, 4096, "f16", true), Some(big));

@@ -204,6 +204,7 @@ impl MmaLayout {
             persistent: _,
             producer: _,
             tma,
+            cluster_m,
         } = tiles;
         let warpgroups = wgmma == 1;
         // A warpgroup's `wgmma`s are 64 rows by up to 256 columns.
@@ -280,9 +281,13 @@ impl MmaLayout {
                 ),
             ));
         }
-        check_group(group_m, block_m, kernel.extent(plan.m))?;
+        check_cluster(tiles)?;
+        // A cluster's blocks take adjacent tiles along `M`, the grid's
+        // rows walked in clusters' worth (the last may hang past `M`).
+        let cluster_rows = block_m * cluster_m;
+        check_group(group_m, cluster_rows, kernel.extent(plan.m))?;
         let k_extent = kernel.extent(plan.k);
-        let grid = u64::from(kernel.extent(plan.m).div_ceil(block_m))
+        let grid = u64::from(kernel.extent(plan.m).div_ceil(cluster_rows) * cluster_m)
             * u64::from(kernel.extent(plan.n).div_ceil(block_n))
             * plan.batch_count(kernel);
         let extents = Extents {
@@ -354,8 +359,8 @@ impl MmaLayout {
         };
         let maps = if tma == 1 {
             vec![
-                tma::tensor_map(kernel, plan, Side::A, &a, block_k)?,
-                tma::tensor_map(kernel, plan, Side::B, &b, block_k)?,
+                tma::tensor_map(kernel, plan, Side::A, &a, (block_k, 1))?,
+                tma::tensor_map(kernel, plan, Side::B, &b, (block_k, cluster_m))?,
             ]
         } else {
             Vec::new()
@@ -579,6 +584,28 @@ fn check_producer(tiles: MmaTiles) -> Result<(), Violation> {
         )),
         (other, _) => range(format!(
             "producer = {other}; expected 0 (every thread copies), 1 (a producer warpgroup copies) or 2 (and two sets of warpgroups take tiles in turn)"
+        )),
+    }
+}
+
+/// Checks `cluster_m`: 1, or 2 where a producer copies by the tensor
+/// memory accelerator (`tma = 1`), whose multicast shares B's tiles, in a
+/// block per pair of tiles (`persistent = 0`: a persistent launch would
+/// have to size its grid by the clusters the GPU holds at once).
+fn check_cluster(tiles: MmaTiles) -> Result<(), Violation> {
+    let range = |reason: String| Err(Violation::new(Constraint::Range, reason));
+    match tiles.cluster_m {
+        1 => Ok(()),
+        2 if tiles.tma != 1 => range(format!(
+            "cluster_m = 2 shares B's tiles by the tensor memory accelerator's multicast; tma = {}",
+            tiles.tma
+        )),
+        2 if tiles.persistent != 0 => {
+            range("cluster_m = 2 is implemented for a block per tile (persistent = 0)".to_owned())
+        }
+        2 => Ok(()),
+        other => range(format!(
+            "cluster_m = {other}; expected 1 (each block copies its own tiles) or 2 (two blocks along M share B's tiles)"
         )),
     }
 }

@@ -103,7 +103,9 @@
 //! barriers, and gives its registers to them with `setmaxnreg` (see
 //! `producer`, and `layout::Realloc` for the registers); with `producer =
 //! 2` two sets of such warpgroups take a persistent block's tiles in turn
-//! (ping-pong).
+//! (ping-pong). Its copies are `cp.async`s, or with `tma = 1` one
+//! thread's tensor-map copies (`tma`); with `cluster_m = 2` the two
+//! blocks of a cluster share B's tiles through them.
 //!
 //! The code is split by pass: `layout` (checking a schedule), `copy`
 //! (global → shared with `cp.async`), `emit` (the rest; its `k` loop is

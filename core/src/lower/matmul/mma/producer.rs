@@ -68,6 +68,24 @@
 //! thread 0 fences once, after the barriers' inits, which the tensor
 //! memory accelerator must see.
 //!
+//! With `cluster_m = 2` (`tma = 1`) the blocks pair up in clusters of two
+//! (consecutive along x, `.reqnctapercluster`), a cluster per tile pair:
+//! block `ctaid.x` has rank `ctaid.x % 2` in cluster `ctaid.x / 2`, which
+//! walks the pairs of tiles stacked along `M` as one block walks tiles,
+//! and computes the pair's `rank`-th tile. Both blocks' producers copy
+//! half of each of B's tiles into both blocks' slots (multicast, see
+//! `tma`), so a slot is free for either only once both blocks'
+//! consumers have released it: `empty` counts the warps of both, and a
+//! lane of each consumer warp arrives at the slot's `empty` barrier in
+//! both blocks (`mapa`, then `mbarrier.arrive.release.cluster`). Thread 0
+//! releases its inits to the cluster (`fence.mbarrier_init`), and the
+//! cluster's barrier takes the block's place before any use, for the
+//! other block's copies and arrivals come to this one's barriers. Neither
+//! block exits while the other may still reach it: a producer leaves
+//! only once both blocks' consumers released its last fills, after their
+//! last arrivals here, and a fill's copies into a block land before its
+//! consumers' waits for it end.
+//!
 //! In ping-pong, set `s` takes the block's tiles `s, s + 2, …`, passing
 //! over the other set's fills in the ring (their slots and phases), and a
 //! lane of each warp releases each of its fills (`empty` counts one set's
@@ -100,11 +118,25 @@ pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &MmaLayout) -> Lo
     let mut b = Builder::new();
     let tid = b.special(Special::TidX);
     let smem = b.shared_base();
-    let ctaid = b.special(Special::CtaidX);
-    let stride = b.special(Special::NctaidX);
-    let blocks = (t.block_m, t.block_n);
-    let grid = layout.grid;
-    let tiles = Operand::Int(grid as i64);
+    // A cluster of `cluster_m` blocks (consecutive along x) takes tiles
+    // stacked along `M` as one: its index is the block's number divided
+    // by `cluster_m`, its rank the rest.
+    let cluster = t.cluster_m;
+    let (ctaid, stride, rank) = {
+        let ctaid = b.special(Special::CtaidX);
+        let stride = b.special(Special::NctaidX);
+        if cluster > 1 {
+            let rank = b.u32_op(ArithOp::Rem, ctaid, imm(cluster));
+            let index = b.u32_op(ArithOp::Div, ctaid, imm(cluster));
+            let stride = b.u32_op(ArithOp::Div, stride, imm(cluster));
+            (index, stride, Some(rank))
+        } else {
+            (ctaid, stride, None)
+        }
+    };
+    // A block per tile (`persistent = 0`), or fewer that loop over them:
+    // the clusters walk the tiles' clusters' worth.
+    let tiles = Operand::Int((layout.grid / u64::from(cluster)) as i64);
     // Launchers give the kernel at most a block per tile; a block past
     // them has nothing to do.
     let done = b.label();
@@ -157,7 +189,7 @@ pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &MmaLayout) -> Lo
     let group = Warpgroup::new(&mut b, layout, member, smem);
     let top = b.label();
     b.place(top);
-    let tile = Tile::at(&mut b, (kernel, plan), blocks, t.group_m, (member, index));
+    let tile = block_tile(&mut b, (kernel, plan), layout, (member, index), rank);
     let acc = accumulators(&mut b, layout);
     let mut compute = group.compute(layout, &acc);
     if let Some(turns) = &turns {
@@ -221,14 +253,14 @@ pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &MmaLayout) -> Lo
         // One thread issues every copy; the warpgroup's others are done.
         let idle = b.setp(Cmp::Ne, Ty::U32, member, imm(0));
         b.bra_if(idle, false, done);
-        Some(Maps::new(&mut b))
+        Some(Maps::new(&mut b, rank))
     } else {
         None
     };
     let index = copy_of(&mut b, ctaid);
     let top = b.label();
     b.place(top);
-    let tile = Tile::at(&mut b, (kernel, plan), blocks, t.group_m, (member, index));
+    let tile = block_tile(&mut b, (kernel, plan), layout, (member, index), rank);
     if let Some(maps) = &maps {
         tiles_loop(&mut b, layout, &ring, |b, kt| {
             ring.acquire(b, false);
@@ -262,9 +294,30 @@ pub(super) fn emit(kernel: &Kernel, plan: &MatmulPlan, layout: &MmaLayout) -> Lo
     let more = b.setp(Cmp::Lt, Ty::U32, slots, imm(t.stages));
     b.bra_if(more, false, tail);
     b.place(done);
-    let mut lowered = assemble(b, kernel, grid, block_shape(layout));
+    let mut lowered = assemble(b, kernel, layout.grid, block_shape(layout));
     lowered.ptx.tensor_maps.clone_from(&layout.maps);
+    if cluster > 1 {
+        lowered.ptx.cluster_blocks = cluster;
+    }
     lowered
+}
+
+/// The tile of the block's cluster at `index` (the block's own, without
+/// clusters): for the cluster's block `rank`, its `rank`-th block of rows.
+fn block_tile(
+    b: &mut Builder,
+    (kernel, plan): (&Kernel, &MatmulPlan),
+    layout: &MmaLayout,
+    (member, index): (Reg, Reg),
+    rank: Option<Reg>,
+) -> Tile {
+    let t = layout.tiles;
+    let blocks = (t.block_m * t.cluster_m, t.block_n);
+    let mut tile = Tile::at(b, (kernel, plan), blocks, t.group_m, (member, index));
+    if let Some(rank) = rank {
+        tile.m0 = b.u32_mad(rank, imm(t.block_m), tile.m0);
+    }
+    tile
 }
 
 /// Which of a slot's two barriers.
@@ -277,6 +330,8 @@ enum Barrier {
 /// Where a side of the block stands in the sequence of fills.
 struct Slots {
     stages: u32,
+    /// Blocks of the cluster, whose consumers all release each slot.
+    cluster: u32,
     /// The shared window's address.
     smem: Reg,
     /// The window offset of the first slot's `full` barrier, after the
@@ -293,6 +348,7 @@ impl Slots {
     fn new(b: &mut Builder, layout: &MmaLayout, smem: Reg) -> Slots {
         Slots {
             stages: layout.tiles.stages,
+            cluster: layout.tiles.cluster_m,
             smem,
             barriers: layout.barriers(),
             slot: b.u32_imm(0),
@@ -303,11 +359,13 @@ impl Slots {
 
     /// Thread 0 sets up every slot's barriers, `full` for `fillers`
     /// arrivals of the producer's threads and `empty` for one from each
-    /// of the `warps` warps of a set of consumers, and with two sets their
+    /// of the `warps` warps of a set of consumers (of each block of the
+    /// cluster: the fill lands in all of them), and with two sets their
     /// `turn`s, for as many; the block's barrier after it orders that
-    /// before any use. With `tma` the barriers' bytes complete by the
-    /// tensor memory accelerator, which sees their init only once a proxy
-    /// fence has made it visible to the async proxy.
+    /// before any use, or in a cluster the cluster's, the inits released
+    /// to it first. With `tma` the barriers' bytes complete by the tensor
+    /// memory accelerator, which sees their init only once a proxy fence
+    /// has made it visible to the async proxy.
     fn init(
         &self,
         b: &mut Builder,
@@ -320,7 +378,11 @@ impl Slots {
         b.bra_if(first, true, skip);
         let turns = if sets > 1 { sets } else { 0 };
         let counts = std::iter::repeat_n(fillers, self.stages as usize)
-            .chain(std::iter::repeat_n(warps, (self.stages + turns) as usize));
+            .chain(std::iter::repeat_n(
+                warps * self.cluster,
+                self.stages as usize,
+            ))
+            .chain(std::iter::repeat_n(warps, turns as usize));
         for (barrier, count) in (0..).zip(counts) {
             let addr = Addr {
                 base: self.smem,
@@ -331,11 +393,19 @@ impl Slots {
                 count: imm(count),
             });
         }
+        if self.cluster > 1 {
+            b.push(Op::FenceMbarrierInit);
+        }
         if tma {
             b.push(Op::FenceProxyAsync);
         }
         b.place(skip);
-        b.push(Op::BarSync);
+        if self.cluster > 1 {
+            b.push(Op::ClusterArrive);
+            b.push(Op::ClusterWait);
+        } else {
+            b.push(Op::BarSync);
+        }
     }
 
     /// The address of set `set`'s `turn` barrier (ping-pong), after the
@@ -388,11 +458,30 @@ impl Slots {
     }
 
     /// Releases the fill in `slot` to the producer: `leader`, a lane of
-    /// each consumer warp, arrives at the slot's `empty` barrier.
+    /// each consumer warp, arrives at the slot's `empty` barrier, in a
+    /// cluster at each block's (the producers copy into each other's
+    /// slots).
     fn release(&self, b: &mut Builder, leader: Reg, slot: Reg) {
         let addr = self.barrier(b, Barrier::Empty, slot);
-        let state = b.reg(RegClass::B64);
-        b.push_guarded(leader, false, Op::MbarrierArrive { state, addr });
+        if self.cluster == 1 {
+            let state = b.reg(RegClass::B64);
+            b.push_guarded(leader, false, Op::MbarrierArrive { state, addr });
+            return;
+        }
+        let own = b.u32_op(ArithOp::Add, addr.base, imm(addr.offset as u32));
+        for rank in 0..self.cluster {
+            let there = b.reg(RegClass::B32);
+            b.push(Op::Mapa {
+                dst: there,
+                src: own,
+                rank: imm(rank),
+            });
+            let addr = Addr {
+                base: there,
+                offset: 0,
+            };
+            b.push_guarded(leader, false, Op::MbarrierArriveCluster { addr });
+        }
     }
 
     /// Passes over `fills` fills (another set's, in ping-pong): the slot

@@ -46,6 +46,7 @@ fn tiles(block: (u32, u32, u32), warp: (u32, u32), stages: u32) -> MmaTiles {
         persistent: 0,
         producer: 0,
         tma: 0,
+        cluster_m: 1,
     }
 }
 
@@ -594,6 +595,7 @@ fn a_tma_producer_copies_tiles_through_tensor_maps() {
         min_blocks: 1,
         producer: 1,
         tma: 1,
+        cluster_m: 1,
         ..tiles((128, 256, 64), (64, 256), 4)
     };
     let lowered = lower(&k, &t.to_schedule(), SmVersion::Sm90).expect("lowers");

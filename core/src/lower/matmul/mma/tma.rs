@@ -20,22 +20,32 @@
 //! only arrival, then issues the copies, whose bytes complete the phase as
 //! they land. The copies are the async proxy's writes, as `wgmma`'s reads
 //! are: neither side needs a proxy fence.
+//!
+//! With `cluster_m = 2` the two blocks of a cluster compute vertically
+//! adjacent tiles of the same columns, and B's tiles are the same for
+//! both: B's map boxes half of each copy along its outer dimension (`x`
+//! for a `k`-major tile, `k` for a panel), and each block copies its
+//! half, rank `r` the `r`-th, multicast to both. Each block's `full`
+//! barrier still expects the whole fill: its own A, and B's halves, one
+//! from each block.
 
 use super::layout::{MmaLayout, MmaStaging};
 use crate::ir::Kernel;
 use crate::lower::matmul::output::Tile;
 use crate::lower::matmul::{MatmulPlan, Side};
 use crate::lower::{Constraint, Violation};
-use crate::ptx::inst::{Addr, ArithOp, Op, Operand, Reg, RegClass};
+use crate::ptx::inst::{Addr, ArithOp, Op, Operand, Reg, RegClass, Ty};
 use crate::ptx::{Builder, Swizzle, TensorMap};
 
-/// The tensor map a `tma = 1` producer copies `side`'s tiles through.
+/// The tensor map a `tma = 1` producer copies `side`'s tiles through;
+/// with `shares` blocks sharing them, each copy boxes a `1 / shares` part
+/// of its outer dimension.
 pub(super) fn tensor_map(
     kernel: &Kernel,
     plan: &MatmulPlan,
     side: Side,
     staging: &MmaStaging,
-    block_k: u32,
+    (block_k, shares): (u32, u32),
 ) -> Result<TensorMap, Violation> {
     let operand = side.operand(plan);
     let x_extent = match side {
@@ -48,12 +58,12 @@ pub(super) fn tensor_map(
     let ((contiguous, other, other_stride), boxed) = if staging.k_major {
         (
             (k_extent, x_extent, operand.stride_x),
-            [block_k, staging.block_x],
+            [block_k, staging.block_x / shares],
         )
     } else {
         (
             (x_extent, k_extent, operand.stride_k),
-            [staging.pitch, block_k],
+            [staging.pitch, block_k / shares],
         )
     };
     // An extent of 1 is never stepped along: any valid stride will do.
@@ -117,14 +127,25 @@ fn moving_batch<'a>(
 }
 
 /// The issuing thread's generic addresses of the two maps (A's, then
-/// B's: the kernel's maps in that order).
+/// B's: the kernel's maps in that order), and with `cluster_m = 2` what
+/// its block's share of B's copies needs.
 pub(super) struct Maps {
     a: Reg,
     b: Reg,
+    share: Option<Share>,
+}
+
+/// A block's share of B's copies in a cluster of two: its rank, and the
+/// mask of the blocks they land in (both).
+struct Share {
+    rank: Reg,
+    mask: Reg,
 }
 
 impl Maps {
-    pub fn new(b: &mut Builder) -> Maps {
+    /// The maps' addresses; `rank`, the block's rank in its cluster where
+    /// the cluster's blocks share B's tiles.
+    pub fn new(b: &mut Builder, rank: Option<Reg>) -> Maps {
         let mut generic = |index: usize| {
             let param = b.reg(RegClass::B64);
             b.push(Op::TensorMapParam { dst: param, index });
@@ -135,15 +156,27 @@ impl Maps {
             });
             map
         };
+        let (a, maps_b) = (generic(0), generic(1));
+        let share = rank.map(|rank| {
+            let mask = b.reg(RegClass::B16);
+            b.push(Op::Mov {
+                ty: Ty::B16,
+                dst: mask,
+                src: Operand::Int(0b11),
+            });
+            Share { rank, mask }
+        });
         Maps {
-            a: generic(0),
-            b: generic(1),
+            a,
+            b: maps_b,
+            share,
         }
     }
 
     /// Fills the slot at window offset `slot` (`smem` plus it) with the
     /// tile's `K` tile `kt` (0 where `None`): the `full` barrier's
-    /// arrival expecting both operands' bytes, then their copies.
+    /// arrival expecting both operands' bytes, then their copies (of B,
+    /// the block's share, multicast).
     pub fn fill(
         &self,
         b: &mut Builder,
@@ -168,21 +201,49 @@ impl Maps {
             let batch: Vec<Reg> = moving_batch(kernel, plan, side)
                 .map(|(v, _)| tile.env.index[&v])
                 .collect();
+            let share = match side {
+                Side::A => None,
+                Side::B => self.share.as_ref(),
+            };
+            // The block's part of each copy: the rank's half of the box's
+            // rows, along its outer coordinate and in the slot.
+            let (dst, multicast) = match share {
+                Some(share) => {
+                    let part = staging.panel_bytes() / 2;
+                    (b.u32_mad(share.rank, part, slot), Some(share.mask))
+                }
+                None => (slot, None),
+            };
             for panel in 0..staging.panels {
                 let x = if panel == 0 {
                     x0
                 } else {
                     b.u32_op(ArithOp::Add, x0, panel * staging.pitch)
                 };
-                let inner = if staging.k_major { [k, x] } else { [x, k] };
+                let [inner, outer] = if staging.k_major { [k, x] } else { [x, k] };
+                let outer = match share {
+                    Some(share) => {
+                        let rows = if staging.k_major {
+                            staging.block_x / 2
+                        } else {
+                            layout.tiles.block_k / 2
+                        };
+                        b.u32_mad(share.rank, rows, outer)
+                    }
+                    None => outer,
+                };
                 b.push(Op::CpAsyncBulkTensor {
                     dst: Addr {
-                        base: slot,
+                        base: dst,
                         offset: i64::from(staging.offset + panel * staging.panel_bytes()),
                     },
                     map,
-                    coords: inner.into_iter().chain(batch.iter().copied()).collect(),
+                    coords: [inner, outer]
+                        .into_iter()
+                        .chain(batch.iter().copied())
+                        .collect(),
                     barrier: full,
+                    multicast,
                 });
             }
         }

@@ -1,0 +1,187 @@
+//! Clusters whose blocks share tiles by multicast tensor copies
+//! (`cluster_m = 2`), on the virtual GPU: the lowered kernel runs (its
+//! results are checked in `producer.rs`), and each edit that breaks its
+//! protocol between the two blocks is a fault that names it: a barrier
+//! init not released to the cluster, no cluster barrier between the inits
+//! and the other block's use, consumers that release only their own
+//! block's slots (the other block's producer then copies over tiles its
+//! `wgmma`s may still read), and a multicast mask outside the cluster.
+
+mod common;
+
+use common::gemm;
+use ktune_core::lower::{Lowered, lower};
+use ktune_core::ptx::inst::{Op, Operand, Ty};
+use ktune_core::schedule::{MmaTiles, Schedule};
+use ktune_core::target::SmVersion;
+use ktune_vgpu::verify::Reference;
+use ktune_vgpu::{ClusterProblem, Fault, FaultKind};
+
+fn shared_tiles() -> MmaTiles {
+    MmaTiles {
+        block_m: 64,
+        block_n: 64,
+        block_k: 32,
+        warp_m: 64,
+        warp_n: 64,
+        stages: 2,
+        group_m: 1,
+        split_k: 1,
+        min_blocks: 1,
+        swizzle: 1,
+        prefetch: 0,
+        wgmma: 1,
+        tail_split: 1,
+        persistent: 0,
+        producer: 1,
+        tma: 1,
+        cluster_m: 2,
+    }
+}
+
+fn reference() -> Reference {
+    Reference::new(&gemm("bf16", false, false, (256, 128, 256)), 7)
+}
+
+fn lowered(reference: &Reference) -> Lowered {
+    lower(
+        reference.kernel(),
+        &Schedule::Mma(shared_tiles()),
+        SmVersion::Sm90,
+    )
+    .expect("lowers")
+}
+
+/// Runs `edit` of the lowered kernel; its fault.
+fn fault_of(edit: impl FnOnce(&mut Lowered)) -> Fault {
+    let reference = reference();
+    let mut kernel = lowered(&reference);
+    edit(&mut kernel);
+    reference
+        .run_virtual(&kernel)
+        .expect_err("the edited kernel faults")
+}
+
+#[test]
+fn the_lowered_cluster_runs_as_written() {
+    let reference = reference();
+    let kernel = lowered(&reference);
+    let (bytes, stats) = reference.run_virtual(&kernel).expect("runs");
+    reference.compare(&bytes).expect("matches the reference");
+    // A's rows are read once for each of the 2 columns of tiles; B's,
+    // once for each of the 2 clusters' worth of rows (4 tiles of 64
+    // rows), where each block reading its own would read them 4 times.
+    assert_eq!(
+        stats.global_load_bytes,
+        2 * (256 * 256 * 2) + 2 * (256 * 128 * 2)
+    );
+}
+
+#[test]
+fn barrier_inits_must_be_released_to_the_cluster() {
+    let fault = fault_of(|k| {
+        k.ptx.body.retain(|i| i.op != Op::FenceMbarrierInit);
+    });
+    assert!(
+        matches!(
+            fault.kind,
+            FaultKind::Cluster {
+                problem: ClusterProblem::UnreleasedInit { .. }
+            }
+        ),
+        "{fault}"
+    );
+    assert!(fault.to_string().contains("fence.mbarrier_init"), "{fault}");
+}
+
+/// With the block's barrier in place of the cluster's, nothing orders one
+/// block's inits before the other's copies and arrivals there.
+#[test]
+fn a_cluster_barrier_orders_the_inits_before_the_other_block_s_use() {
+    let fault = fault_of(|k| {
+        let body = &mut k.ptx.body;
+        let at = body
+            .iter()
+            .position(|i| i.op == Op::ClusterArrive)
+            .expect("a cluster barrier");
+        body[at].op = Op::BarSync;
+        body.remove(at + 1);
+    });
+    match fault.kind {
+        FaultKind::Cluster {
+            problem:
+                ClusterProblem::RemoteRace {
+                    rank: 1,
+                    other_thread: [0, 0, 0],
+                    other_wrote: true,
+                    ..
+                },
+        } => {}
+        _ => panic!("expected block 1's init racing with block 0's copy: {fault}"),
+    }
+    assert!(
+        fault.instruction.starts_with("cp.async.bulk.tensor"),
+        "{fault}"
+    );
+}
+
+/// Each consumer warp arrives at block 0's `empty` barrier twice instead
+/// of once at each block's: block 0's phases complete with no word from
+/// block 1, whose tiles block 0's producer then copies over while block
+/// 1's `wgmma`s may still read them.
+#[test]
+fn consumers_must_release_the_slots_of_both_blocks() {
+    let fault = fault_of(|k| {
+        for i in &mut k.ptx.body {
+            if let Op::Mapa { rank, .. } = &mut i.op
+                && *rank == Operand::Int(1)
+            {
+                *rank = Operand::Int(0);
+            }
+        }
+    });
+    // Block 0's producer copies B's next tile into block 1's slot over
+    // what block 1's first warpgroup's `wgmma`s read.
+    match fault.kind {
+        FaultKind::Cluster {
+            problem:
+                ClusterProblem::RemoteRace {
+                    rank: 1,
+                    other_thread: [0, 0, 0],
+                    other_wrote: false,
+                    ..
+                },
+        } => {}
+        _ => panic!("expected a copy over block 1's reads: {fault}"),
+    }
+    assert!(
+        fault.instruction.starts_with("cp.async.bulk.tensor")
+            && fault.instruction.contains("multicast"),
+        "{fault}"
+    );
+}
+
+#[test]
+fn a_multicast_mask_names_blocks_of_the_cluster() {
+    let fault = fault_of(|k| {
+        for i in &mut k.ptx.body {
+            if let Op::Mov {
+                ty: Ty::B16, src, ..
+            } = &mut i.op
+                && *src == Operand::Int(0b11)
+            {
+                *src = Operand::Int(0b101);
+            }
+        }
+    });
+    assert_eq!(
+        fault.kind,
+        FaultKind::Cluster {
+            problem: ClusterProblem::Mask {
+                mask: 0b101,
+                blocks: 2
+            }
+        },
+        "{fault}"
+    );
+}
