@@ -49,7 +49,7 @@ pub fn write_kernel(
         let launch = &v.lowered.launch;
         let _ = writeln!(
             table,
-            "    ::ktune::__private::Variant {{\n        gpu: {:?},\n        sm: ({major}, {minor}),\n        arch_specific: {},\n        schedule: {:?},\n        entry: {:?},\n        ptx: include_str!({:?}),\n        grid: {:?},\n        block: {:?},\n        dynamic_shared_bytes: {},\n        workspace_bytes: {},\n        persistent: {},\n        registers: {},\n        tensor_maps: &[{}],\n    }},",
+            "    ::ktune::__private::Variant {{\n        gpu: {:?},\n        sm: ({major}, {minor}),\n        arch_specific: {},\n        schedule: {:?},\n        entry: {:?},\n        ptx: include_str!({:?}),\n        grid: {:?},\n        block: {:?},\n        dynamic_shared_bytes: {},\n        workspace_bytes: {},\n        persistent: {},\n        cluster: {},\n        registers: {},\n        tensor_maps: &[{}],\n    }},",
             v.gpu,
             v.arch_specific(),
             v.schedule.to_json(),
@@ -60,6 +60,7 @@ pub fn write_kernel(
             launch.dynamic_shared_bytes,
             launch.workspace_bytes,
             launch.persistent,
+            v.lowered.ptx.cluster_blocks.max(1),
             launch.registers,
             v.lowered
                 .ptx

@@ -1709,6 +1709,34 @@ mod tests {
         assert!(three.seconds < two.seconds, "{three:?} {two:?}");
     }
 
+    /// A cluster of two blocks sharing B's tiles reads B from L2 half as
+    /// often: for square 64 × 64 tiles of a square product, whose A and B
+    /// each take half of the L2 traffic, three quarters of it in all: the
+    /// L2-bound time falls toward that, as far as DRAM's traffic allows.
+    #[test]
+    fn clusters_sharing_b_read_it_from_l2_once_for_both() {
+        let k = bf16_matmul(4096, 4096, 4096);
+        let plan = matmul::detect(&k).expect("a contraction");
+        let hw = SmVersion::Sm90.hardware();
+        let l2 = |shares_b: u32| {
+            let grid = Grid {
+                block_m: 64,
+                block_n: 64,
+                block_k: 64,
+                group_m: 1,
+                shares_b,
+                wave: 132,
+                workspace_bytes: 0.0,
+            };
+            with_memory(&k, &plan, [4096; 3], grid, (0.0, Bound::Compute), &hw)
+        };
+        let (own, shared) = (l2(1), l2(2));
+        assert_eq!(own.1, Bound::L2);
+        // Then DRAM's traffic may bound it instead.
+        let ratio = shared.0 / own.0;
+        assert!((0.75 - 1e-9..1.0).contains(&ratio), "{ratio} {shared:?}");
+    }
+
     #[test]
     fn short_rows_of_an_operand_cost_whole_dram_segments() {
         // 16 × 4096 × 4096 bf16: every point streams B from DRAM once.

@@ -11,7 +11,7 @@ use cudarc::driver::{
     DriverError, LaunchConfig, PushKernelArg,
 };
 use cudarc::nvrtc::Ptx;
-use ktune::__private::{EncodedMap, encode_tensor_map};
+use ktune::__private::{EncodedMap, encode_tensor_map, resident_blocks};
 use ktune_core::ir::Kernel;
 use ktune_core::lower::{self, Lowered};
 use ktune_core::{SmVersion, ptx};
@@ -437,17 +437,16 @@ impl Gpu {
         }
         let [bx, by, bz] = lowered.launch.block;
         let resident = if lowered.launch.persistent {
-            let sms = context
-                .attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
-                .map_err(driver("reading the GPU's SM count"))
-                .map_err(compile)?;
-            let per_sm = function
-                .occupancy_max_active_blocks_per_multiprocessor(bx * by * bz, shared as usize, None)
+            let shape = (
+                lowered.launch.block,
+                shared,
+                lowered.ptx.cluster_blocks.max(1),
+            );
+            resident_blocks(&function, &context.default_stream(), shape)
                 .map_err(driver(
-                    "reading how many of the kernel's blocks an SM holds",
+                    "reading how many of the kernel's blocks the GPU holds",
                 ))
-                .map_err(compile)?;
-            u32::try_from(sms).unwrap_or(0).saturating_mul(per_sm)
+                .map_err(compile)?
         } else {
             0
         };

@@ -106,6 +106,10 @@ pub struct Variant {
     /// Whether the kernel's blocks loop over `grid[0]` tiles: launched
     /// with at most as many blocks as the GPU holds at once.
     pub persistent: bool,
+    /// Blocks per thread-block cluster along x (1: none), as the kernel's
+    /// PTX requires (`.reqnctapercluster`): a persistent grid is sized by
+    /// the clusters the GPU holds at once.
+    pub cluster: u32,
     /// Registers each thread must be given at launch (0: any number): the
     /// kernel's warpgroups hand registers to each other with `setmaxnreg`,
     /// from a pool of this many per thread. A variant the driver compiles

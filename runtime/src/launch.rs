@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 
-use cudarc::driver::sys::{CUdevice_attribute, CUdeviceptr, CUfunction_attribute};
+use cudarc::driver::sys::{CUdeviceptr, CUfunction_attribute};
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig,
     PushKernelArg, SyncOnDrop,
@@ -13,6 +13,7 @@ use cudarc::driver::{
 use cudarc::nvrtc::Ptx;
 
 use crate::__private::check_len;
+use crate::resident::resident_blocks;
 use crate::select::select_among;
 use crate::workspace::{Pool, Workspace};
 use crate::{Element, Error, KernelInfo, Variant};
@@ -474,20 +475,8 @@ fn load(
             })?;
     }
     let grid = if variant.persistent {
-        let threads = variant.block.iter().product();
-        let resident = context
-            .bind_to_thread()
-            .and_then(|()| {
-                context.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
-            })
-            .and_then(|sms| {
-                let per_sm = function.occupancy_max_active_blocks_per_multiprocessor(
-                    threads,
-                    variant.dynamic_shared_bytes as usize,
-                    None,
-                )?;
-                Ok(u32::try_from(sms).unwrap_or(0).saturating_mul(per_sm))
-            })
+        let shape = (variant.block, variant.dynamic_shared_bytes, variant.cluster);
+        let resident = resident_blocks(&function, &context.default_stream(), shape)
             .map_err(|e| Error::driver(what("sizing the grid of persistent"), e))?;
         [variant.grid[0].min(resident.max(1)), 1, 1]
     } else {

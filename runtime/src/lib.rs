@@ -155,6 +155,7 @@ mod error;
 mod kernel;
 mod launch;
 mod probe;
+mod resident;
 mod select;
 mod tensor_map;
 mod vgpu;

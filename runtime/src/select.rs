@@ -125,6 +125,7 @@ mod tests {
             dynamic_shared_bytes: 0,
             workspace_bytes: 0,
             persistent: false,
+            cluster: 1,
             registers: 0,
             tensor_maps: &[],
         }

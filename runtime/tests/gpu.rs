@@ -149,6 +149,7 @@ fn softmax_variant(gpu: Option<&'static str>, entry: &'static str, registers: u3
         dynamic_shared_bytes: 0,
         workspace_bytes: 0,
         persistent: false,
+        cluster: 1,
         registers,
         tensor_maps: &[],
     }

@@ -5,7 +5,8 @@
 //! consumers release every ring slot in both. The product is
 //! `gpu_tma.rs`'s, bf16 with edges along `M`, `N` and `K`; 1000 rows in
 //! tiles of 128 and 64 make 4 and 8 clusters along `M`, the last block
-//! of each pair short of rows or past them all. Every result exact. In a
+//! of each pair short of rows or past them all; a block per tile, or
+//! persistent clusters in ping-pong. Every result exact. In a
 //! binary of its own, so that a GPU machine's run can tell a failure of
 //! these from one of tensor-map copies in one block (`gpu-bundle`'s
 //! `run.sh` then leaves cluster schedules out of the benchmark).
@@ -36,8 +37,13 @@ const WIDE: &str = r#"{"class":"mma","block_m":128,"block_n":16,"block_k":64,"wa
 /// released it.
 const DEEP: &str = r#"{"class":"mma","block_m":64,"block_n":64,"block_k":32,"warp_m":64,"warp_n":64,"stages":2,"min_blocks":1,"swizzle":1,"wgmma":1,"producer":1,"tma":1,"cluster_m":2}"#;
 
-static VARIANTS: LazyLock<[Vec<Variant>; 2]> = LazyLock::new(|| {
-    [WIDE, DEEP].map(|schedule| {
+/// Tiles of 64 × 16 taken in turn by two warpgroups beside a producer,
+/// over persistent clusters: the grid is as many clusters as the GPU
+/// holds at once.
+const PONG: &str = r#"{"class":"mma","block_m":64,"block_n":16,"block_k":64,"warp_m":64,"warp_n":16,"stages":4,"min_blocks":1,"swizzle":1,"wgmma":1,"persistent":1,"producer":2,"tma":1,"cluster_m":2}"#;
+
+static VARIANTS: LazyLock<[Vec<Variant>; 3]> = LazyLock::new(|| {
+    [WIDE, DEEP, PONG].map(|schedule| {
         vec![lowered::matmul(
             "bf16",
             [M, N, K],
@@ -57,7 +63,8 @@ fn each_variant_declares_its_clusters_and_multicasts_b() {
         );
         assert!(variant.ptx.contains(".multicast::cluster "), "{variant}");
         assert_eq!(variant.grid[0] % 2, 0, "{variant}");
-        assert!(!variant.persistent && variant.arch_specific, "{variant}");
+        assert_eq!(variant.cluster, 2, "{variant}");
+        assert!(variant.arch_specific, "{variant}");
     }
 }
 

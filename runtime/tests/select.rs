@@ -32,6 +32,7 @@ const fn variant(gpu: Option<&'static str>, sm: (u32, u32), entry: &'static str)
         dynamic_shared_bytes: 0,
         workspace_bytes: 0,
         persistent: false,
+        cluster: 1,
         registers: 0,
         tensor_maps: &[],
     }

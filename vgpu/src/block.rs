@@ -68,7 +68,9 @@ pub(crate) fn run_grid(
     let mut blocks: Vec<Block<'_>> = (0..cluster_blocks)
         .map(|_| Block::new(kernel, &program, launch))
         .collect();
-    let grid = launch.grid_for(config.resident_blocks);
+    // A persistent grid holds whole clusters, as the GPU runs them.
+    let resident = (config.resident_blocks / cluster_blocks * cluster_blocks).max(cluster_blocks);
+    let grid = launch.grid_for(resident);
     let mut serial = 0u32;
     memory.begin_launch(grid);
     for origin in block_order(grid, cluster_blocks, config.block_order) {

@@ -265,7 +265,8 @@ pub struct Config {
     pub block_order: BlockOrder,
     /// The blocks a persistent kernel ([`Launch::persistent`]) is launched
     /// with, where its grid has more tiles: few, so that each block loops
-    /// over several tiles, and blocks end up with different counts.
+    /// over several tiles, and blocks end up with different counts. For a
+    /// kernel in clusters, rounded down to whole clusters (one at least).
     pub resident_blocks: u32,
 }
 

@@ -613,7 +613,8 @@ fn tensor_map_copies_feed_the_consumers() {
 /// `k`), an `M` whose last cluster's second tile lies wholly past it (760
 /// rows in tiles of 64: 12 tiles, 6 clusters, and 100 rows: the second
 /// block of the only cluster computes rows 64..128, of which 36 exist), a
-/// single `K` tile, a grouped walk and a batch with a fused epilogue.
+/// single `K` tile, a grouped walk, a batch with a fused epilogue, and
+/// persistent clusters, in ping-pong too.
 #[test]
 fn a_cluster_shares_b_s_tiles_by_multicast() {
     let shared = |t: MmaTiles| MmaTiles {
@@ -652,4 +653,25 @@ fn a_cluster_shares_b_s_tiles_by_multicast() {
     );
     let batched = Reference::new(&batched_bias_gelu(), 7);
     check(&batched, shared(tiles((128, 16, 32), 16, 3)));
+    // Persistent clusters, and ping-pong in them: both blocks of a cluster
+    // walk the same tile pairs (144 tiles of 64 × 16, 72 pairs), with any
+    // number of clusters resident.
+    let persistent = |t: MmaTiles| MmaTiles {
+        persistent: 1,
+        ..shared(t)
+    };
+    let pong = |t: MmaTiles| MmaTiles {
+        producer: 2,
+        ..persistent(t)
+    };
+    let reference = Reference::new(&gemm("bf16", true, false, (760, 184, 88)), 7);
+    for t in [
+        persistent(tiles((64, 16, 16), 16, 3)),
+        pong(tiles((64, 16, 16), 16, 3)),
+        pong(tiles((64, 16, 32), 16, 2)),
+    ] {
+        check(&reference, t);
+    }
+    let kernel = gemm("bf16", false, true, (760, 184, 88));
+    common::with_any_number_of_blocks(&kernel, pong(tiles((64, 16, 16), 16, 3)), 144);
 }

@@ -15,7 +15,7 @@ use cudarc::driver::{
     LaunchConfig, PushKernelArg,
 };
 use cudarc::nvrtc::Ptx;
-use ktune::__private::EncodedMap;
+use ktune::__private::{EncodedMap, resident_blocks};
 use ktune_bench::plan::{Variant, target_for};
 use ktune_bench::probe::{self, MemoryProbe};
 use ktune_bench::report::GpuInfo;
@@ -205,12 +205,8 @@ impl Gpu {
             bytes => Some(self.stream.alloc_zeros::<u8>(bytes as usize)?),
         };
         let resident = if launch.persistent {
-            self.ctx.bind_to_thread()?;
-            let threads = launch.block.iter().product();
-            let shared = launch.dynamic_shared_bytes as usize;
-            let per_sm =
-                function.occupancy_max_active_blocks_per_multiprocessor(threads, shared, None)?;
-            self.info.sm_count.saturating_mul(per_sm)
+            let shape = (launch.block, launch.dynamic_shared_bytes, variant.cluster);
+            resident_blocks(&function, &self.stream, shape)?
         } else {
             0
         };

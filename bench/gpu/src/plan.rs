@@ -31,6 +31,8 @@ pub struct Variant {
     pub launch: Launch,
     /// The tensor maps the kernel takes after its pointers.
     pub maps: Vec<ptx::TensorMap>,
+    /// Blocks per thread-block cluster (1: none).
+    pub cluster: u32,
 }
 
 impl Variant {
@@ -51,6 +53,7 @@ impl Variant {
             entry: lowered.ptx.entry.clone(),
             launch: lowered.launch,
             maps: lowered.ptx.tensor_maps.clone(),
+            cluster: lowered.ptx.cluster_blocks.max(1),
         }
     }
 }
@@ -373,7 +376,7 @@ fn alternatives(default: &Schedule, row_length: u32) -> Vec<Schedule> {
     });
     // Each producer copying by its threads' `cp.async`s, then by one
     // thread's tensor-map copies, and those in clusters of two blocks
-    // sharing B's tiles (a block per tile pair).
+    // sharing B's tiles.
     let producers = (t.wgmma == 1)
         .then(|| {
             [fed(t), fed(persistent)]
@@ -384,7 +387,6 @@ fn alternatives(default: &Schedule, row_length: u32) -> Vec<Schedule> {
                     let by_map = MmaTiles { tma: 1, ..p };
                     let shared = MmaTiles {
                         cluster_m: 2,
-                        persistent: 0,
                         ..by_map
                     };
                     [p, by_map, shared]

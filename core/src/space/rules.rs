@@ -131,7 +131,7 @@
 //! - **Clusters sharing B** (`cluster_m`, where tensor-map copies are
 //!   offered and `M` has two tiles or more of the finest 64 rows): 1,
 //!   each block copies its own tiles, and 2, two blocks stacked along `M`
-//!   share B's by multicast. A point without `tma = 1`, or persistent, is
+//!   share B's by multicast. A point without `tma = 1` is
 //!   a [`Constraint::Range`](crate::lower::Constraint) rejection.
 
 use super::{Coverage, Family, Knob, Space};

@@ -11,6 +11,7 @@ pub use half;
 pub use rayon;
 
 pub use crate::launch::{DeviceArg, DeviceArgMut, launch, module_loads};
+pub use crate::resident::resident_blocks;
 pub use crate::select::select_variant;
 pub use crate::tensor_map::{EncodedMap, TensorMapSpec, encode as encode_tensor_map};
 pub use crate::vgpu::{HostArg, HostArgMut, run_vgpu};

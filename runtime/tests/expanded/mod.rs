@@ -48,6 +48,7 @@ pub mod softmax {
                 dynamic_shared_bytes: 0,
                 workspace_bytes: 0,
                 persistent: false,
+                cluster: 1,
                 registers: 0,
                 tensor_maps: &[],
             },
@@ -63,6 +64,7 @@ pub mod softmax {
                 dynamic_shared_bytes: 0,
                 workspace_bytes: 0,
                 persistent: false,
+                cluster: 1,
                 registers: 0,
                 tensor_maps: &[],
             },
@@ -198,6 +200,7 @@ pub mod scale_add {
             dynamic_shared_bytes: 64 * 1024,
             workspace_bytes: 0,
             persistent: false,
+            cluster: 1,
             registers: 0,
             tensor_maps: &[],
         }];

@@ -50,6 +50,7 @@ pub fn matmul(
         dynamic_shared_bytes: lowered.launch.dynamic_shared_bytes,
         workspace_bytes: lowered.launch.workspace_bytes,
         persistent: lowered.launch.persistent,
+        cluster: lowered.ptx.cluster_blocks.max(1),
         registers: lowered.launch.registers,
         tensor_maps: Box::leak(
             lowered

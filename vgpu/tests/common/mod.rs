@@ -241,7 +241,8 @@ pub fn batched_bias_gelu() -> ktune_core::ir::Kernel {
 /// Runs the persistent tensor-core point `t` of `kernel`, whose grid has
 /// `tiles` tiles, with 1, 2, 5, `tiles - 1`, `tiles` and more resident
 /// blocks, each time checking that it ran as many blocks (at most one a
-/// tile) and computed the reference's output.
+/// tile; in clusters, whole clusters, one at least) and computed the
+/// reference's output.
 pub fn with_any_number_of_blocks(kernel: &Kernel, t: ktune_core::schedule::MmaTiles, tiles: u32) {
     use ktune_core::schedule::Schedule;
     use ktune_core::target::SmVersion;
@@ -258,7 +259,9 @@ pub fn with_any_number_of_blocks(kernel: &Kernel, t: ktune_core::schedule::MmaTi
         let (bytes, stats) =
             run_bytes_with(&lowered.ptx, &lowered.launch, &inputs, output, &config)
                 .unwrap_or_else(|f| panic!("{blocks} blocks: {f}"));
-        assert_eq!(stats.blocks, u64::from(blocks.min(tiles)));
+        let cluster = lowered.ptx.cluster_blocks.max(1);
+        let ran = (blocks / cluster * cluster).max(cluster).min(tiles);
+        assert_eq!(stats.blocks, u64::from(ran));
         reference
             .compare(&bytes)
             .unwrap_or_else(|e| panic!("{blocks} blocks: {e}"));

@@ -589,9 +589,7 @@ fn check_producer(tiles: MmaTiles) -> Result<(), Violation> {
 }
 
 /// Checks `cluster_m`: 1, or 2 where a producer copies by the tensor
-/// memory accelerator (`tma = 1`), whose multicast shares B's tiles, in a
-/// block per pair of tiles (`persistent = 0`: a persistent launch would
-/// have to size its grid by the clusters the GPU holds at once).
+/// memory accelerator (`tma = 1`), whose multicast shares B's tiles.
 fn check_cluster(tiles: MmaTiles) -> Result<(), Violation> {
     let range = |reason: String| Err(Violation::new(Constraint::Range, reason));
     match tiles.cluster_m {
@@ -600,9 +598,6 @@ fn check_cluster(tiles: MmaTiles) -> Result<(), Violation> {
             "cluster_m = 2 shares B's tiles by the tensor memory accelerator's multicast; tma = {}",
             tiles.tma
         )),
-        2 if tiles.persistent != 0 => {
-            range("cluster_m = 2 is implemented for a block per tile (persistent = 0)".to_owned())
-        }
         2 => Ok(()),
         other => range(format!(
             "cluster_m = {other}; expected 1 (each block copies its own tiles) or 2 (two blocks along M share B's tiles)"
