@@ -107,22 +107,8 @@ fn a_cluster_barrier_orders_the_inits_before_the_other_block_s_use() {
         body[at].op = Op::BarSync;
         body.remove(at + 1);
     });
-    match fault.kind {
-        FaultKind::Cluster {
-            problem:
-                ClusterProblem::RemoteRace {
-                    rank: 1,
-                    other_thread: [0, 0, 0],
-                    other_wrote: true,
-                    ..
-                },
-        } => {}
-        _ => panic!("expected block 1's init racing with block 0's copy: {fault}"),
-    }
-    assert!(
-        fault.instruction.starts_with("cp.async.bulk.tensor"),
-        "{fault}"
-    );
+    // Block 1's thread 0 wrote the barrier's bytes by its init.
+    block_0_s_copy_races_block_1_s_thread_0(&fault, true);
 }
 
 /// Each consumer warp arrives at block 0's `empty` barrier twice instead
@@ -142,18 +128,25 @@ fn consumers_must_release_the_slots_of_both_blocks() {
     });
     // Block 0's producer copies B's next tile into block 1's slot over
     // what block 1's first warpgroup's `wgmma`s read.
+    block_0_s_copy_races_block_1_s_thread_0(&fault, false);
+}
+
+/// Checks that `fault` is a multicast copy's landing in block 1 racing
+/// with what block 1's thread 0 (or its warpgroup) wrote or read before.
+fn block_0_s_copy_races_block_1_s_thread_0(fault: &Fault, wrote: bool) {
     match fault.kind {
         FaultKind::Cluster {
             problem:
                 ClusterProblem::RemoteRace {
                     rank: 1,
                     other_thread: [0, 0, 0],
-                    other_wrote: false,
+                    other_wrote,
                     ..
                 },
-        } => {}
-        _ => panic!("expected a copy over block 1's reads: {fault}"),
+        } if other_wrote == wrote => {}
+        _ => panic!("expected a race with block 1's thread 0 (wrote: {wrote}): {fault}"),
     }
+    assert_eq!(fault.block, [0, 0, 0], "{fault}");
     assert!(
         fault.instruction.starts_with("cp.async.bulk.tensor")
             && fault.instruction.contains("multicast"),
