@@ -5,7 +5,8 @@
 //! init not released to the cluster, no cluster barrier between the inits
 //! and the other block's use, consumers that release only their own
 //! block's slots (the other block's producer then copies over tiles its
-//! `wgmma`s may still read), and a multicast mask outside the cluster.
+//! `wgmma`s may still read), a multicast mask outside the cluster, and
+//! a slot neither block can release.
 
 mod common;
 
@@ -15,7 +16,7 @@ use ktune_core::ptx::inst::{Op, Operand, Ty};
 use ktune_core::schedule::{MmaTiles, Schedule};
 use ktune_core::target::SmVersion;
 use ktune_vgpu::verify::Reference;
-use ktune_vgpu::{ClusterProblem, Fault, FaultKind};
+use ktune_vgpu::{ClusterProblem, Fault, FaultKind, MbarrierProblem};
 
 fn shared_tiles() -> MmaTiles {
     MmaTiles {
@@ -177,4 +178,36 @@ fn a_multicast_mask_names_blocks_of_the_cluster() {
         },
         "{fault}"
     );
+}
+
+/// With each slot's `empty` barrier expecting one arrival more than both
+/// blocks' consumer warps give (8, of one warpgroup each), no slot is
+/// released: each block's producer waits for the other block too, its
+/// consumers for fills that never come, and the cluster, none of whose
+/// blocks can go on, reports a wait that can never end, with what its
+/// phase still misses (here block 0's first consumer's, at a `full`
+/// barrier the producer never arrives at again).
+#[test]
+fn a_slot_neither_block_can_release_deadlocks_the_cluster() {
+    let fault = fault_of(|k| {
+        for i in &mut k.ptx.body {
+            if let Op::MbarrierInit { count, .. } = &mut i.op
+                && *count == Operand::Int(8)
+            {
+                *count = Operand::Int(9);
+            }
+        }
+    });
+    match fault.kind {
+        FaultKind::Mbarrier {
+            problem: MbarrierProblem::Deadlock { pending: 1, .. },
+            ..
+        } => {}
+        _ => panic!("expected a deadlock at a memory barrier: {fault}"),
+    }
+    assert!(
+        fault.instruction.starts_with("mbarrier.try_wait"),
+        "{fault}"
+    );
+    assert!(fault.to_string().contains("deadlock"), "{fault}");
 }
