@@ -299,12 +299,7 @@ impl Shared {
                 &mut barrier.remote.last_mut().expect("pushed").1
             }
         };
-        if entry.len() < join.len() {
-            entry.resize(join.len(), 0);
-        }
-        for (e, j) in entry.iter_mut().zip(join) {
-            *e = (*e).max(*j);
-        }
+        join_into(entry, join);
         barrier.pending -= 1;
         if barrier.pending > 0 || barrier.transactions != 0 {
             return Ok(0);
@@ -550,13 +545,7 @@ impl Shared {
         self.mbarriers[k].published = published;
         let remote = std::mem::take(&mut self.mbarriers[k].remote_published);
         for (rank, join) in &remote {
-            let view = self.view_mut(thread, *rank);
-            if view.len() < join.len() {
-                view.resize(join.len(), 0);
-            }
-            for (v, j) in view.iter_mut().zip(join) {
-                *v = (*v).max(*j);
-            }
+            join_into(self.view_mut(thread, *rank), join);
         }
         self.mbarriers[k].remote_published = remote;
         Ok(Waited::Done)
@@ -597,5 +586,16 @@ impl Shared {
                 }
             }
         }
+    }
+}
+
+/// `into`, entry by entry the larger of itself and `from` (a clock of
+/// each column; missing entries are 0).
+fn join_into(into: &mut Vec<u32>, from: &[u32]) {
+    if into.len() < from.len() {
+        into.resize(from.len(), 0);
+    }
+    for (i, f) in into.iter_mut().zip(from) {
+        *i = (*i).max(*f);
     }
 }
