@@ -912,9 +912,10 @@ fn a_tma_producer_copies_tiles_by_tensor_maps() {
 
 /// Two blocks of a cluster sharing B's tiles (`cluster_m = 2`): the
 /// issuing thread still copies A's tile and each of B's four 128-byte
-/// panels, B's halves by multicast (`UTMALDG` with `MULTICAST`), and
-/// the consumers keep their 240 registers without spilling, edges along
-/// every dimension too.
+/// panels, B's halves by multicast (`UTMALDG` with `MULTICAST`), the
+/// consumers release slots in both blocks without a memory barrier, and
+/// they keep their 240 registers without spilling, edges along every
+/// dimension too.
 #[test]
 fn a_cluster_shares_b_s_tiles_by_multicast_copies() {
     let tools = tools();
@@ -946,4 +947,18 @@ fn a_cluster_shares_b_s_tiles_by_multicast_copies() {
         .filter(|i| i.opcode.modifiers.iter().any(|m| m == "MULTICAST"))
         .count();
     assert_eq!(multicast, 4, "{copies:?}");
+    // The consumers' arrivals at both blocks' barriers (`RED`: by the
+    // cluster's window) come with no memory barrier: past the cluster's
+    // barrier after the inits, the kernel has none.
+    let after_init = instructions
+        .iter()
+        .position(|i| i.opcode.name == "UCGABAR_WAIT")
+        .expect("a cluster barrier");
+    let later = &instructions[after_init..];
+    assert!(later.iter().all(|i| i.opcode.name != "MEMBAR"), "{later:?}");
+    let remote = later
+        .iter()
+        .filter(|i| i.opcode.name == "SYNCS" && i.opcode.modifiers.iter().any(|m| m == "RED"))
+        .count();
+    assert!(remote >= 2, "{remote} arrivals by the cluster's window");
 }

@@ -822,7 +822,7 @@ fn tensor_map_copies_round_trip() {
         "\tcp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%r0], [%rd1, {%r1, %r2}], [%r0+16384];",
         "\tfence.mbarrier_init.release.cluster;",
         "\tcp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%r0], [%rd1, {%r1, %r2}], [%r0+16384], %h0;",
-        "\tmbarrier.arrive.release.cluster.shared::cluster.b64 _, [%r3+16384];",
+        "\tmbarrier.arrive.shared::cluster.b64 _, [%r3+16384];",
     ] {
         assert!(
             text.lines().any(|l| l == line),

@@ -28,8 +28,10 @@ pub fn resident_blocks(
             block_dim: block.into(),
             shared_mem_bytes: shared,
         };
+        // One cluster at least, so that the grid stays whole clusters: a
+        // kernel none of whose clusters fits fails at its launch.
         let clusters = function.occupancy_max_active_clusters(config, stream)?;
-        return Ok(clusters.saturating_mul(cluster));
+        return Ok(clusters.max(1).saturating_mul(cluster));
     }
     let sms = context.attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
     let per_sm = function.occupancy_max_active_blocks_per_multiprocessor(

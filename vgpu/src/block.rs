@@ -144,6 +144,10 @@ fn run_cluster(
                     let kind = cluster_fault(ClusterProblem::ExitWhileRead { reader });
                     return Err(block.fault(&envs[k], block.last_exited(), kind));
                 }
+                if let Some((rank, thread)) = block.shared.arrival_at_exit() {
+                    let kind = cluster_fault(ClusterProblem::ExitBeforeArrival { rank, thread });
+                    return Err(block.fault(&envs[k], block.last_exited(), kind));
+                }
             }
         }
         let delivered = deliver(blocks, envs, &exited, stats)?;

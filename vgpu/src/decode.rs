@@ -256,7 +256,7 @@ pub(crate) enum Exec {
     TensorCopy {
         index: u32,
     },
-    /// `mbarrier.arrive.release.cluster.shared::cluster`: an arrival at
+    /// `mbarrier.arrive.shared::cluster`: an arrival at
     /// the memory barrier at a cluster-window address, which the cluster
     /// completes ([`crate::block`]).
     MbarrierArriveCluster {

@@ -518,6 +518,11 @@ pub enum ClusterProblem {
     /// An arrival at, or a tensor copy to, block `rank`'s shared memory
     /// after that block exited.
     SendAfterExit { rank: u32 },
+    /// The block's last thread exits while the last arrival of block
+    /// `rank`'s thread `thread` at one of its memory barriers is ordered
+    /// before none of its threads' waits: the arrival may come after the
+    /// exit.
+    ExitBeforeArrival { rank: u32, thread: [u32; 3] },
     /// An arrival at, or a tensor copy to, block `rank`'s shared byte at
     /// window `offset`, which that block's thread `other_thread` wrote (or
     /// read) before with nothing ordering the two: no cluster barrier
@@ -576,6 +581,10 @@ impl fmt::Display for ClusterProblem {
                 f,
                 "an access from another block of the cluster to block {rank}'s shared byte at window offset {offset}, which its thread {other_thread:?} {} with nothing ordering the two (a cluster barrier between them, or a memory barrier that thread arrived at and this one waited at)",
                 if *other_wrote { "wrote" } else { "read" }
+            ),
+            ClusterProblem::ExitBeforeArrival { rank, thread } => write!(
+                f,
+                "the block exits while block {rank}'s thread {thread:?} arrives at one of its memory barriers with no wait of its threads ordered after that arrival: the arrival may come after the exit"
             ),
             ClusterProblem::SendAfterExit { rank } => write!(
                 f,

@@ -59,7 +59,7 @@
 //! that orders every remote read of its window.
 //!
 //! Other blocks' threads reach the window's memory barriers as well: they
-//! arrive there (`mbarrier.arrive.release.cluster` at an address `mapa`
+//! arrive there (`mbarrier.arrive.shared::cluster` at an address `mapa`
 //! gave), and their multicast tensor copies land here, completing bytes
 //! at this block's barrier at the offset they name in their own window.
 //! The cluster delivers each ([`crate::block`]) as a [`Message`] from the
@@ -74,7 +74,11 @@
 //! ordered before it. What a thread learns of another block passes on
 //! through the barrier it waited at only, not through its own block's
 //! barriers after it: stricter than the hardware, which a kernel meets by
-//! having the thread that copies or arrives wait itself.
+//! having the thread that copies or arrives wait itself. The block must
+//! not exit before one of its threads has waited for a phase that each
+//! other block's thread's last arrival here was part of (a cluster
+//! barrier does not count here: stricter again), lest the arrival come
+//! after the exit.
 
 mod mbarrier;
 
@@ -253,6 +257,11 @@ pub(crate) struct Shared {
     /// What the block's threads sent to other blocks of the cluster since
     /// the cluster last delivered it ([`crate::block`]).
     pub(crate) outbox: Vec<Message>,
+    /// The other blocks' threads that arrived at the block's memory
+    /// barriers: for each (its block's rank, the thread), the clock its
+    /// last arrival released, which a wait of one of this block's threads
+    /// must have acquired before the block exits.
+    arrivals: Vec<(u32, u32, u32)>,
 }
 
 /// An access of one block's thread to another block's shared memory, for
@@ -312,6 +321,7 @@ impl Shared {
             init_fenced: vec![0; threads],
             views: Vec::new(),
             outbox: Vec::new(),
+            arrivals: Vec::new(),
         }
     }
 
@@ -334,6 +344,22 @@ impl Shared {
         self.landed_any = false;
         self.views.clear();
         self.outbox.clear();
+        self.arrivals.clear();
+    }
+
+    /// An arrival of another block's thread that the block, exiting, has
+    /// not waited for: that block's rank and the thread's coordinates.
+    pub(crate) fn arrival_at_exit(&self) -> Option<(u32, [u32; 3])> {
+        self.arrivals
+            .iter()
+            .find(|&&(rank, thread, clock)| {
+                !self.views.iter().any(|v| {
+                    v.get(rank as usize)
+                        .and_then(|view| view.get(thread as usize))
+                        .is_some_and(|c| *c >= clock)
+                })
+            })
+            .map(|&(rank, thread, _)| (rank, self.coords(thread)))
     }
 
     /// What `thread` knows of the threads of the cluster's block `rank`.
@@ -439,12 +465,14 @@ impl Shared {
 
     /// [`Shared::write_before`] for `writer`. Another block's thread is
     /// ordered after this block's write by its clocks, or by a cluster
-    /// barrier it waited at that published the write.
+    /// barrier it waited at that published the write; after a copy that
+    /// landed as a memory barrier's phase completed, in its own time, by
+    /// its clocks alone (a cluster barrier orders nothing of it).
     fn write_before_by(&self, s: &ByteState, writer: Writer<'_>) -> bool {
         match writer {
             Writer::Thread(x) => self.write_before(s, x),
-            Writer::Remote { waited, .. } if self.landed(s) => {
-                waited >= s.release || self.known(writer, Self::orderer(s), s.write_clock)
+            Writer::Remote { .. } if self.landed(s) => {
+                self.known(writer, Self::orderer(s), s.write_clock)
             }
             Writer::Remote { waited, .. } => {
                 s.write_epoch < self.block_start

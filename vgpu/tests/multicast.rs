@@ -5,8 +5,9 @@
 //! init not released to the cluster, no cluster barrier between the inits
 //! and the other block's use, consumers that release only their own
 //! block's slots (the other block's producer then copies over tiles its
-//! `wgmma`s may still read), a multicast mask outside the cluster, and
-//! a slot neither block can release.
+//! `wgmma`s may still read), a multicast mask outside the cluster, a
+//! slot neither block can release, and a block that exits before the
+//! other's last arrivals at its barriers.
 
 mod common;
 
@@ -210,4 +211,41 @@ fn a_slot_neither_block_can_release_deadlocks_the_cluster() {
         "{fault}"
     );
     assert!(fault.to_string().contains("deadlock"), "{fault}");
+}
+
+/// A producer whose last loop waits for one fill fewer than the ring's
+/// two (the compare ending it takes 1 for 2) lets its block exit while
+/// the other block's consumers may still release the last fill there: a
+/// remote arrival that no wait of the exiting block was ordered after.
+#[test]
+fn a_block_exits_only_after_the_other_block_s_last_arrivals() {
+    let fault = fault_of(|k| {
+        let tail = k
+            .ptx
+            .body
+            .iter()
+            .rposition(|i| {
+                matches!(
+                    i.op,
+                    Op::Setp {
+                        b: Operand::Int(2),
+                        ..
+                    }
+                )
+            })
+            .expect("the tail's compare");
+        if let Op::Setp { b, .. } = &mut k.ptx.body[tail].op {
+            *b = Operand::Int(1);
+        }
+    });
+    assert!(
+        matches!(
+            fault.kind,
+            FaultKind::Cluster {
+                problem: ClusterProblem::ExitBeforeArrival { rank: 1, .. }
+            }
+        ),
+        "{fault}"
+    );
+    assert_eq!(fault.block, [0, 0, 0], "{fault}");
 }

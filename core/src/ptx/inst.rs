@@ -403,11 +403,13 @@ pub enum Op {
         barrier: Addr,
         multicast: Option<Reg>,
     },
-    /// `mbarrier.arrive.release.cluster.shared::cluster.b64 _, [addr]`
-    /// (sm_90): an arrival at the memory barrier at `addr`, an address in
-    /// the [`Space::SharedCluster`] window ([`Op::Mapa`]), which may be in
-    /// another block of the cluster; it releases the thread's accesses
-    /// before it at cluster scope, to whoever waits for the phase.
+    /// `mbarrier.arrive.shared::cluster.b64 _, [addr]` (sm_90): an
+    /// arrival at the memory barrier at `addr`, an address in the
+    /// [`Space::SharedCluster`] window ([`Op::Mapa`]), which may be in
+    /// another block of the cluster, releasing the thread's accesses before
+    /// it with the default semantics (`.release`, `.cta`), as CUTLASS's
+    /// cluster pipelines arrive: with `.release.cluster` ptxas puts a
+    /// GPU-wide memory barrier (`MEMBAR.ALL.GPU`) before each arrival.
     MbarrierArriveCluster { addr: Addr },
     /// `fence.mbarrier_init.release.cluster` (sm_90): the thread's
     /// `mbarrier.init`s before it are released at cluster scope, so that

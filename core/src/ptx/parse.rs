@@ -641,7 +641,7 @@ impl<'t> Parser<'t> {
                     addr: self.addr(ops[1], counts)?,
                 }
             }
-            "mbarrier" if opcode == "mbarrier.arrive.release.cluster.shared::cluster.b64" => {
+            "mbarrier" if opcode == "mbarrier.arrive.shared::cluster.b64" => {
                 arity(2)?;
                 if ops[0] != "_" {
                     return Err(self.error(format!(

@@ -551,11 +551,9 @@ pub(super) fn write_instr(out: &mut String, instr: &Instr) -> std::fmt::Result {
                 None => Ok(()),
             }
         }
-        Op::MbarrierArriveCluster { addr } => write!(
-            out,
-            "mbarrier.arrive.release.cluster.shared::cluster.b64 _, {}",
-            A(*addr)
-        ),
+        Op::MbarrierArriveCluster { addr } => {
+            write!(out, "mbarrier.arrive.shared::cluster.b64 _, {}", A(*addr))
+        }
         Op::FenceMbarrierInit => write!(out, "fence.mbarrier_init.release.cluster"),
         Op::MbarrierTryWait { done, addr, parity } => write!(
             out,

@@ -291,6 +291,16 @@ impl Shared {
     ) -> Result<u64, FaultKind> {
         let k = self.mbarrier_by(who, addr)?;
         self.arrival_allowed(k)?;
+        let thread = who.thread();
+        let clock = join.get(thread as usize).copied().unwrap_or(0);
+        match self
+            .arrivals
+            .iter_mut()
+            .find(|(r, t, _)| (*r, *t) == (rank, thread))
+        {
+            Some(arrival) => arrival.2 = arrival.2.max(clock),
+            None => self.arrivals.push((rank, thread, clock)),
+        }
         let barrier = &mut self.mbarriers[k];
         let entry = match barrier.remote.iter().position(|(r, _)| *r == rank) {
             Some(i) => &mut barrier.remote[i].1,
@@ -438,7 +448,8 @@ impl Shared {
     /// [`Shared::tensor_copy`] by `writer`: a multicast copy of another
     /// block of the cluster lands here, checked against what its thread
     /// knows of this block, at the addresses its operands name in its own
-    /// window.
+    /// window. Its bytes then record the sending thread's index in its
+    /// own block as their writer, which faults name by its coordinates.
     pub(crate) fn tensor_copy_by(
         &mut self,
         writer: Writer<'_>,

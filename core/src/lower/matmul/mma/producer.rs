@@ -77,7 +77,7 @@
 //! `tma`), so a slot is free for either only once both blocks'
 //! consumers have released it: `empty` counts the warps of both, and a
 //! lane of each consumer warp arrives at the slot's `empty` barrier in
-//! both blocks (`mapa`, then `mbarrier.arrive.release.cluster`). Thread 0
+//! both blocks (`mapa`, then `mbarrier.arrive.shared::cluster`). Thread 0
 //! releases its inits to the cluster (`fence.mbarrier_init`), and the
 //! cluster's barrier takes the block's place before any use, for the
 //! other block's copies and arrivals come to this one's barriers. Neither
