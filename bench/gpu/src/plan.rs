@@ -592,62 +592,53 @@ mod tests {
     /// producer point, and each keeps the rest.
     #[test]
     fn producer_points_can_be_left_out() {
-        let mut plan =
+        let plan =
             Plan::new(case("matmul_bias_gelu_bf16"), SmVersion::Sm90, 64, 1).expect("a plan");
-        let count = |plan: &Plan| {
+        // Of the alternatives, the bounded search's candidates and the
+        // sample, how many `pick` takes.
+        let count = |plan: &Plan, pick: fn(&Schedule) -> bool| {
             [&plan.alternatives, &plan.bounded, &plan.sample]
-                .map(|list| list.iter().filter(|s| has_producer(s)).count())
+                .map(|list| list.iter().filter(|s| pick(s)).count())
         };
-        let [alternatives, bounded, _] = count(&plan);
-        assert!(alternatives >= 3 && bounded >= 1, "{:?}", count(&plan));
-        let lengths = |plan: &Plan| {
-            [
-                plan.alternatives.len(),
-                plan.bounded.len(),
-                plan.sample.len(),
-            ]
+        let [alternatives, bounded, _] = count(&plan, has_producer);
+        assert!(
+            alternatives >= 3 && bounded >= 1,
+            "{:?}",
+            count(&plan, has_producer)
+        );
+        assert!(count(&plan, has_tma)[0] >= 3, "{:?}", count(&plan, has_tma));
+        let shared = count(&plan, has_cluster);
+        assert!(shared[0] >= 1, "{shared:?}");
+        // Leaving out what `pick` takes leaves none of it, and all else.
+        let leave_out = |left_out: LeftOut, pick: fn(&Schedule) -> bool| {
+            let mut rest = plan.clone();
+            rest.leave_out(left_out);
+            assert_eq!(count(&rest, pick), [0, 0, 0]);
+            let (before, picked, after) = (
+                count(&plan, |_| true),
+                count(&plan, pick),
+                count(&rest, |_| true),
+            );
+            for i in 0..3 {
+                assert_eq!(after[i], before[i] - picked[i]);
+            }
+            rest
         };
-        let tma = |plan: &Plan| {
-            [&plan.alternatives, &plan.bounded, &plan.sample]
-                .map(|list| list.iter().filter(|s| has_tma(s)).count())
-        };
-        assert!(tma(&plan)[0] >= 3, "{:?}", tma(&plan));
-        let (before, producers, by_map) = (lengths(&plan), count(&plan), tma(&plan));
-        let mut only_tma = plan.clone();
-        only_tma.leave_out(LeftOut {
+        let tma = LeftOut {
             tma: true,
             ..LeftOut::default()
-        });
-        assert_eq!(tma(&only_tma), [0, 0, 0]);
-        let after = lengths(&only_tma);
-        for i in 0..3 {
-            assert_eq!(after[i], before[i] - by_map[i]);
-        }
-        let clustered = |plan: &Plan| {
-            [&plan.alternatives, &plan.bounded, &plan.sample]
-                .map(|list| list.iter().filter(|s| has_cluster(s)).count())
         };
-        let shared = clustered(&plan);
-        assert!(shared[0] >= 1, "{shared:?}");
-        let mut no_clusters = plan.clone();
-        no_clusters.leave_out(LeftOut {
+        leave_out(tma, has_tma);
+        let clusters = LeftOut {
             cluster: true,
             ..LeftOut::default()
-        });
-        assert_eq!(clustered(&no_clusters), [0, 0, 0]);
-        let after = lengths(&no_clusters);
-        for i in 0..3 {
-            assert_eq!(after[i], before[i] - shared[i]);
-        }
-        plan.leave_out(LeftOut {
+        };
+        leave_out(clusters, has_cluster);
+        let producers = LeftOut {
             producer: true,
             ..LeftOut::default()
-        });
-        assert_eq!(count(&plan), [0, 0, 0]);
-        let after = lengths(&plan);
-        for i in 0..3 {
-            assert_eq!(after[i], before[i] - producers[i]);
-        }
+        };
+        let plan = leave_out(producers, has_producer);
         assert!(!has_producer(&plan.default));
     }
 
