@@ -694,15 +694,18 @@ fn unused_dimensions_inputs_and_broadcast_outputs() {
     assert_eq!(k.free_vars(k.root), vec![var(&k, "c")]);
 }
 
+/// A dimension's size fits in u32; a tensor has at most 2^31 - 1
+/// elements (`tensors_beyond_2_31_elements_are_rejected_at_their_types`).
 #[test]
 fn maximum_sizes() {
     let k = ok(quote! {
-        #[tuned_kernel(shape(N = 4294967295, M = 1))]
+        #[tuned_kernel(shape(N = 2147483647, M = 1, Z = 4294967295))]
         fn big(x: Tensor<f32, (N,)>) -> Tensor<f32, (M, N)> {
             compute(|m, n| x[n])
         }
     });
-    assert_eq!(k.dims[0].size, u32::MAX);
+    assert_eq!(k.dims[0].size, i32::MAX as u32);
+    assert_eq!(k.dims[2].size, u32::MAX);
 }
 
 // ---------------------------------------------------------------------------
@@ -765,6 +768,50 @@ fn bad_sizes_are_all_reported() {
             "size of `D` must be an integer literal, like `D = 1024`",
             "size of `E` must be an integer literal, like `E = 1024`",
         ]
+    );
+}
+
+/// Lowerings index tensors with 32-bit signed offsets: a tensor of more
+/// elements is the kernel's error, named at its type, before anything
+/// (a heuristic's arithmetic, a space's values) sizes itself by it.
+#[test]
+fn tensors_beyond_2_31_elements_are_rejected_at_their_types() {
+    let square = errors(quote! {
+        #[tuned_kernel(shape(R = 65536, C = 65536))]
+        fn f(x: Tensor<f32, (R, C)>) -> Tensor<f32, (R, C)> { compute(|r, c| x[r][c] + 1.0) }
+    });
+    let limit = "; ktune supports at most 2^31 - 1 (2147483647) elements a tensor";
+    assert_eq!(
+        square,
+        vec![
+            format!("tensor `x` has 4294967296 elements (R × C = 65536 × 65536){limit}"),
+            format!("the output has 4294967296 elements (R × C = 65536 × 65536){limit}"),
+        ]
+    );
+    let matmul = errors(quote! {
+        #[tuned_kernel(shape(A = 4294967295, B = 4294967295, K = 4294967295))]
+        fn f(x: Tensor<f32, (A, K)>, y: Tensor<f32, (K, B)>) -> Tensor<f32, (A, B)> {
+            compute(|a, b| sum(K, |k| x[a][k] * y[k][b]))
+        }
+    });
+    assert_eq!(matmul.len(), 3, "{matmul:?}");
+    assert!(
+        matmul[0].starts_with(
+            "tensor `x` has 18446744065119617025 elements (A × K = 4294967295 × 4294967295)"
+        ),
+        "{matmul:?}"
+    );
+    assert!(matmul[1].starts_with("tensor `y` has"), "{matmul:?}");
+    assert!(matmul[2].starts_with("the output has"), "{matmul:?}");
+    let cube = errors(quote! {
+        #[tuned_kernel(shape(A = 2, B = 4294967295, C = 4294967295))]
+        fn f(x: Tensor<f32, (A, B, C)>) -> Tensor<f32, (A,)> { compute(|a| sum(B, |b| sum(C, |c| x[a][b][c]))) }
+    });
+    assert_eq!(
+        cube,
+        vec![format!(
+            "tensor `x` has more than 2^64 elements (A × B × C = 2 × 4294967295 × 4294967295){limit}"
+        )]
     );
 }
 

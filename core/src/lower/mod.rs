@@ -108,14 +108,6 @@ pub enum LowerError {
         constraint: Constraint,
         reason: String,
     },
-    #[error(
-        "tensor `{tensor}` of kernel `{kernel}` has {len} elements; ktune supports at most 2^31 - 1"
-    )]
-    TooLarge {
-        kernel: String,
-        tensor: String,
-        len: u64,
-    },
 }
 
 /// The rule a schedule point breaks. Every invalid point is rejected by
@@ -227,28 +219,14 @@ pub struct Lowering<'k> {
     kernel: &'k Kernel,
     target: SmVersion,
     class: OpClass,
-    too_large: Option<LowerError>,
 }
 
 impl<'k> Lowering<'k> {
     pub fn new(kernel: &'k Kernel, target: SmVersion) -> Lowering<'k> {
-        let too_large = kernel
-            .inputs
-            .iter()
-            .chain(std::iter::once(&kernel.output))
-            .find_map(|t| {
-                let len = kernel.len_of(t);
-                (len > i32::MAX as u64).then(|| LowerError::TooLarge {
-                    kernel: kernel.name.clone(),
-                    tensor: t.name.clone(),
-                    len,
-                })
-            });
         Lowering {
             kernel,
             target,
             class: classify::classify(kernel),
-            too_large,
         }
     }
 
@@ -278,9 +256,6 @@ impl<'k> Lowering<'k> {
 
     fn dispatch(&self, schedule: &Schedule, step: Step) -> Result<Option<Lowered>, LowerError> {
         let (kernel, target) = (self.kernel, self.target);
-        if let Some(e) = &self.too_large {
-            return Err(e.clone());
-        }
         let invalid = |v: Violation| LowerError::Invalid {
             kernel: kernel.name.clone(),
             schedule: Box::new(schedule.clone()),

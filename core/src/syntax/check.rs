@@ -20,6 +20,9 @@ use crate::ir::{self, DimId, ExprId, LetId, TensorId, Type, VarId, VarKind};
 /// The output tensor's name in the IR; no parameter may take it.
 const OUTPUT_NAME: &str = "out";
 
+/// The most elements a tensor may have: 2^31 - 1.
+const MAX_TENSOR_ELEMENTS: u64 = i32::MAX as u64;
+
 pub(crate) fn kernel(args: &Args, kernel: &ast::Kernel, errors: &mut Errors) -> Option<ir::Kernel> {
     let mut checker = Checker {
         errors,
@@ -163,7 +166,34 @@ impl Checker<'_> {
                 None => self.unknown_dim(dim),
             }
         }
-        (dims.len() == ty.dims.len()).then_some(ir::Tensor {
+        if dims.len() != ty.dims.len() {
+            return None;
+        }
+        // Lowerings index every tensor with 32-bit signed offsets.
+        let len = dims
+            .iter()
+            .try_fold(1u64, |n, d| n.checked_mul(u64::from(self.dims[d.0].size)));
+        if len.is_none_or(|len| len > MAX_TENSOR_ELEMENTS) {
+            let sizes: Vec<String> = dims
+                .iter()
+                .map(|d| self.dims[d.0].size.to_string())
+                .collect();
+            let whose = match name.as_str() {
+                OUTPUT_NAME => "the output".to_owned(),
+                input => format!("tensor `{input}`"),
+            };
+            let count = len.map_or_else(|| "more than 2^64".to_owned(), |n| n.to_string());
+            self.error(
+                Loc::of(&ty.dims[0]).to(Loc::of(&ty.dims[ty.dims.len() - 1])),
+                format!(
+                    "{whose} has {count} elements ({} = {}); ktune supports at most 2^31 - 1 ({MAX_TENSOR_ELEMENTS}) elements a tensor",
+                    ty.dims.iter().map(Ident::to_string).collect::<Vec<_>>().join(" × "),
+                    sizes.join(" × "),
+                ),
+            );
+            return None;
+        }
+        Some(ir::Tensor {
             name,
             dtype: ty.dtype,
             dims,
