@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 /// One point of a kernel's schedule space.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(tag = "class", rename_all = "snake_case")]
+#[serde(tag = "class", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Schedule {
     /// One thread per output element; reductions as sequential loops. Valid
     /// for every kernel; the fallback for computations no other class fits.
@@ -104,6 +104,7 @@ pub enum Schedule {
 
 /// The knobs of [`Schedule::Matmul`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Tiles {
     pub block_m: u32,
     pub block_n: u32,
@@ -131,6 +132,7 @@ pub struct Tiles {
 
 /// The knobs of [`Schedule::Mma`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct MmaTiles {
     pub block_m: u32,
     pub block_n: u32,

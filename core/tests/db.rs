@@ -237,6 +237,105 @@ fn parse_errors_name_the_place_and_what_to_do() {
     assert!(e.message.contains("not a ktune database"), "{e}");
 }
 
+/// A misspelt or unknown field is an error at its key, never dropped: a
+/// schedule read without its `stages` would ship a schedule nobody
+/// measured, and the next write would lose the field.
+#[test]
+fn unknown_fields_are_errors_named_at_their_key() {
+    let mut mma = record("mm", 128, 10.0, 0.2, "2026-11-01T00:00:00Z");
+    mma.schedule = Schedule::Mma(MmaTiles {
+        block_m: 128,
+        block_n: 128,
+        block_k: 32,
+        warp_m: 64,
+        warp_n: 64,
+        stages: 4,
+        group_m: 1,
+        split_k: 1,
+        min_blocks: 0,
+        swizzle: 1,
+        prefetch: 0,
+        wgmma: 0,
+        tail_split: 1,
+        persistent: 0,
+        producer: 0,
+        tma: 0,
+        cluster_m: 1,
+    });
+    let text = db_of(vec![
+        record("add", 128, 10.0, 0.2, "2026-11-01T00:00:00Z"),
+        mma,
+    ])
+    .to_text();
+    let at = |text: &str, needle: &str| {
+        let line = text.lines().position(|l| l.contains(needle)).unwrap();
+        let column = text.lines().nth(line).unwrap().find(needle).unwrap();
+        (line + 1, column + 1)
+    };
+
+    let knob = text.replace("\"stages\": 4", "\"stage\": 4");
+    let e = Database::parse(&knob).unwrap_err();
+    assert_eq!((e.line, e.column), at(&knob, "\"stage\""), "{e}");
+    assert!(
+        e.message
+            .starts_with("record 1 (kernel `mm`): unknown field `stage`, expected one of"),
+        "{e}"
+    );
+    assert!(e.message.ends_with("fix this record or remove it"), "{e}");
+
+    let field = text.replacen(
+        "\"dtype\": \"f32\",",
+        "\"dtype\": \"f32\",\n      \"dtyp\": \"f32\",",
+        1,
+    );
+    let e = Database::parse(&field).unwrap_err();
+    assert_eq!((e.line, e.column), at(&field, "\"dtyp\""), "{e}");
+    assert!(
+        e.message
+            .starts_with("record 0 (kernel `add`): unknown field `dtyp`"),
+        "{e}"
+    );
+
+    let nested = text.replacen("\"samples\": 50", "\"samples\": 50, \"sample\": 50", 1);
+    let e = Database::parse(&nested).unwrap_err();
+    assert_eq!((e.line, e.column), at(&nested, "\"sample\""), "{e}");
+
+    // A knob a newer code generator added: upgrade, rather than fix.
+    let newer = knob.replacen(
+        &format!("\"generator_version\": {}", ktune_core::GENERATOR_VERSION),
+        "\"generator_version\": 99",
+        2,
+    );
+    let e = Database::parse(&newer).unwrap_err();
+    assert!(e.message.contains("unknown field `stage`"), "{e}");
+    assert!(
+        e.message.ends_with(&format!(
+            "it was written by a newer ktune (code generator 99, this one's is {}): upgrade ktune, or remove the record",
+            ktune_core::GENERATOR_VERSION
+        )),
+        "{e}"
+    );
+
+    let top = text.replace("\"records\"", "\"recods\"");
+    let e = Database::parse(&top).unwrap_err();
+    assert!(e.message.starts_with("unknown field `recods`"), "{e}");
+    assert!(
+        e.message
+            .contains("a database holds `version` and `records`"),
+        "{e}"
+    );
+    assert_eq!(
+        Schedule::from_json(
+            r#"{"class":"rows","threads_per_row":64,"rows_per_block":2,"vector":4,"cach":1}"#
+        )
+        .unwrap_err()
+        .to_string()
+        .split(',')
+        .next(),
+        Some("unknown field `cach`")
+    );
+}
+
 #[test]
 fn invalid_records_are_kept_and_reported() {
     let mut unknown = record("add", 128, 10.0, 0.2, "2026-11-01T00:00:00Z");

@@ -52,6 +52,7 @@ pub struct Database {
 
 /// One measured schedule.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Record {
     /// The kernel's name (its function name).
     pub kernel: String,
@@ -73,6 +74,7 @@ pub struct Record {
 
 /// The GPU a record was measured on.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Gpu {
     /// The model, as the driver names it (e.g. `NVIDIA H100 80GB HBM3`).
     pub name: String,
@@ -100,6 +102,7 @@ pub struct ComputeCapability {
 
 /// Clock frequencies in MHz.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Clocks {
     pub sm: u32,
     pub memory: u32,
@@ -111,6 +114,7 @@ pub struct Clocks {
 /// union of their intervals and their samples together, and the default's
 /// mean likewise.)
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Stats {
     pub median_us: f64,
     /// Lower end of the confidence interval of the median.
@@ -127,6 +131,7 @@ pub struct Stats {
 
 /// Useful work per second at the median time.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Throughput {
     pub value: f64,
     pub unit: ThroughputUnit,
@@ -143,6 +148,7 @@ pub enum ThroughputUnit {
 
 /// Where a record comes from.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Provenance {
     /// The version of ktune that measured it.
     pub ktune_version: String,

@@ -25,6 +25,7 @@ use serde::ser::Serialize;
 use serde_json::value::RawValue;
 
 use super::{Database, FORMAT_VERSION, Record};
+use crate::GENERATOR_VERSION;
 
 /// Why a database's text cannot be read, with the place (1-based line and
 /// column) and what to do about it.
@@ -42,7 +43,10 @@ struct Header {
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct Raw<'a> {
+    #[serde(rename = "version")]
+    _version: serde::de::IgnoredAny,
     #[serde(borrow, default)]
     records: Vec<&'a RawValue>,
 }
@@ -91,7 +95,7 @@ impl Database {
             line: e.line(),
             column: e.column(),
             message: format!(
-                "`records` must be a list of records: {}",
+                "{}; a database holds `version` and `records`, a list of records",
                 strip_position(&e)
             ),
         })?;
@@ -100,22 +104,35 @@ impl Database {
             let slice = value.get();
             let offset = slice.as_ptr() as usize - text.as_ptr() as usize;
             let record = serde_json::from_str::<Record>(slice).map_err(|e| {
-                let (line, column) = position(text, offset);
-                let column = if e.line() == 1 {
-                    column + e.column() - 1
-                } else {
-                    e.column()
+                // An unknown field is named at its key; serde_json places
+                // errors within a schedule (an internally tagged enum, read
+                // whole first) at the schedule's end.
+                let (line, column) = match unknown_field(&e).and_then(|f| slice.find(&f)) {
+                    Some(at) => position(text, offset + at),
+                    None => {
+                        let (line, column) = position(text, offset);
+                        let column = if e.line() == 1 {
+                            column + e.column() - 1
+                        } else {
+                            e.column()
+                        };
+                        (line + e.line() - 1, column)
+                    }
                 };
                 let kernel = serde_json::from_str::<KernelName>(slice)
                     .map(|k| format!(" (kernel `{}`)", k.kernel))
                     .unwrap_or_default();
-                ParseError {
-                    line: line + e.line() - 1,
-                    column,
-                    message: format!(
-                        "record {index}{kernel}: {}; fix this record or remove it",
-                        strip_position(&e)
+                let advice = match serde_json::from_str::<Written>(slice) {
+                    Ok(w) if w.provenance.generator_version > GENERATOR_VERSION => format!(
+                        "it was written by a newer ktune (code generator {}, this one's is {GENERATOR_VERSION}): upgrade ktune, or remove the record",
+                        w.provenance.generator_version
                     ),
+                    _ => "fix this record or remove it".to_owned(),
+                };
+                ParseError {
+                    line,
+                    column,
+                    message: format!("record {index}{kernel}: {}; {advice}", strip_position(&e)),
                 }
             })?;
             records.push(record);
@@ -151,6 +168,24 @@ impl Database {
 #[derive(Deserialize)]
 struct KernelName {
     kernel: String,
+}
+
+/// The code generator a record was written by, read apart from the rest.
+#[derive(Deserialize)]
+struct Written {
+    provenance: GeneratorOf,
+}
+
+#[derive(Deserialize)]
+struct GeneratorOf {
+    generator_version: u32,
+}
+
+/// The quoted key of the field an error says is unknown.
+fn unknown_field(e: &serde_json::Error) -> Option<String> {
+    let message = e.to_string();
+    let name = message.strip_prefix("unknown field `")?.split('`').next()?;
+    Some(format!("\"{name}\""))
 }
 
 fn pretty(record: &Record) -> String {
