@@ -6,9 +6,10 @@
 //!   application, crate, user cache), with the targets no GPU was tuned for.
 //! - `cargo ktune ptx <kernel> [--target sm_90] [--schedule default|JSON]`:
 //!   the PTX a kernel ships, to read what runs.
-//! - `cargo ktune verify [--sample N] [--seed S] [--json]`: every variant
-//!   the build would ship, plus N sampled schedule points per kernel, run on
-//!   the virtual GPU and compared with the CPU evaluation of the kernel.
+//! - `cargo ktune verify [--sample N] [--seed S] [--device vgpu|gpu] [--max-gflop G] [--json]`:
+//!   every variant the build would ship, plus N sampled schedule points per
+//!   kernel, run on the virtual GPU (or the GPU) and compared with the CPU
+//!   evaluation of the kernel.
 //! - `cargo ktune space <kernel> [--target sm_90] [--top N] [--json]`: the
 //!   kernel's schedule space: its knobs and values, how many points are
 //!   valid and which constraints reject the others, and the heuristic
@@ -24,8 +25,15 @@
 //! - `cargo ktune report [--out FILE] [--json]`: the last `tune` run as an
 //!   HTML page with SVG plots (best so far against trials, the cost model's
 //!   predictions against the measurements, speed-ups over the default).
-//! - `cargo ktune db show|verify [--file F]`: the tuning database as a
-//!   table; its records checked against the crate's kernels and GPUs.
+//! - `cargo ktune db show [--json] [--file F]`, `db verify [--file F]`,
+//!   `db diff OLD NEW [--json]`, `db merge INTO FROM… [--dry-run]`,
+//!   `db prune [--stale] [--superseded] [--dry-run] [--file F]`: the tuning
+//!   database as a table, its records checked against the crate's kernels
+//!   and GPUs, two databases compared, merged with the build's hysteresis,
+//!   and pruned of stale or superseded records.
+//!
+//! Cargo runs it as `cargo-ktune ktune …`; run directly, `cargo-ktune …`
+//! means the same.
 
 mod db;
 mod inspect;
@@ -36,6 +44,7 @@ mod status;
 mod tune;
 mod verify;
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result, bail};
@@ -214,10 +223,42 @@ enum Command {
 fn main() {
     // `tune` measures in a child process that is this executable again.
     ktune_measure::worker_main_if_requested();
-    let Cargo::Ktune(cli) = Cargo::parse();
+    let mut args: Vec<OsString> = std::env::args_os().collect();
+    if args.get(1).is_none_or(|a| a != "ktune") {
+        args.insert(1, "ktune".into());
+    }
+    let Cargo::Ktune(cli) = Cargo::parse_from(args);
+    if !cli.command.talks_to_a_worker() {
+        end_quietly_when_stdout_closes();
+    }
     if let Err(e) = run(cli) {
         eprintln!("error: {e:#}");
         std::process::exit(1);
+    }
+}
+
+impl Command {
+    /// Whether the command measures through a worker process, over pipes.
+    fn talks_to_a_worker(&self) -> bool {
+        match self {
+            Command::Tune { .. } => true,
+            Command::Verify { device, .. } => *device == verify::Device::Gpu,
+            _ => false,
+        }
+    }
+}
+
+/// A command's output piped to a reader that stops early (`cargo ktune db
+/// show | head`) ends it quietly, as it does other command-line tools:
+/// Rust ignores `SIGPIPE`, so the next print would panic. Not for commands
+/// that talk to a measurement worker over pipes, where a worker's death
+/// must be an error the search handles, not the end of the search.
+fn end_quietly_when_stdout_closes() {
+    #[cfg(unix)]
+    // SAFETY: before any other thread exists, restoring a signal's default
+    // disposition touches no Rust state.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }
 

@@ -46,6 +46,42 @@ fn status_lists_every_kernel_with_shape_and_schedules() {
     }
 }
 
+/// Run directly, without Cargo's `ktune` argument, it means the same.
+#[test]
+fn run_directly_it_takes_the_same_commands() {
+    let manifest = demo_manifest();
+    let out = Command::new(env!("CARGO_BIN_EXE_cargo-ktune"))
+        .args(["status", "--manifest-path", manifest.to_str().unwrap()])
+        .output()
+        .expect("cargo-ktune runs");
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("4 kernels, targets sm_80, sm_90"));
+}
+
+/// A reader that stops early (`| head`) ends a printing command quietly,
+/// by `SIGPIPE`, as it does other tools, rather than by a panic.
+#[cfg(unix)]
+#[test]
+fn a_closed_stdout_ends_a_printing_command_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    use std::process::Stdio;
+
+    let manifest = demo_manifest();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cargo-ktune"))
+        .args([
+            "ktune", "space", "ffn_up", "--target", "sm_90", "--top", "100000",
+        ])
+        .args(["--manifest-path", manifest.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("cargo-ktune runs");
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("cargo-ktune ends");
+    assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("panicked"), "{}", stderr(&out));
+}
+
 #[test]
 fn status_as_json_names_every_variant_and_its_source() {
     let manifest = demo_manifest();
