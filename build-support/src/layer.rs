@@ -76,6 +76,7 @@ pub struct Opened {
 #[derive(Debug, Clone, Default)]
 pub struct Layers {
     layers: Vec<Opened>,
+    warnings: Vec<String>,
 }
 
 impl Layers {
@@ -86,14 +87,35 @@ impl Layers {
 
     /// Opens each `(layer, path)` in order of precedence, highest first. A
     /// missing file is an empty layer; one that does not parse is an error
-    /// naming it.
+    /// naming it, except the user cache's: a cache is no one's to fix, so
+    /// it is moved aside, kept for a look, and a new one starts empty
+    /// ([`Layers::warnings`] says so). An application database whose
+    /// folder does not exist is likely a misspelt path: a warning too.
     pub fn open(stack: impl IntoIterator<Item = (Layer, PathBuf)>) -> Result<Layers, Error> {
         let mut layers = Layers::new();
         for (layer, path) in stack {
-            let database = crate::db::open(&path)?;
+            let database = match (layer, crate::db::open(&path)) {
+                (Layer::UserCache, Err(error @ Error::Database { .. })) => {
+                    layers.warnings.push(move_aside(&path, &error));
+                    Database::new()
+                }
+                (_, opened) => opened?,
+            };
+            if layer == Layer::Application && path.parent().is_some_and(|dir| !dir.is_dir()) {
+                layers.warnings.push(format!(
+                    "ktune: {APP_DATABASE_ENV} names `{}`, whose folder does not exist; no application database is read",
+                    path.display()
+                ));
+            }
             layers.push(layer, path, database);
         }
         Ok(layers)
+    }
+
+    /// What opening the layers had to say: a user cache moved aside, an
+    /// application database nowhere to be found.
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
     }
 
     /// Adds a layer below the others.
@@ -123,6 +145,28 @@ impl Layers {
         self.layers
             .iter()
             .find_map(|l| l.database.winner(key).map(|r| (l, r)))
+    }
+}
+
+/// Moves the unreadable user cache at `path` aside, to
+/// `ktune.unreadable-<seconds since 1970>.json` beside it, and says so.
+fn move_aside(path: &Path, error: &Error) -> String {
+    let seconds = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let aside = path.with_file_name(format!("ktune.unreadable-{seconds}.json"));
+    match std::fs::rename(path, &aside) {
+        Ok(()) => format!(
+            "ktune: the per-user cache could not be read ({error}); moved to `{}` and started afresh",
+            aside.display()
+        ),
+        // Another build moved it first.
+        Err(_) if !path.exists() => {
+            format!("ktune: the per-user cache could not be read ({error}); started afresh")
+        }
+        Err(e) => format!(
+            "ktune: the per-user cache could not be read ({error}), nor moved aside ({e}); delete it"
+        ),
     }
 }
 

@@ -214,12 +214,17 @@ impl Config {
             }
         }
         let mut layers = Layers::open(stack.clone())?;
+        let mut warnings = layers.warnings().to_vec();
+        if self.cargo_instructions {
+            for warning in &warnings {
+                println!("cargo:warning={warning}");
+            }
+        }
 
         let mut declared = metadata.targets.clone();
         declared.extend(self.targets.iter().copied());
         let targets = select::targets(&declared);
 
-        let mut warnings = Vec::new();
         if self.search {
             if self.cargo_instructions {
                 for var in tune::ENV {

@@ -218,6 +218,78 @@ fn the_application_database_goes_on_top_unless_it_is_the_crate_own() {
     assert_eq!(layer::under_application(Some(same), stack.clone()), stack);
 }
 
+/// A crate's database that does not parse fails the build, for someone to
+/// fix; a user cache that does not parse is no one's to fix: it is moved
+/// aside, kept for a look, and the build goes on with an empty one.
+#[test]
+fn an_unreadable_user_cache_is_moved_aside_and_the_build_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let own = dir.path().join("lib/tuning/ktune.json");
+    let cache = dir.path().join("cache/ktune/lib/ktune.json");
+    std::fs::create_dir_all(cache.parent().unwrap()).unwrap();
+    let broken = "{\"version\":1,\"records\":[";
+    std::fs::write(&cache, broken).unwrap();
+    let stack = vec![
+        (Layer::Crate, own.clone()),
+        (Layer::UserCache, cache.clone()),
+    ];
+    let layers = Layers::open(stack.clone()).expect("the cache is no obstacle");
+    assert_eq!(layers.records().count(), 0);
+    let [warning] = layers.warnings() else {
+        panic!("one warning: {:?}", layers.warnings());
+    };
+    assert!(
+        warning.starts_with("ktune: the per-user cache could not be read ("),
+        "{warning}"
+    );
+    assert!(warning.contains("invalid JSON"), "{warning}");
+    let aside: Vec<_> = std::fs::read_dir(cache.parent().unwrap())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(aside.len(), 1, "{aside:?}");
+    assert!(
+        warning.contains(&aside[0].display().to_string()),
+        "{warning}"
+    );
+    assert_eq!(std::fs::read_to_string(&aside[0]).unwrap(), broken);
+    assert!(!cache.exists());
+    // Opened again: a missing cache, nothing to say.
+    assert!(Layers::open(stack).unwrap().warnings().is_empty());
+
+    // The crate's own is an error naming it.
+    std::fs::create_dir_all(own.parent().unwrap()).unwrap();
+    std::fs::write(&own, broken).unwrap();
+    let error = Layers::open([(Layer::Crate, own.clone())]).expect_err("the crate's own");
+    assert!(
+        error.to_string().starts_with(&own.display().to_string()),
+        "{error}"
+    );
+}
+
+/// An application database in a folder that does not exist is most likely
+/// a misspelt path.
+#[test]
+fn an_application_database_nowhere_to_be_found_is_a_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    let app = dir.path().join("ap/tuning/ktune.json");
+    let layers = Layers::open([(Layer::Application, app.clone())]).unwrap();
+    assert_eq!(
+        layers.warnings(),
+        [format!(
+            "ktune: KTUNE_APP_DATABASE names `{}`, whose folder does not exist; no application database is read",
+            app.display()
+        )]
+    );
+    std::fs::create_dir_all(app.parent().unwrap()).unwrap();
+    assert!(
+        Layers::open([(Layer::Application, app)])
+            .unwrap()
+            .warnings()
+            .is_empty()
+    );
+}
+
 #[test]
 fn a_relative_application_database_is_refused() {
     let error = layer::app_database_path("tuning/ktune.json".into())

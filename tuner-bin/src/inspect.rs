@@ -6,8 +6,9 @@
 use anyhow::{Context, Result, bail};
 use ktune_build::layer::{self, Layers};
 use ktune_build::sass::{self, Accesses, Inspection, Request, Tools};
-use ktune_build::{Source, Variant, select};
+use ktune_build::{Source, Variant, counted, select};
 use ktune_core::SmVersion;
+use ktune_core::db::MeasuredOn;
 use ktune_core::schedule::Schedule;
 use serde_json::json;
 
@@ -65,16 +66,31 @@ fn choose(krate: &Crate, name: &str, target: SmVersion, schedule: &str) -> Resul
             );
             let paths: Vec<String> = stack.iter().map(|(_, p)| p.display().to_string()).collect();
             let layers = Layers::open(stack)?;
+            for warning in layers.warnings() {
+                eprintln!("{warning}");
+            }
             let tuned = select::tuned(&found.kernel, &layers);
+            let virtual_records = layers
+                .records()
+                .filter(|(_, r)| {
+                    r.kernel == name
+                        && r.gpu.compute_capability.target() == Some(target)
+                        && r.provenance.measured_on == MeasuredOn::Vgpu
+                })
+                .count();
             tuned
                 .variants
                 .into_iter()
                 .find(|v| v.target == target)
                 .with_context(|| {
-                    let mut message = format!(
-                        "no database record for kernel `{name}` on {target} (read {})",
-                        paths.join(", ")
-                    );
+                    let read = paths.join(", ");
+                    let mut message = match virtual_records {
+                        0 => format!("no database record for kernel `{name}` on {target} (read {read})"),
+                        n => format!(
+                            "kernel `{name}` has no record for a GPU on {target} (read {read}), only {} on the virtual GPU, whose times are estimates and never chosen: pass one's schedule as --schedule JSON (`cargo ktune db show` lists them)",
+                            counted(n, "record")
+                        ),
+                    };
                     for warning in &tuned.warnings {
                         message.push_str(&format!("\n  {warning}"));
                     }

@@ -226,6 +226,9 @@ fn crate_status(
         ),
     );
     let layers = Layers::open(stack)?;
+    for warning in layers.warnings() {
+        eprintln!("{warning}");
+    }
     let kernels = krate
         .kernels
         .iter()

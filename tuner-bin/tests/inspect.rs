@@ -208,6 +208,22 @@ fn best_is_the_databases_winner_for_the_target() {
         err.contains("no database record for kernel `softmax` on sm_80"),
         "{err}"
     );
+
+    // A virtual GPU's record for sm_80 is never chosen: the error says so.
+    let mut estimated = h100_record(&softmax(), winner);
+    estimated.gpu.name = "ktune-vgpu (sm_80)".to_owned();
+    estimated.gpu.compute_capability = SmVersion::Sm80.into();
+    estimated.provenance.measured_on = MeasuredOn::Vgpu;
+    db.insert(vec![estimated]);
+    std::fs::write(dir.join("ktune.json"), db.to_text()).expect("the database");
+    let out = inspect(&["softmax", "--schedule", "best"], cache.path());
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("kernel `softmax` has no record for a GPU on sm_80"),
+        "{err}"
+    );
+    assert!(err.contains("only 1 record on the virtual GPU"), "{err}");
 }
 
 #[test]
