@@ -2,7 +2,9 @@
 //!
 //! Finds every `#[tuned_kernel]` in the crate's sources, chooses a schedule
 //! for each kernel and GPU target, generates the PTX and writes it into
-//! `$OUT_DIR/ktune/`, where the kernel's macro expansion embeds it.
+//! `$OUT_DIR/ktune/`, where the kernel's macro expansion embeds it. A
+//! kernel with a mistake in it is passed over: the macro reports the
+//! mistake where it is, as a compile error.
 //!
 //! A complete `build.rs`:
 //!
@@ -74,15 +76,13 @@ pub use select::{Source, Variant};
 
 /// Prepares every kernel of the crate being built, with default settings.
 ///
-/// On error, prints what is wrong (file and line for kernel-language errors)
-/// and exits the build script with a failure, without a panic backtrace.
+/// On error (a database that does not parse, a bad setting), prints what
+/// is wrong and exits the build script with a failure, without a panic
+/// backtrace.
 pub fn tune_crate() {
     ktune_measure::worker_main_if_requested();
     if let Err(e) = Config::new().build() {
-        match e {
-            Error::Kernel(_) => eprintln!("{e}"),
-            _ => eprintln!("error: {e}"),
-        }
+        eprintln!("error: {e}");
         std::process::exit(1);
     }
 }
@@ -191,7 +191,7 @@ impl Config {
                 println!("cargo:rerun-if-changed={}", dir.display());
             }
         }
-        let scan = scan::scan(&manifest_dir, &source_dirs)?;
+        let scan = scan::scan_leaving_errors_to_the_compiler(&manifest_dir, &source_dirs)?;
         if self.cargo_instructions {
             for file in &scan.files {
                 println!("cargo:rerun-if-changed={}", file.display());

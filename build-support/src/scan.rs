@@ -28,8 +28,25 @@ pub struct Scan {
 }
 
 /// Scans every `.rs` file under `dirs` (recursively, in sorted order).
-/// `root` is stripped from file names in messages.
+/// `root` is stripped from file names in messages. A kernel-language error
+/// (or a file that is not Rust) is an [`Error::Kernel`] locating each.
 pub fn scan(root: &Path, dirs: &[PathBuf]) -> Result<Scan, Error> {
+    let (scan, diagnostics) = scan_all(root, dirs)?;
+    match diagnostics.is_empty() {
+        true => Ok(scan),
+        false => Err(Error::Kernel(diagnostics)),
+    }
+}
+
+/// [`scan`] for a build script: the kernels that check, the others left
+/// to the compiler. Its expansion of `#[tuned_kernel]` reports the same
+/// errors at their tokens, as compile errors; a build script's failure
+/// would bury them under Cargo's "failed to run custom build command".
+pub fn scan_leaving_errors_to_the_compiler(root: &Path, dirs: &[PathBuf]) -> Result<Scan, Error> {
+    scan_all(root, dirs).map(|(scan, _)| scan)
+}
+
+fn scan_all(root: &Path, dirs: &[PathBuf]) -> Result<(Scan, Vec<Diagnostic>), Error> {
     let mut files = Vec::new();
     for dir in dirs {
         collect_rust_files(dir, &mut files)?;
@@ -45,12 +62,9 @@ pub fn scan(root: &Path, dirs: &[PathBuf]) -> Result<Scan, Error> {
         let shown = file.strip_prefix(root).unwrap_or(file).to_path_buf();
         scan_source(&shown, &source, &mut out.kernels, &mut diagnostics);
     }
-    if !diagnostics.is_empty() {
-        return Err(Error::Kernel(diagnostics));
-    }
     check_unique(&out.kernels)?;
     out.files = files;
-    Ok(out)
+    Ok((out, diagnostics))
 }
 
 fn collect_rust_files(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), Error> {

@@ -420,6 +420,9 @@ fn a_kernel_not_yet_called_compiles_without_warnings() {
     );
 }
 
+/// A mistake in a kernel is a compile error at its token, reported once,
+/// by the macro: the build script passes the kernel over rather than fail
+/// with it buried under Cargo's "failed to run custom build command".
 #[test]
 fn kernel_language_error_is_located_not_a_panic() {
     let source = TWO_KERNELS.replace("compute(|n| x[n] * 2.0)", "compute(|n| exq(x[n]) * 2.0)");
@@ -447,7 +450,22 @@ fn kernel_language_error_is_located_not_a_panic() {
         "no message naming the function and a suggestion in:\n{}",
         build.stderr
     );
-    for bad in ["panicked", "RUST_BACKTRACE"] {
+    assert_eq!(
+        build.stderr.matches("unknown function `exq`").count(),
+        1,
+        "{}",
+        build.stderr
+    );
+    assert!(
+        build.stderr.contains(&format!(" --> {location}")),
+        "not rustc's error at `{location}`:\n{}",
+        build.stderr
+    );
+    for bad in [
+        "panicked",
+        "RUST_BACKTRACE",
+        "failed to run custom build command",
+    ] {
         assert!(!build.stderr.contains(bad), "`{bad}` in:\n{}", build.stderr);
     }
 }
