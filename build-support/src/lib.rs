@@ -252,7 +252,8 @@ impl Config {
                 }
                 warnings.push(warning);
             }
-            if let Some(warning) = untuned_warning(&outcome.untuned) {
+            let device = std::env::var("KTUNE_DEVICE").ok();
+            if let Some(warning) = untuned_warning(&outcome.untuned, device.as_deref()) {
                 if self.cargo_instructions {
                     println!("cargo:warning={warning}");
                 }
@@ -333,10 +334,12 @@ pub fn counted(n: usize, noun: &str) -> String {
     }
 }
 
-/// The one warning of a build that had no device to tune on.
-fn untuned_warning(untuned: &[String]) -> Option<String> {
+/// The one warning of a build that had no device to tune on, unless
+/// `KTUNE_DEVICE=none` (`device`) asked for heuristic schedules.
+fn untuned_warning(untuned: &[String], device: Option<&str>) -> Option<String> {
     const SHOWN: usize = 6;
-    if untuned.is_empty() {
+    let declined = device.is_some_and(|d| d.trim().eq_ignore_ascii_case("none"));
+    if untuned.is_empty() || declined {
         return None;
     }
     let mut names = untuned[..untuned.len().min(SHOWN)].join(", ");
@@ -368,5 +371,26 @@ fn dir_or_env(dir: &Option<PathBuf>, var: &'static str) -> Result<PathBuf, Error
         None => std::env::var_os(var)
             .map(PathBuf::from)
             .ok_or(Error::MissingEnv(var)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::untuned_warning;
+
+    #[test]
+    fn untuned_kernels_are_a_warning_unless_no_device_was_asked_for() {
+        let untuned: Vec<String> = (1..=8).map(|i| format!("k{i}")).collect();
+        let warning = untuned_warning(&untuned, None).expect("a warning");
+        assert!(
+            warning.starts_with(
+                "ktune: no GPU to tune on: 8 kernels use heuristic schedules (k1, k2, k3, k4, k5, k6 and 2 more)"
+            ),
+            "{warning}"
+        );
+        assert!(untuned_warning(&untuned[..1], Some("")).is_some());
+        assert_eq!(untuned_warning(&untuned, Some("none")), None);
+        assert_eq!(untuned_warning(&untuned, Some(" None ")), None);
+        assert_eq!(untuned_warning(&[], None), None);
     }
 }

@@ -4,9 +4,9 @@
 //!
 //! - **Device** (`KTUNE_DEVICE`): `gpu`, `vgpu` (the virtual GPU: real
 //!   correctness checks, an estimated time; its records are marked and
-//!   never chosen for a real GPU) or `none`. Unset: the GPU when the driver
-//!   finds one, else none — then the build uses heuristic defaults and
-//!   warns once, listing what is untuned.
+//!   never chosen for a real GPU) or `none` (heuristic defaults, quietly).
+//!   Unset: the GPU when the driver finds one, else none — then the build
+//!   uses heuristic defaults and warns, listing what is untuned.
 //! - **Effort**: the bounded search (the heuristic model's best
 //!   `KTUNE_BUDGET` candidates, default [`BOUNDED_CANDIDATES`], Inductor
 //!   style) unless the crate's `max-autotune` feature is on: then the full
