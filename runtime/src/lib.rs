@@ -45,7 +45,7 @@
 //! ktune-build = "0.1"
 //!
 //! [features]
-//! # search schedules (slow, measures on the GPU) instead of only looking them up
+//! # on a miss, the full search (XGBoost-guided, minutes a kernel) instead of the bounded one
 //! max-autotune = ["ktune-build/max-autotune"]
 //! ```
 //!

@@ -278,16 +278,17 @@ fn verify(args: &FileArgs) -> Result<()> {
     let count = problems.len() + failures;
     if count == 0 {
         println!(
-            "{}: {} records, all valid",
+            "{}: {}, all valid",
             path.display(),
-            db.records.len()
+            ktune_build::counted(db.records.len(), "record")
         );
         Ok(())
     } else {
         bail!(
-            "{}: {count} problems in {} records",
+            "{}: {} in {}",
             path.display(),
-            db.records.len()
+            ktune_build::counted(count, "problem"),
+            ktune_build::counted(db.records.len(), "record")
         )
     }
 }

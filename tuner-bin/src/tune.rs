@@ -248,11 +248,9 @@ pub fn tune(args: &CrateArgs, options: &Options) -> Result<()> {
         journals: Some(work.join("journal")),
     };
     eprintln!(
-        "tuning {} of `{}` on {} ({}), {} strategy, up to {trials} trials and {seconds} s",
+        "tuning {} of `{}` on {device}, {} strategy, up to {trials} trials and {seconds} s",
         ktune_build::counted(campaign.tasks.len(), "kernel"),
         krate.name,
-        device.gpu.name,
-        device.target,
         options.strategy
     );
     let jobs = options

@@ -315,9 +315,7 @@ fn verify_on_gpu(
         ));
     let mut worker = Worker::spawn(config)?;
     eprintln!(
-        "verifying on {} ({}), variants of {}",
-        device.gpu.name,
-        device.target,
+        "verifying on {device}, variants of {}",
         runnable
             .iter()
             .map(|t| t.name())

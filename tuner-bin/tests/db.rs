@@ -106,7 +106,7 @@ fn show_and_verify_a_valid_database() {
 
     let (ok, text) = run(&["db", "verify"], &file);
     assert!(ok, "{text}");
-    assert!(text.contains("1 records, all valid"), "{text}");
+    assert!(text.contains("1 record, all valid"), "{text}");
     // The subprocess looks for ptxas from the same folder as this test.
     if ktune_build::ptxas::find().is_some() {
         assert!(

@@ -144,7 +144,7 @@ fn db_verify_in_the_application_checks_its_records_against_dependency_kernels() 
     );
     assert!(
         stdout.contains(&format!(
-            "{}: 1 records, all valid",
+            "{}: 1 record, all valid",
             app.join("tuning/ktune.json").display()
         )),
         "{stdout}"

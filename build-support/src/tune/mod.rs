@@ -43,6 +43,7 @@ mod confirm;
 mod journal;
 mod task;
 
+use std::fmt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -310,6 +311,17 @@ impl DeviceTarget {
             },
             target,
         })
+    }
+}
+
+/// The GPU and its target, `NVIDIA H200 (sm_90)`; the virtual GPU's name
+/// holds its target already.
+impl fmt::Display for DeviceTarget {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.measured_on {
+            MeasuredOn::Vgpu => f.write_str(&self.gpu.name),
+            MeasuredOn::Gpu => write!(f, "{} ({})", self.gpu.name, self.target),
+        }
     }
 }
 
