@@ -20,7 +20,8 @@ use crate::error::Error;
 /// Where a crate's database lives, relative to its root.
 pub const DEFAULT_PATH: &str = "tuning/ktune.json";
 
-/// Reads a database; a missing file is an empty database.
+/// Reads a database; a missing file, or an empty one (`touch`ed), is an
+/// empty database.
 pub fn open(path: &Path) -> Result<Database, Error> {
     match read(path)? {
         Some(text) => parse(path, &text),
@@ -105,6 +106,7 @@ pub fn lock_path(path: &Path) -> PathBuf {
 
 fn read(path: &Path) -> Result<Option<String>, Error> {
     match std::fs::read_to_string(path) {
+        Ok(text) if text.trim().is_empty() => Ok(None),
         Ok(text) => Ok(Some(text)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(source) => Err(Error::Read {

@@ -240,3 +240,16 @@ fn a_missing_file_is_an_empty_database() {
     assert!(!path.exists());
     assert_eq!(db::DEFAULT_PATH, "tuning/ktune.json");
 }
+
+/// A file made empty (`touch tuning/ktune.json`, to start one) is an empty
+/// database too, and the first insert writes it whole.
+#[test]
+fn an_empty_file_is_an_empty_database() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ktune.json");
+    std::fs::write(&path, " \n").unwrap();
+    assert_eq!(db::open(&path).unwrap(), Database::new());
+    let one = record(1, 1, 8, 10, 1, 1);
+    db::insert(&path, [one.clone()]).unwrap();
+    assert_eq!(db::open(&path).unwrap().records, [one]);
+}
