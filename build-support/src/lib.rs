@@ -278,6 +278,16 @@ impl Config {
         let mut written = Vec::new();
         let mut kernels = Vec::new();
         for found in &scan.kernels {
+            for input in found.kernel.unread_inputs() {
+                let warning = format!(
+                    "ktune: kernel `{}` ({}): input `{}` is never read",
+                    found.kernel.name, found.location, input.name
+                );
+                if self.cargo_instructions {
+                    println!("cargo:warning={warning}");
+                }
+                warnings.push(warning);
+            }
             let mut variants = select::variants(&found.kernel, &found.location, &targets)?;
             let tuned = select::tuned(&found.kernel, &layers);
             variants.extend(tuned.variants);

@@ -302,6 +302,29 @@ impl Kernel {
         }
     }
 
+    /// The inputs the computation never reads (through its lets included),
+    /// in parameter order.
+    pub fn unread_inputs(&self) -> Vec<&Tensor> {
+        let mut read = vec![false; self.inputs.len()];
+        let mut seen = vec![false; self.exprs.len()];
+        let mut stack = vec![self.root];
+        while let Some(id) = stack.pop() {
+            if std::mem::replace(&mut seen[id.0], true) {
+                continue;
+            }
+            match self.expr(id) {
+                Expr::Load { tensor, .. } => read[tensor.0] = true,
+                Expr::Let(l) => stack.push(self.let_(*l).value),
+                _ => stack.extend(self.children(id)),
+            }
+        }
+        self.inputs
+            .iter()
+            .zip(read)
+            .filter_map(|(t, read)| (!read).then_some(t))
+            .collect()
+    }
+
     /// The set of free index variables of an expression: the variables it
     /// reads, directly or through lets, minus those bound by reductions inside
     /// it. Sorted.

@@ -692,6 +692,24 @@ fn unused_dimensions_inputs_and_broadcast_outputs() {
     assert_eq!(k.inputs.len(), 2);
     assert_eq!(k.dims.len(), 3);
     assert_eq!(k.free_vars(k.root), vec![var(&k, "c")]);
+    let unread = |k: &Kernel| {
+        k.unread_inputs()
+            .iter()
+            .map(|t| t.name.clone())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(unread(&k), ["unused"]);
+    // Read through a let, or not at all.
+    let k = ok(quote! {
+        #[tuned_kernel(shape(R = 4, C = 5))]
+        fn norm(x: Tensor<f32, (R, C)>, w: Tensor<f32, (C,)>, b: Tensor<f32, (C,)>) -> Tensor<f32, (R, C)> {
+            compute(|r, c| {
+                let s = sum(C, |j| x[r][j] * w[j]);
+                x[r][c] / s
+            })
+        }
+    });
+    assert_eq!(unread(&k), ["b"]);
 }
 
 /// A dimension's size fits in u32; a tensor has at most 2^31 - 1
