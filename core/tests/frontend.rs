@@ -1428,6 +1428,17 @@ fn wrong_index_dimension() {
         },
         "indices of `x` are in the wrong order for its dimensions (M, K); write `x[m][k]`",
     );
+    // Variables named after other dimensions than theirs: what each ranges
+    // over says why.
+    error(
+        quote! {
+            #[tuned_kernel(shape(R = 4, C = 8))]
+            fn t(x: Tensor<f32, (R, C)>) -> Tensor<f32, (C, R)> {
+                compute(|r, c| x[r][c])
+            }
+        },
+        "indices of `x` are in the wrong order for its dimensions (R, C): `r` ranges over C, `c` ranges over R; write `x[c][r]`",
+    );
 }
 
 #[test]

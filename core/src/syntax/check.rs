@@ -688,11 +688,33 @@ impl Checker<'_> {
                 fixed += &format!("[{var_name}]");
             }
         }
+        // Where a variable is not named after its dimension (`r` bound to an
+        // output's `C`), the order is not what it looks like: say what each
+        // ranges over.
+        let ranges: Vec<(&str, &str)> = vars
+            .iter()
+            .flatten()
+            .zip(&have)
+            .map(|(v, d)| {
+                let var_name = self.vars.get(v.0).map_or("?", |v| v.name.as_str());
+                (var_name, self.dim_name(*d))
+            })
+            .collect();
+        let why = match ranges.iter().all(|(v, d)| v.eq_ignore_ascii_case(d)) {
+            true => String::new(),
+            false => {
+                let each: Vec<String> = ranges
+                    .iter()
+                    .map(|(v, d)| format!("`{v}` ranges over {d}"))
+                    .collect();
+                format!(": {}", each.join(", "))
+            }
+        };
         self.error(
             loc,
             format!(
-                "indices of `{name}` are in the wrong order for its dimensions ({}); write `{name}{fixed}`",
-                names.join(", ")
+                "indices of `{name}` are in the wrong order for its dimensions ({}){why}; write `{name}{fixed}`",
+                names.join(", "),
             ),
         );
         true
