@@ -245,6 +245,16 @@ impl Config {
             if !outcome.tuned.is_empty() {
                 layers = Layers::open(stack.clone())?;
             }
+            if !outcome.out_of_time.is_empty() {
+                let warning = format!(
+                    "ktune: the search of {} ran out of time with the default alone measured; nothing was recorded (raise KTUNE_SECONDS; the next build goes on from where this one stopped)",
+                    outcome.out_of_time.join(", ")
+                );
+                if self.cargo_instructions {
+                    println!("cargo:warning={warning}");
+                }
+                warnings.push(warning);
+            }
             for too_large in &outcome.too_large {
                 let warning = format!("ktune: {too_large}; it keeps its heuristic schedule");
                 if self.cargo_instructions {

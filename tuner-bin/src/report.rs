@@ -197,13 +197,19 @@ fn page(history: &History, figures: &Figures) -> Result<String> {
         escape(&title),
         escape(&title)
     );
+    // The virtual GPU's name holds its target already.
+    let device = match history.measured_on {
+        MeasuredOn::Vgpu => history.gpu.name.clone(),
+        MeasuredOn::Gpu => format!("{} ({})", history.gpu.name, history.target),
+    };
+    let run: usize = history.kernels.iter().map(|k| k.steps.len()).sum();
     let _ = writeln!(
         html,
-        "<p>{} on {} ({}), strategy {}, {} trials in {:.1} s.</p>",
+        "<p>{} on {}, strategy {}, {} of a budget of {} in {:.1} s.</p>",
         escape(&history.date),
-        escape(&history.gpu.name),
-        escape(&history.target),
+        escape(&device),
         escape(&history.strategy),
+        ktune_build::counted(run, "trial"),
         history.trials,
         history.seconds
     );
@@ -362,6 +368,9 @@ fn curve_svg(k: &KernelHistory) -> Result<String> {
         chart
             .configure_mesh()
             .x_desc("trial")
+            // Whole trials: a label a trial at most.
+            .x_labels((trials as usize + 2).min(11))
+            .x_label_formatter(&|x| format!("{x:.0}"))
             .y_desc("µs")
             .draw()
             .map_err(plot_error)?;

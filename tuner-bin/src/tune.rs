@@ -134,6 +134,7 @@ pub struct History {
     pub measured_on: MeasuredOn,
     pub target: String,
     pub strategy: String,
+    /// The budget of trials (those run are the kernels' steps).
     pub trials: usize,
     pub seconds: f64,
     pub kernels: Vec<KernelHistory>,

@@ -39,7 +39,7 @@ pub struct Campaign<'k> {
 pub struct KernelRun {
     pub kernel: String,
     pub weight: f64,
-    /// The last round's result (`None`: nothing could be measured).
+    /// The fastest round's result (`None`: nothing could be measured).
     pub tuned: Option<Tuned>,
     /// Rounds this kernel was given.
     pub rounds: usize,
@@ -99,7 +99,16 @@ impl Campaign<'_> {
             {
                 Ok(tuned) => {
                     scheduler.record(i, best_so_far(&tuned.history));
-                    run.tuned = Some(tuned);
+                    // A round the deadline cuts short may end with fewer
+                    // points than the one before (its session refuses even
+                    // journaled ones past the deadline): keep the fastest
+                    // winner of any round, the later one of equals.
+                    let faster = |kept: &Tuned| {
+                        tuned.record.stats.median_us <= kept.record.stats.median_us
+                    };
+                    if run.tuned.as_ref().is_none_or(faster) {
+                        run.tuned = Some(tuned);
+                    }
                 }
                 Err(rejected) => scheduler.record(i, best_so_far(&rejected)),
             }

@@ -272,6 +272,10 @@ pub struct Summary {
     pub untuned: Vec<String>,
     /// Kernels the virtual GPU did not search, being too large for it.
     pub too_large: Vec<ktune_measure::TooLarge>,
+    /// Kernels whose search ran out of time with the default alone
+    /// measured: nothing recorded, and the next build goes on from the
+    /// journal.
+    pub out_of_time: Vec<String>,
     /// Where results were written.
     pub written_to: Option<PathBuf>,
 }
@@ -549,15 +553,26 @@ pub fn run(
             progress.line("  no candidate could be measured");
             continue;
         };
+        // A record stops every later build's search of the kernel: the
+        // default alone is no result worth that.
+        if tuned.evaluations <= 1 {
+            progress.line(&format!(
+                "  {}: out of time ({:.1} s) with the default alone measured; nothing recorded, the next build goes on",
+                found.kernel.name,
+                tuned.elapsed.as_secs_f64()
+            ));
+            outcome.out_of_time.push(found.kernel.name.clone());
+            continue;
+        }
         crate::db::insert(&destination, [tuned.record.clone()])?;
         progress.line(&format!(
-            "  {}: {:.2} µs{} after {} candidates in {:.1} s: {}",
+            "  {}: {:.2} µs{} after the default and {} in {:.1} s: {}",
             found.kernel.name,
             tuned.record.stats.median_us,
             tuned
                 .speedup()
                 .map_or(String::new(), |s| format!(" ({s:.2}× the default)")),
-            tuned.evaluations,
+            crate::counted(tuned.evaluations - 1, "candidate"),
             tuned.elapsed.as_secs_f64(),
             tuned.record.schedule.to_json()
         ));
