@@ -488,6 +488,9 @@ fn an_interrupted_search_resumes_from_its_journal() {
     let prepared: Vec<&Schedule> = rest.prepared.iter().flatten().collect();
     let unique: HashSet<String> = prepared.iter().map(|s| s.to_json()).collect();
     assert_eq!(unique.len(), prepared.len(), "a point prepared twice");
+    // What was measured after the torn line is all journaled: the first
+    // entry started a line of its own.
+    assert_eq!(Journal::open(dir.path(), &k, &gpu).len(), whole.evaluations);
 }
 
 #[test]

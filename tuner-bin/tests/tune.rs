@@ -119,6 +119,13 @@ fn tune_spreads_its_trials_writes_marked_records_and_resumes_from_its_journal() 
         "{}",
         text(&again.stderr)
     );
+    for kernel in ["softmax", "axpy"] {
+        assert!(
+            text(&again.stderr).contains(&format!("{kernel}: resuming, ")),
+            "the resumption is said: {}",
+            text(&again.stderr)
+        );
+    }
     let rerun: Value = serde_json::from_slice(&again.stdout).expect("JSON");
     for (a, b) in kernels
         .iter()

@@ -65,6 +65,15 @@ impl Campaign<'_> {
                 None => Journal::in_memory(),
             })
             .collect();
+        for ((task, _), journal) in self.tasks.iter().zip(&journals) {
+            if !journal.is_empty() {
+                observer.line(&format!(
+                    "{}: resuming, {} measured before answered from the journal",
+                    task.kernel().name,
+                    crate::counted(journal.len(), "point")
+                ));
+            }
+        }
         let weights: Vec<f64> = self.tasks.iter().map(|(_, w)| *w).collect();
         let warmup = (self.evaluations / self.tasks.len().max(1)).clamp(1, WARMUP);
         let mut scheduler = Scheduler::new(&weights, self.evaluations, warmup, ROUND);
@@ -103,9 +112,8 @@ impl Campaign<'_> {
                     // points than the one before (its session refuses even
                     // journaled ones past the deadline): keep the fastest
                     // winner of any round, the later one of equals.
-                    let faster = |kept: &Tuned| {
-                        tuned.record.stats.median_us <= kept.record.stats.median_us
-                    };
+                    let faster =
+                        |kept: &Tuned| tuned.record.stats.median_us <= kept.record.stats.median_us;
                     if run.tuned.as_ref().is_none_or(faster) {
                         run.tuned = Some(tuned);
                     }

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use ktune_core::db::Gpu;
@@ -45,6 +45,9 @@ pub fn measured_line(schedule: &Schedule, result: &Result<Timing, String>) -> St
 pub struct Journal {
     path: Option<PathBuf>,
     entries: HashMap<Schedule, Result<Timing, String>>,
+    /// Whether the file's last line lacks its newline (a run killed
+    /// mid-write): the next entry starts a line of its own.
+    torn: bool,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -59,6 +62,7 @@ impl Journal {
         Journal {
             path: None,
             entries: HashMap::new(),
+            torn: false,
         }
     }
 
@@ -80,19 +84,16 @@ impl Journal {
             shape.join("x"),
             device
         ));
-        let entries = File::open(&path)
-            .map(|f| {
-                BufReader::new(f)
-                    .lines()
-                    .map_while(Result::ok)
-                    .filter_map(|line| serde_json::from_str::<Entry>(&line).ok())
-                    .map(|e| (e.schedule, e.result))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        let entries = text
+            .lines()
+            .filter_map(|line| serde_json::from_str::<Entry>(line).ok())
+            .map(|e| (e.schedule, e.result))
+            .collect();
         Journal {
             path: Some(path),
             entries,
+            torn: !text.is_empty() && !text.ends_with('\n'),
         }
     }
 
@@ -122,7 +123,14 @@ impl Journal {
             path.parent()
                 .map(|d| std::fs::create_dir_all(d).and_then(|()| append_to(path))),
         ) {
-            let _ = writeln!(file, "{line}");
+            // One write a line, its newline included, so that a run killed
+            // mid-write tears this line alone.
+            let start = if std::mem::take(&mut self.torn) {
+                "\n"
+            } else {
+                ""
+            };
+            let _ = file.write_all(format!("{start}{line}\n").as_bytes());
         }
     }
 }

@@ -535,6 +535,12 @@ pub fn run(
         progress.line(&format!("{} ({})", found.kernel.name, found.location));
         let gpu = bench.gpu();
         let mut journal = Journal::open(&places.work.join("journal"), &found.kernel, &gpu);
+        if !journal.is_empty() {
+            progress.line(&format!(
+                "  resuming: {} measured before, answered from the journal",
+                crate::counted(journal.len(), "point")
+            ));
+        }
         let checksum = canon::checksum(&found.kernel);
         let known: Vec<Schedule> = layers
             .records()
