@@ -62,6 +62,11 @@ struct BenchFigures {
 
 #[derive(Debug, Serialize)]
 struct Figures {
+    /// The run's crate, device and date.
+    krate: String,
+    gpu: String,
+    measured_on: MeasuredOn,
+    date: String,
     kernels: Vec<KernelFigures>,
     bench: Vec<BenchFigures>,
 }
@@ -96,11 +101,27 @@ pub fn report(args: &CrateArgs, options: &Options) -> Result<()> {
     })?;
     let history: History = serde_json::from_str(&text)
         .with_context(|| format!("{} is not a tune run's history", path.display()))?;
+    // The crates of a workspace share a target directory, and so its last
+    // run: the report is of the crate it is asked in.
+    if options.work_dir.is_none() {
+        let asked = crate::load_crate(args)?.name;
+        if history.krate != asked {
+            bail!(
+                "the last `cargo ktune tune` run in {} was of crate `{}`, not `{asked}`: tune `{asked}` first",
+                work.display(),
+                history.krate
+            );
+        }
+    }
     let bench = match &options.bench {
         Some(p) => bench_figures(p)?,
         None => Vec::new(),
     };
     let figures = Figures {
+        krate: history.krate.clone(),
+        gpu: history.gpu.name.clone(),
+        measured_on: history.measured_on,
+        date: history.date.clone(),
         kernels: history.kernels.iter().map(kernel_figures).collect(),
         bench,
     };

@@ -231,6 +231,8 @@ fn report_draws_the_last_run() {
     let json = cargo_ktune(dir.path(), &["report", "--json"]);
     assert!(json.status.success(), "{}", text(&json.stderr));
     let figures: Value = serde_json::from_slice(&json.stdout).expect("JSON");
+    assert_eq!(figures["krate"], "tune-fixture");
+    assert_eq!(figures["measured_on"], "vgpu");
     let softmax = &figures["kernels"][0];
     assert_eq!(softmax["kernel"], "softmax");
     assert_eq!(softmax["trials"], 40);
@@ -239,6 +241,21 @@ fn report_draws_the_last_run() {
         .as_f64()
         .expect("a correlation");
     assert!((-1.0..=1.0).contains(&rho));
+
+    // Another crate's run in the shared target directory is not this
+    // crate's report.
+    let history = dir.path().join("target/ktune/tune-history.json");
+    let other = std::fs::read_to_string(&history)
+        .expect("the history")
+        .replace("\"krate\": \"tune-fixture\"", "\"krate\": \"other\"");
+    std::fs::write(&history, other).expect("the history");
+    let out = cargo_ktune(dir.path(), &["report"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("was of crate `other`, not `tune-fixture`"),
+        "{}",
+        text(&out.stderr)
+    );
 }
 
 #[test]
