@@ -178,6 +178,9 @@ fn path(args: &FileArgs) -> Result<PathBuf> {
 fn show(args: &FileArgs, json: bool) -> Result<()> {
     let path = path(args)?;
     let db = ktune_build::db::open(&path)?;
+    if args.file.is_none() && !json {
+        point_at_the_user_cache(&args.krate)?;
+    }
     if json {
         let records: Vec<serde_json::Value> = db
             .records
@@ -207,6 +210,24 @@ fn show(args: &FileArgs, json: bool) -> Result<()> {
     println!("{}: {} records", path.display(), db.records.len());
     print_table(&rows);
     println!("\n* chosen for its GPU; vgpu: measured on the virtual GPU, never chosen");
+    Ok(())
+}
+
+/// A plain build's search writes to the per-user cache, not the crate's
+/// database: say where its records are, when there are any.
+fn point_at_the_user_cache(krate: &CrateArgs) -> Result<()> {
+    let name = load_crate(krate)?.name;
+    let Some(cache) = ktune_build::layer::user_cache_path(&name) else {
+        return Ok(());
+    };
+    let records = ktune_build::db::open(&cache).map_or(0, |db| db.records.len());
+    if records > 0 {
+        eprintln!(
+            "the per-user cache holds {} too: cargo ktune db show --file {}",
+            ktune_build::counted(records, "record"),
+            cache.display()
+        );
+    }
     Ok(())
 }
 

@@ -121,6 +121,43 @@ fn show_and_verify_a_valid_database() {
     }
 }
 
+/// A plain build's search writes to the per-user cache: `db show` of the
+/// crate points there when it holds records.
+#[test]
+fn show_points_at_the_user_caches_records() {
+    let kernel = softmax();
+    let cache = tempfile::tempdir().unwrap();
+    let show = || {
+        Command::new(env!("CARGO_BIN_EXE_cargo-ktune"))
+            .args(["ktune", "db", "show", "--manifest-path"])
+            .arg(demo_root().join("Cargo.toml"))
+            .env("XDG_CACHE_HOME", cache.path())
+            .output()
+            .expect("cargo-ktune runs")
+    };
+    let quiet = show();
+    assert!(quiet.status.success());
+    assert!(!String::from_utf8_lossy(&quiet.stderr).contains("per-user cache"));
+
+    let mut db = ktune_core::db::Database::new();
+    let mut estimated = record(&kernel, Schedule::Generic { block: 128 }, 9.0);
+    estimated.provenance.measured_on = MeasuredOn::Vgpu;
+    db.insert(vec![estimated]);
+    let path = cache.path().join("ktune/demo/ktune.json");
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(&path, db.to_text()).unwrap();
+    let pointed = show();
+    assert!(pointed.status.success());
+    let stderr = String::from_utf8_lossy(&pointed.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "the per-user cache holds 1 record too: cargo ktune db show --file {}",
+            path.display()
+        )),
+        "{stderr}"
+    );
+}
+
 #[test]
 fn verify_reports_stale_and_invalid_records_and_fails() {
     let kernel = softmax();
