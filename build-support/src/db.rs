@@ -35,6 +35,25 @@ pub fn insert(path: &Path, records: impl IntoIterator<Item = Record>) -> Result<
     update(path, |db| db.insert(records))
 }
 
+/// Banks searches' winners: [`insert`], less each winner whose key already
+/// chooses its schedule (a search that found the incumbent again). That
+/// adds nothing but a twin of the incumbent, and leaves the file's bytes
+/// as they were, so that nothing rebuilds.
+pub fn bank(path: &Path, winners: impl IntoIterator<Item = Record>) -> Result<(), Error> {
+    update(path, |db| {
+        let chosen = db.winners();
+        let new: Vec<Record> = winners
+            .into_iter()
+            .filter(|r| {
+                chosen
+                    .get(&(r.key(), r.provenance.measured_on))
+                    .is_none_or(|incumbent| incumbent.schedule != r.schedule)
+            })
+            .collect();
+        db.insert(new);
+    })
+}
+
 /// Changes the database at `path` (created if missing) under its lock:
 /// reads it, lets `change` edit it, and replaces the file atomically if its
 /// text changed. A file that does not parse is an error and is left

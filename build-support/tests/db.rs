@@ -253,3 +253,24 @@ fn an_empty_file_is_an_empty_database() {
     db::insert(&path, [one.clone()]).unwrap();
     assert_eq!(db::open(&path).unwrap().records, [one]);
 }
+
+/// A search that finds its key's chosen schedule again banks nothing: the
+/// incumbent keeps its record and the file its bytes (nothing rebuilds).
+/// Another schedule is inserted as `insert` would.
+#[test]
+fn banking_the_incumbents_schedule_again_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("ktune.json");
+    // add on the H100, 128 threads, day 1; then the same schedule, day 2.
+    let incumbent = record(0, 0, 1, 2, 1, 0);
+    db::bank(&path, [incumbent.clone()]).unwrap();
+    let before = read(&path);
+    db::bank(&path, [record(0, 0, 1, 3, 1, 1)]).unwrap();
+    assert_eq!(read(&path), before);
+    assert_eq!(db::open(&path).unwrap().records, [incumbent.clone()]);
+    // 256 threads, faster beyond noise: another schedule, inserted, and
+    // the incumbent it beats dropped.
+    let other = record(0, 0, 2, 0, 1, 1);
+    db::bank(&path, [other.clone()]).unwrap();
+    assert_eq!(db::open(&path).unwrap().records, [other]);
+}

@@ -282,7 +282,7 @@ pub fn tune(args: &CrateArgs, options: &Options) -> Result<()> {
         .filter_map(|r| r.tuned.as_ref().map(|t| t.record.clone()))
         .collect();
     if !records.is_empty() {
-        ktune_build::db::insert(&destination, records)?;
+        ktune_build::db::bank(&destination, records)?;
     }
     let history = history_of(&krate.name, &device, options, trials, &selected, &result);
     let path = history_path(&work);

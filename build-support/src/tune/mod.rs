@@ -570,7 +570,7 @@ pub fn run(
             outcome.out_of_time.push(found.kernel.name.clone());
             continue;
         }
-        crate::db::insert(&destination, [tuned.record.clone()])?;
+        crate::db::bank(&destination, [tuned.record.clone()])?;
         progress.line(&format!(
             "  {}: {:.2} µs{} after the default and {} in {:.1} s: {}",
             found.kernel.name,
