@@ -267,7 +267,7 @@ fn banking_the_incumbents_schedule_again_changes_nothing() {
     let before = read(&path);
     db::bank(&path, [record(0, 0, 1, 3, 1, 1)]).unwrap();
     assert_eq!(read(&path), before);
-    assert_eq!(db::open(&path).unwrap().records, [incumbent.clone()]);
+    assert_eq!(db::open(&path).unwrap().records, [incumbent]);
     // 256 threads, faster beyond noise: another schedule, inserted, and
     // the incumbent it beats dropped.
     let other = record(0, 0, 2, 0, 1, 1);
