@@ -485,6 +485,17 @@ fn records_are_checked_against_the_kernels() {
         "{problems:?}"
     );
     assert_eq!(db.check_against(&[]).len(), 2);
+
+    // The kernel now declares another size: the record is never chosen.
+    let mut resized = r.clone();
+    resized.shape.insert("N".to_owned(), 1024);
+    let problems = db_of(vec![resized]).check_against(std::slice::from_ref(&old));
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert_eq!(problems[0].kind, ProblemKind::Stale);
+    assert_eq!(
+        problems[0].message,
+        "stale: measured at N=1024, the kernel now declares N=4096"
+    );
 }
 
 #[test]

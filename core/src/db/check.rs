@@ -3,6 +3,7 @@
 //! A record that fails is reported, never dropped: the caller decides
 //! (the build does not use it, `cargo ktune db verify` fails).
 
+use std::collections::BTreeMap;
 use std::fmt;
 
 use super::{Database, Record};
@@ -135,6 +136,25 @@ impl Database {
                 );
                 continue;
             };
+            // Shapes are static: a record of sizes the kernel no longer
+            // declares is never chosen again.
+            let declared: BTreeMap<String, u32> = kernel.shape().collect();
+            if declared != r.shape {
+                let sizes = |shape: &BTreeMap<String, u32>| {
+                    let sizes: Vec<String> =
+                        shape.iter().map(|(d, n)| format!("{d}={n}")).collect();
+                    sizes.join(", ")
+                };
+                report(
+                    ProblemKind::Stale,
+                    format!(
+                        "stale: measured at {}, the kernel now declares {}",
+                        sizes(&r.shape),
+                        sizes(&declared)
+                    ),
+                );
+                continue;
+            }
             if let Some(target) = r.gpu.compute_capability.target()
                 && let Err(e) = crate::lower::lower(&shaped, &r.schedule, target)
             {
