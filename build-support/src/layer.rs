@@ -268,6 +268,19 @@ pub fn watched(layer: Layer, path: &Path) -> Option<&Path> {
     dir.is_dir().then_some(dir)
 }
 
+/// Dates a database this build script's run wrote, and read back, to just
+/// before the run `started`: Cargo reruns a build script whose watched
+/// paths changed after its last run began, and this change the run took
+/// in itself. Best effort.
+pub fn date_before(path: &Path, started: std::time::SystemTime) {
+    if let (Ok(file), Some(then)) = (
+        std::fs::File::options().write(true).open(path),
+        started.checked_sub(std::time::Duration::from_secs(1)),
+    ) {
+        let _ = file.set_modified(then);
+    }
+}
+
 /// Dates a folder created during this build script's run a day back:
 /// Cargo reruns a build script whose watched paths changed after its last
 /// run began, and the new, empty folder is no change. A file created in it

@@ -180,6 +180,7 @@ impl Config {
 
     /// Runs: scan, search on a miss, choose, lower, write.
     pub fn build(&self) -> Result<Report, Error> {
+        let started = std::time::SystemTime::now();
         let manifest_dir = dir_or_env(&self.manifest_dir, "CARGO_MANIFEST_DIR")?;
         let out_dir = dir_or_env(&self.out_dir, "OUT_DIR")?.join("ktune");
         let manifest_path = manifest_dir.join("Cargo.toml");
@@ -244,6 +245,11 @@ impl Config {
             let outcome = tune::run(&scan.kernels, &layers, &settings, &declared, &places)?;
             if !outcome.tuned.is_empty() {
                 layers = Layers::open(stack.clone())?;
+                // This run read what its search wrote: the database is no
+                // change for Cargo to rerun the script for.
+                if let Some(written) = &outcome.written_to {
+                    layer::date_before(written, started);
+                }
             }
             if !outcome.out_of_time.is_empty() {
                 let warning = format!(
