@@ -40,9 +40,12 @@ struct KernelFigures {
     /// Spearman's rank correlation of the learned model's scores with the
     /// measured times, over the candidates it chose.
     learned_model_correlation: Option<f64>,
+    /// How many candidates that is.
+    learned_model_points: usize,
     /// The same for the heuristic model's estimates, over every measured
     /// candidate.
     heuristic_model_correlation: Option<f64>,
+    heuristic_model_points: usize,
 }
 
 /// One benchmark case against its baseline.
@@ -169,7 +172,9 @@ fn kernel_figures(k: &KernelHistory) -> KernelFigures {
         speedup: k.default_us.zip(k.best_us).map(|(d, b)| d / b),
         trials_to_within_5_percent,
         learned_model_correlation: spearman(&pairs(&|s| s.predicted)),
+        learned_model_points: pairs(&|s| s.predicted).len(),
         heuristic_model_correlation: spearman(&pairs(&|s| s.estimate_us)),
+        heuristic_model_points: pairs(&|s| s.estimate_us).len(),
     }
 }
 
@@ -247,6 +252,9 @@ fn page(history: &History, figures: &Figures) -> Result<String> {
     );
     let num =
         |v: Option<f64>, digits: usize| v.map_or("–".to_owned(), |v| format!("{v:.digits$}"));
+    // A rank correlation over few points says little: its count beside it.
+    let correlation =
+        |rho: Option<f64>, n: usize| rho.map_or("–".to_owned(), |r| format!("{r:.2} (n = {n})"));
     for k in &figures.kernels {
         let _ = writeln!(
             html,
@@ -259,8 +267,8 @@ fn page(history: &History, figures: &Figures) -> Result<String> {
             k.speedup.map_or("–".to_owned(), |s| format!("{s:.2}×")),
             k.trials_to_within_5_percent
                 .map_or("–".to_owned(), |n| n.to_string()),
-            num(k.learned_model_correlation, 2),
-            num(k.heuristic_model_correlation, 2),
+            correlation(k.learned_model_correlation, k.learned_model_points),
+            correlation(k.heuristic_model_correlation, k.heuristic_model_points),
         );
     }
     html.push_str("</table>\n");
