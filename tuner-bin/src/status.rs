@@ -17,6 +17,7 @@ use cargo_metadata::{DependencyKind, Metadata, Package, PackageId};
 use ktune_build::layer::{self, APP_DATABASE_ENV, Layers};
 use ktune_build::select;
 use ktune_core::SmVersion;
+use ktune_core::db::MeasuredOn;
 use ktune_core::ir::Kernel;
 use ktune_core::schedule::Schedule;
 use serde::Serialize;
@@ -58,6 +59,9 @@ struct KernelStatus {
     variants: Vec<VariantStatus>,
     /// Declared targets no GPU was tuned for.
     untuned_targets: Vec<&'static str>,
+    /// Records of this kernel measured on the virtual GPU: estimates, never
+    /// chosen for a GPU.
+    virtual_records: usize,
     warnings: Vec<String>,
 }
 
@@ -139,6 +143,12 @@ fn print(status: &Status) {
             }
             if !k.untuned_targets.is_empty() {
                 println!("  not tuned for a GPU of: {}", k.untuned_targets.join(", "));
+            }
+            if k.virtual_records > 0 {
+                println!(
+                    "  measured on the virtual GPU: {} (estimates, never chosen for a GPU)",
+                    ktune_build::counted(k.virtual_records, "record")
+                );
             }
             for warning in &k.warnings {
                 println!("  warning: {warning}");
@@ -261,6 +271,12 @@ fn crate_status(
                     .filter(|t| !tuned_targets.contains(t))
                     .map(|t| t.name())
                     .collect(),
+                virtual_records: layers
+                    .records()
+                    .filter(|(_, r)| {
+                        r.kernel == k.name && r.provenance.measured_on == MeasuredOn::Vgpu
+                    })
+                    .count(),
                 warnings: tuned.warnings.iter().map(ToString::to_string).collect(),
             })
         })

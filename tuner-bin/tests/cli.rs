@@ -7,10 +7,14 @@ fn demo_manifest() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/demo/Cargo.toml")
 }
 
+/// `cargo ktune ARGS`, with a per-user cache of its own (none): what the
+/// user running the tests has cached does not count.
 fn cargo_ktune(args: &[&str]) -> Output {
+    let cache = std::env::temp_dir().join(format!("ktune-cli-test-cache-{}", std::process::id()));
     Command::new(env!("CARGO_BIN_EXE_cargo-ktune"))
         .arg("ktune")
         .args(args)
+        .env("XDG_CACHE_HOME", cache)
         .output()
         .expect("cargo-ktune runs")
 }
@@ -37,6 +41,15 @@ fn status_lists_every_kernel_with_shape_and_schedules() {
         );
     }
     assert!(text.contains("shape: T=197, D=384, F=1536"), "{text}");
+    // The demo's committed database holds a virtual GPU's record of each.
+    assert_eq!(
+        text.matches(
+            "  measured on the virtual GPU: 1 record (estimates, never chosen for a GPU)\n"
+        )
+        .count(),
+        4,
+        "{text}"
+    );
     for class in [r#"{"class":"matmul""#, r#"{"class":"rows""#] {
         assert!(
             text.lines()
