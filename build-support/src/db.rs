@@ -45,9 +45,16 @@ pub fn bank(path: &Path, winners: impl IntoIterator<Item = Record>) -> Result<()
         let new: Vec<Record> = winners
             .into_iter()
             .filter(|r| {
+                // An incumbent of another code generator is stale: the
+                // build neither uses nor counts it, so a search that finds
+                // its schedule again must record it anew.
                 chosen
                     .get(&(r.key(), r.provenance.measured_on))
-                    .is_none_or(|incumbent| incumbent.schedule != r.schedule)
+                    .is_none_or(|incumbent| {
+                        incumbent.schedule != r.schedule
+                            || incumbent.provenance.generator_version
+                                != r.provenance.generator_version
+                    })
             })
             .collect();
         db.insert(new);
@@ -59,6 +66,43 @@ pub fn bank(path: &Path, winners: impl IntoIterator<Item = Record>) -> Result<()
 /// text changed. A file that does not parse is an error and is left
 /// untouched; `change` is not called.
 pub fn update<T>(path: &Path, change: impl FnOnce(&mut Database) -> T) -> Result<T, Error> {
+    let dir = folder_of(path)?;
+    locked(path, || update_locked(path, dir, change))
+}
+
+/// Moves the database at `path` aside, under its lock, if it still does not
+/// parse there (another process may have moved or replaced it meanwhile),
+/// to a name beside it no file has: `ktune.unreadable-<seconds>[-n].json`.
+/// Where it went; `None` when it was readable or gone by then.
+pub fn move_aside(path: &Path) -> Result<Option<PathBuf>, Error> {
+    let dir = folder_of(path)?;
+    locked(path, || {
+        let Some(text) = read(path)? else {
+            return Ok(None);
+        };
+        if parse(path, &text).is_ok() {
+            return Ok(None);
+        }
+        let seconds = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let aside = (0..)
+            .map(|n| match n {
+                0 => dir.join(format!("ktune.unreadable-{seconds}.json")),
+                n => dir.join(format!("ktune.unreadable-{seconds}-{n}.json")),
+            })
+            .find(|p| !p.exists())
+            .expect("an unused name");
+        std::fs::rename(path, &aside).map_err(|source| Error::Write {
+            path: path.to_owned(),
+            source,
+        })?;
+        Ok(Some(aside))
+    })
+}
+
+/// The folder of the database at `path`, created if missing.
+fn folder_of(path: &Path) -> Result<&Path, Error> {
     let dir = match path.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir,
         _ => Path::new("."),
@@ -67,6 +111,11 @@ pub fn update<T>(path: &Path, change: impl FnOnce(&mut Database) -> T) -> Result
         path: dir.to_owned(),
         source,
     })?;
+    Ok(dir)
+}
+
+/// Runs `work` holding the exclusive lock of the database at `path`.
+fn locked<T>(path: &Path, work: impl FnOnce() -> Result<T, Error>) -> Result<T, Error> {
     let lock = lock_path(path);
     let lock_file = OpenOptions::new()
         .create(true)
@@ -81,7 +130,7 @@ pub fn update<T>(path: &Path, change: impl FnOnce(&mut Database) -> T) -> Result
         path: lock.clone(),
         source,
     })?;
-    let result = update_locked(path, dir, change);
+    let result = work();
     // Closing the file releases the lock too; unlocking first says when.
     let _ = FileExt::unlock(&lock_file);
     result

@@ -39,7 +39,7 @@
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use ktune_core::db::{Database, Key, Record};
+use ktune_core::db::{Database, Key, ParseError, Record};
 
 use crate::error::Error;
 
@@ -88,15 +88,34 @@ impl Layers {
     /// Opens each `(layer, path)` in order of precedence, highest first. A
     /// missing file is an empty layer; one that does not parse is an error
     /// naming it, except the user cache's: a cache is no one's to fix, so
-    /// it is moved aside, kept for a look, and a new one starts empty
-    /// ([`Layers::warnings`] says so). An application database whose
-    /// folder does not exist is likely a misspelt path: a warning too.
+    /// it is not read, with a warning ([`Layers::warnings`]). An
+    /// application database whose folder does not exist is likely a
+    /// misspelt path: a warning too. Reads only; a build opens them with
+    /// [`Layers::open_for_build`].
     pub fn open(stack: impl IntoIterator<Item = (Layer, PathBuf)>) -> Result<Layers, Error> {
+        Layers::open_with(stack, false)
+    }
+
+    /// [`Layers::open`] for a build, which also moves an unreadable user
+    /// cache aside, kept for a look, to start a new one; unless a newer
+    /// ktune wrote it, which that ktune reads.
+    pub fn open_for_build(
+        stack: impl IntoIterator<Item = (Layer, PathBuf)>,
+    ) -> Result<Layers, Error> {
+        Layers::open_with(stack, true)
+    }
+
+    fn open_with(
+        stack: impl IntoIterator<Item = (Layer, PathBuf)>,
+        repair: bool,
+    ) -> Result<Layers, Error> {
         let mut layers = Layers::new();
         for (layer, path) in stack {
             let database = match (layer, crate::db::open(&path)) {
-                (Layer::UserCache, Err(error @ Error::Database { .. })) => {
-                    layers.warnings.push(move_aside(&path, &error));
+                (Layer::UserCache, Err(Error::Database { error, .. })) => {
+                    layers
+                        .warnings
+                        .push(unreadable_cache(&path, &error, repair));
                     Database::new()
                 }
                 (_, opened) => opened?,
@@ -148,25 +167,24 @@ impl Layers {
     }
 }
 
-/// Moves the unreadable user cache at `path` aside, to
-/// `ktune.unreadable-<seconds since 1970>.json` beside it, and says so.
-fn move_aside(path: &Path, error: &Error) -> String {
-    let seconds = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    let aside = path.with_file_name(format!("ktune.unreadable-{seconds}.json"));
-    match std::fs::rename(path, &aside) {
-        Ok(()) => format!(
-            "ktune: the per-user cache could not be read ({error}); moved to `{}` and started afresh",
-            aside.display()
-        ),
-        // Another build moved it first.
-        Err(_) if !path.exists() => {
-            format!("ktune: the per-user cache could not be read ({error}); started afresh")
-        }
-        Err(e) => format!(
-            "ktune: the per-user cache could not be read ({error}), nor moved aside ({e}); delete it"
-        ),
+/// What becomes of the user cache at `path`, which does not parse
+/// (`error`): with `repair`, moved aside ([`crate::db::move_aside`]), unless
+/// a newer ktune wrote it; else left as it is, unread.
+fn unreadable_cache(path: &Path, error: &ParseError, repair: bool) -> String {
+    let what = format!(
+        "ktune: the per-user cache `{}` could not be read ({error})",
+        path.display()
+    );
+    if error.newer {
+        return format!("{what}; it is not read: upgrade ktune");
+    }
+    if !repair {
+        return format!("{what}; it is not read, and the next build moves it aside");
+    }
+    match crate::db::move_aside(path) {
+        Ok(Some(aside)) => format!("{what}; moved to `{}` and started afresh", aside.display()),
+        Ok(None) => format!("{what}; another build replaced it meanwhile"),
+        Err(e) => format!("{what}, nor moved aside ({e}); delete it"),
     }
 }
 

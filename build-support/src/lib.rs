@@ -182,7 +182,15 @@ impl Config {
     pub fn build(&self) -> Result<Report, Error> {
         let started = std::time::SystemTime::now();
         let manifest_dir = dir_or_env(&self.manifest_dir, "CARGO_MANIFEST_DIR")?;
-        let out_dir = dir_or_env(&self.out_dir, "OUT_DIR")?.join("ktune");
+        let out_root = dir_or_env(&self.out_dir, "OUT_DIR")?;
+        // When Cargo started this run: it dates it by `invoked.timestamp`
+        // beside `OUT_DIR`, which may be before this function was called.
+        let started = out_root
+            .parent()
+            .and_then(|dir| std::fs::metadata(dir.join("invoked.timestamp")).ok())
+            .and_then(|m| m.modified().ok())
+            .map_or(started, |invoked| invoked.min(started));
+        let out_dir = out_root.join("ktune");
         let manifest_path = manifest_dir.join("Cargo.toml");
         let metadata = manifest::read(&manifest_path)?;
         let source_dirs = self.source_dirs(&manifest_dir);
@@ -214,7 +222,7 @@ impl Config {
                 println!("cargo:rerun-if-env-changed={var}");
             }
         }
-        let mut layers = Layers::open(stack.clone())?;
+        let mut layers = Layers::open_for_build(stack.clone())?;
         let mut warnings = layers.warnings().to_vec();
         if self.cargo_instructions {
             for warning in &warnings {
@@ -244,7 +252,7 @@ impl Config {
             };
             let outcome = tune::run(&scan.kernels, &layers, &settings, &declared, &places)?;
             if !outcome.tuned.is_empty() {
-                layers = Layers::open(stack.clone())?;
+                layers = Layers::open_for_build(stack.clone())?;
                 // This run read what its search wrote: the database is no
                 // change for Cargo to rerun the script for.
                 if let Some(written) = &outcome.written_to {

@@ -261,13 +261,29 @@ fn an_empty_file_is_an_empty_database() {
 fn banking_the_incumbents_schedule_again_changes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("ktune.json");
-    // add on the H100, 128 threads, day 1; then the same schedule, day 2.
+    // add on the H100, 128 threads, day 1; then the same schedule, day 2,
+    // within noise of it: `insert` would keep both.
     let incumbent = record(0, 0, 1, 2, 1, 0);
+    let twin = record(0, 0, 1, 2, 1, 1);
     db::bank(&path, [incumbent.clone()]).unwrap();
     let before = read(&path);
-    db::bank(&path, [record(0, 0, 1, 3, 1, 1)]).unwrap();
+    db::bank(&path, [twin.clone()]).unwrap();
     assert_eq!(read(&path), before);
-    assert_eq!(db::open(&path).unwrap().records, [incumbent]);
+    assert_eq!(
+        db::open(&path).unwrap().records,
+        std::slice::from_ref(&incumbent)
+    );
+    let mut both = Database::new();
+    both.insert([incumbent.clone(), twin.clone()]);
+    assert_eq!(both.records.len(), 2, "insert keeps the twin");
+    // An incumbent of another code generator is no incumbent: its schedule
+    // found again is recorded anew.
+    let old = dir.path().join("old.json");
+    let mut older = incumbent.clone();
+    older.provenance.generator_version -= 1;
+    db::bank(&old, [older.clone()]).unwrap();
+    db::bank(&old, [twin.clone()]).unwrap();
+    assert_eq!(db::open(&old).unwrap().records, [older, twin]);
     // 256 threads, faster beyond noise: another schedule, inserted, and
     // the incumbent it beats dropped.
     let other = record(0, 0, 2, 0, 1, 1);

@@ -219,10 +219,11 @@ fn the_application_database_goes_on_top_unless_it_is_the_crate_own() {
 }
 
 /// A crate's database that does not parse fails the build, for someone to
-/// fix; a user cache that does not parse is no one's to fix: it is moved
-/// aside, kept for a look, and the build goes on with an empty one.
+/// fix; a user cache that does not parse is no one's to fix: the tools
+/// leave it unread, and a build moves it aside, kept for a look, and goes
+/// on with an empty one; unless a newer ktune wrote it.
 #[test]
-fn an_unreadable_user_cache_is_moved_aside_and_the_build_goes_on() {
+fn an_unreadable_user_cache_is_moved_aside_by_a_build_and_the_build_goes_on() {
     let dir = tempfile::tempdir().unwrap();
     let own = dir.path().join("lib/tuning/ktune.json");
     let cache = dir.path().join("cache/ktune/lib/ktune.json");
@@ -233,29 +234,77 @@ fn an_unreadable_user_cache_is_moved_aside_and_the_build_goes_on() {
         (Layer::Crate, own.clone()),
         (Layer::UserCache, cache.clone()),
     ];
+    let prefix = format!(
+        "ktune: the per-user cache `{}` could not be read (",
+        cache.display()
+    );
+
+    // The tools read; they move nothing.
     let layers = Layers::open(stack.clone()).expect("the cache is no obstacle");
+    let [warning] = layers.warnings() else {
+        panic!("one warning: {:?}", layers.warnings());
+    };
+    assert!(warning.starts_with(&prefix), "{warning}");
+    assert!(
+        warning.ends_with("it is not read, and the next build moves it aside"),
+        "{warning}"
+    );
+    assert_eq!(std::fs::read_to_string(&cache).unwrap(), broken);
+
+    let layers = Layers::open_for_build(stack.clone()).expect("the cache is no obstacle");
     assert_eq!(layers.records().count(), 0);
     let [warning] = layers.warnings() else {
         panic!("one warning: {:?}", layers.warnings());
     };
-    assert!(
-        warning.starts_with("ktune: the per-user cache could not be read ("),
-        "{warning}"
-    );
+    assert!(warning.starts_with(&prefix), "{warning}");
     assert!(warning.contains("invalid JSON"), "{warning}");
     let aside: Vec<_> = std::fs::read_dir(cache.parent().unwrap())
         .unwrap()
         .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
         .collect();
     assert_eq!(aside.len(), 1, "{aside:?}");
     assert!(
-        warning.contains(&aside[0].display().to_string()),
+        warning.ends_with(&format!(
+            "moved to `{}` and started afresh",
+            aside[0].display()
+        )),
         "{warning}"
     );
     assert_eq!(std::fs::read_to_string(&aside[0]).unwrap(), broken);
     assert!(!cache.exists());
     // Opened again: a missing cache, nothing to say.
-    assert!(Layers::open(stack).unwrap().warnings().is_empty());
+    assert!(
+        Layers::open_for_build(stack.clone())
+            .unwrap()
+            .warnings()
+            .is_empty()
+    );
+    // Broken again within the same second: another name, the first kept.
+    std::fs::write(&cache, broken).unwrap();
+    Layers::open_for_build(stack.clone()).unwrap();
+    let kept = std::fs::read_dir(cache.parent().unwrap())
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .starts_with("ktune.unreadable-")
+        })
+        .count();
+    assert_eq!(kept, 2);
+
+    // A newer ktune's cache is that ktune's to read: left where it is.
+    let newer = "{\"version\": 99, \"records\": []}";
+    std::fs::write(&cache, newer).unwrap();
+    let layers = Layers::open_for_build(stack).unwrap();
+    assert!(
+        layers.warnings()[0].ends_with("it is not read: upgrade ktune"),
+        "{:?}",
+        layers.warnings()
+    );
+    assert_eq!(std::fs::read_to_string(&cache).unwrap(), newer);
 
     // The crate's own is an error naming it.
     std::fs::create_dir_all(own.parent().unwrap()).unwrap();

@@ -466,7 +466,11 @@ fn an_interrupted_search_resumes_from_its_journal() {
     let text = std::fs::read_to_string(&path).expect("journal");
     let lines: Vec<&str> = text.lines().collect();
     let kept = lines.len() / 2;
-    std::fs::write(&path, lines[..kept].join("\n") + "\n{\"schedule\":").expect("cut");
+    // Torn within a character (the `µ` of a rejection's reason): one bad
+    // line, not an unreadable file.
+    let mut torn = (lines[..kept].join("\n") + "\n{\"schedule\":\"").into_bytes();
+    torn.push("µ".as_bytes()[0]);
+    std::fs::write(&path, torn).expect("cut");
     let mut rest = Fake::default();
     let cut = search(
         &k,

@@ -489,12 +489,23 @@ fn records_are_checked_against_the_kernels() {
     // The kernel now declares another size: the record is never chosen.
     let mut resized = r.clone();
     resized.shape.insert("N".to_owned(), 1024);
-    let problems = db_of(vec![resized]).check_against(std::slice::from_ref(&old));
+    let problems = db_of(vec![resized.clone()]).check_against(std::slice::from_ref(&old));
     assert_eq!(problems.len(), 1, "{problems:?}");
     assert_eq!(problems[0].kind, ProblemKind::Stale);
     assert_eq!(
         problems[0].message,
         "stale: measured at N=1024, the kernel now declares N=4096"
+    );
+    // An application's database over two crates' kernels of one name and
+    // computation, at two sizes: each record is checked against its own.
+    let item: proc_macro2::TokenStream =
+        "fn add(a: Tensor<f32, (N,)>, b: Tensor<f32, (N,)>) -> Tensor<f32, (N,)> { compute(|i| a[i] + b[i]) }"
+            .parse()
+            .unwrap();
+    let small = ktune_core::syntax::parse_kernel("shape(N = 1024)".parse().unwrap(), item).unwrap();
+    assert_eq!(
+        db_of(vec![r.clone(), resized.clone()]).check_against(&[old.clone(), small]),
+        vec![]
     );
 }
 

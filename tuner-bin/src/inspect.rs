@@ -70,10 +70,11 @@ fn choose(krate: &Crate, name: &str, target: SmVersion, schedule: &str) -> Resul
                 eprintln!("{warning}");
             }
             let tuned = select::tuned(&found.kernel, &layers);
+            let checksum = ktune_core::canon::checksum(&found.kernel);
             let virtual_records = layers
                 .records()
                 .filter(|(_, r)| {
-                    r.kernel == name
+                    r.checksum == checksum
                         && r.gpu.compute_capability.target() == Some(target)
                         && r.provenance.measured_on == MeasuredOn::Vgpu
                 })

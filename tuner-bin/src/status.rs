@@ -271,12 +271,15 @@ fn crate_status(
                     .filter(|t| !tuned_targets.contains(t))
                     .map(|t| t.name())
                     .collect(),
-                virtual_records: layers
-                    .records()
-                    .filter(|(_, r)| {
-                        r.kernel == k.name && r.provenance.measured_on == MeasuredOn::Vgpu
-                    })
-                    .count(),
+                virtual_records: {
+                    let checksum = ktune_core::canon::checksum(k);
+                    layers
+                        .records()
+                        .filter(|(_, r)| {
+                            r.checksum == checksum && r.provenance.measured_on == MeasuredOn::Vgpu
+                        })
+                        .count()
+                },
                 warnings: tuned.warnings.iter().map(ToString::to_string).collect(),
             })
         })

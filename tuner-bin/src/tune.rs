@@ -276,11 +276,21 @@ pub fn tune(args: &CrateArgs, options: &Options) -> Result<()> {
         Destination::User => ktune_build::layer::user_cache_path(&krate.name)
             .context("no per-user cache folder on this system; use `--write crate`")?,
     };
-    let records: Vec<_> = result
+    // A kernel the run's time left with the default alone measured gets no
+    // record, which would stop a build's search of it.
+    let out_of_time = result.elapsed >= Duration::from_secs(seconds);
+    let (records, unrecorded): (Vec<_>, Vec<_>) = result
         .runs
         .iter()
-        .filter_map(|r| r.tuned.as_ref().map(|t| t.record.clone()))
-        .collect();
+        .filter_map(|r| r.tuned.as_ref().map(|t| (r, t)))
+        .partition(|(_, t)| !(out_of_time && t.evaluations <= 1));
+    for (run, _) in &unrecorded {
+        eprintln!(
+            "{}: out of time with the default alone measured; not recorded (give it more --seconds)",
+            run.kernel
+        );
+    }
+    let records: Vec<_> = records.into_iter().map(|(_, t)| t.record.clone()).collect();
     if !records.is_empty() {
         ktune_build::db::bank(&destination, records)?;
     }

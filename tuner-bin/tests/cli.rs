@@ -10,13 +10,19 @@ fn demo_manifest() -> PathBuf {
 /// `cargo ktune ARGS`, with a per-user cache of its own (none): what the
 /// user running the tests has cached does not count.
 fn cargo_ktune(args: &[&str]) -> Output {
-    let cache = std::env::temp_dir().join(format!("ktune-cli-test-cache-{}", std::process::id()));
-    Command::new(env!("CARGO_BIN_EXE_cargo-ktune"))
+    cargo_ktune_binary()
         .arg("ktune")
         .args(args)
-        .env("XDG_CACHE_HOME", cache)
         .output()
         .expect("cargo-ktune runs")
+}
+
+/// The binary, with a per-user cache of its own (none).
+fn cargo_ktune_binary() -> Command {
+    let cache = std::env::temp_dir().join(format!("ktune-cli-test-cache-{}", std::process::id()));
+    let mut command = Command::new(env!("CARGO_BIN_EXE_cargo-ktune"));
+    command.env("XDG_CACHE_HOME", cache);
+    command
 }
 
 fn stdout(o: &Output) -> String {
@@ -63,7 +69,7 @@ fn status_lists_every_kernel_with_shape_and_schedules() {
 #[test]
 fn run_directly_it_takes_the_same_commands() {
     let manifest = demo_manifest();
-    let out = Command::new(env!("CARGO_BIN_EXE_cargo-ktune"))
+    let out = cargo_ktune_binary()
         .args(["status", "--manifest-path", manifest.to_str().unwrap()])
         .output()
         .expect("cargo-ktune runs");
@@ -80,11 +86,13 @@ fn a_closed_stdout_ends_a_printing_command_quietly() {
     use std::process::Stdio;
 
     let manifest = demo_manifest();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cargo-ktune"))
+    let mut child = cargo_ktune_binary()
         .args([
-            "ktune", "space", "ffn_up", "--target", "sm_90", "--top", "100000",
+            "ktune",
+            "status",
+            "--manifest-path",
+            manifest.to_str().unwrap(),
         ])
-        .args(["--manifest-path", manifest.to_str().unwrap()])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

@@ -111,10 +111,13 @@ impl Campaign<'_> {
                     // A round the deadline cuts short may end with fewer
                     // points than the one before (its session refuses even
                     // journaled ones past the deadline): keep the fastest
-                    // winner of any round, the later one of equals.
-                    let faster =
-                        |kept: &Tuned| tuned.record.stats.median_us <= kept.record.stats.median_us;
-                    if run.tuned.as_ref().is_none_or(faster) {
+                    // winner of any round, of equals the one that saw more.
+                    let better = |kept: &Tuned| {
+                        let (new, old) =
+                            (tuned.record.stats.median_us, kept.record.stats.median_us);
+                        new < old || (new == old && tuned.history.len() >= kept.history.len())
+                    };
+                    if run.tuned.as_ref().is_none_or(better) {
                         run.tuned = Some(tuned);
                     }
                 }

@@ -84,16 +84,18 @@ impl Journal {
             shape.join("x"),
             device
         ));
-        let text = std::fs::read_to_string(&path).unwrap_or_default();
-        let entries = text
-            .lines()
-            .filter_map(|line| serde_json::from_str::<Entry>(line).ok())
+        // Bytes, not text: a line torn within a character is one bad line,
+        // not an unreadable file.
+        let bytes = std::fs::read(&path).unwrap_or_default();
+        let entries = bytes
+            .split(|b| *b == b'\n')
+            .filter_map(|line| serde_json::from_slice::<Entry>(line).ok())
             .map(|e| (e.schedule, e.result))
             .collect();
         Journal {
             path: Some(path),
             entries,
-            torn: !text.is_empty() && !text.ends_with('\n'),
+            torn: bytes.last().is_some_and(|b| *b != b'\n'),
         }
     }
 

@@ -559,9 +559,7 @@ pub fn run(
             progress.line("  no candidate could be measured");
             continue;
         };
-        // A record stops every later build's search of the kernel: the
-        // default alone is no result worth that.
-        if tuned.evaluations <= 1 {
+        if tuned.cut_short(settings.time) {
             progress.line(&format!(
                 "  {}: out of time ({:.1} s) with the default alone measured; nothing recorded, the next build goes on",
                 found.kernel.name,

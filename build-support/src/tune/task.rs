@@ -134,6 +134,14 @@ pub struct Tuned {
 }
 
 impl Tuned {
+    /// Whether the search ran out of `time` with the default alone
+    /// measured: no result worth a record, which would stop every later
+    /// search of the kernel. (A space of one point, or a budget of one,
+    /// measures the default alone well within its time.)
+    pub fn cut_short(&self, time: Duration) -> bool {
+        self.evaluations <= 1 && self.elapsed >= time
+    }
+
     /// The winner's speed-up over the heuristic default.
     pub fn speedup(&self) -> Option<f64> {
         let stats = &self.record.stats;

@@ -174,13 +174,15 @@ impl Record {
 
     /// The kernel of `kernels` this record is for: of those with its name
     /// (an application's database may hold several crates' kernels), the
-    /// one with its checksum, else the first.
+    /// one with its checksum and sizes, else its checksum, else the first.
     pub fn kernel_in<'k>(&self, kernels: &'k [Kernel]) -> Option<&'k Kernel> {
-        let mut named = kernels.iter().filter(|k| k.name == self.kernel);
-        let first = named.clone().next();
-        named
-            .find(|k| crate::canon::checksum(k) == self.checksum)
-            .or(first)
+        let named = || kernels.iter().filter(|k| k.name == self.kernel);
+        let same = |k: &&Kernel| crate::canon::checksum(k) == self.checksum;
+        named()
+            .filter(same)
+            .find(|k| k.shape().collect::<BTreeMap<_, _>>() == self.shape)
+            .or_else(|| named().find(same))
+            .or_else(|| named().next())
     }
 }
 

@@ -35,6 +35,9 @@ pub struct ParseError {
     pub line: usize,
     pub column: usize,
     pub message: String,
+    /// Whether a newer ktune wrote what cannot be read (a newer format, a
+    /// record of a newer code generator): not the file's fault.
+    pub newer: bool,
 }
 
 #[derive(Deserialize)]
@@ -56,6 +59,7 @@ impl Database {
     /// for a bad record, its index and kernel.
     pub fn parse(text: &str) -> Result<Database, ParseError> {
         let invalid = |e: serde_json::Error| ParseError {
+            newer: false,
             line: e.line(),
             column: e.column(),
             message: format!(
@@ -65,6 +69,7 @@ impl Database {
         };
         serde_json::from_str::<serde::de::IgnoredAny>(text).map_err(invalid)?;
         let header: Header = serde_json::from_str(text).map_err(|e| ParseError {
+            newer: false,
             line: e.line(),
             column: e.column(),
             message: format!(
@@ -89,9 +94,11 @@ impl Database {
                 line,
                 column,
                 message,
+                newer: header.version > FORMAT_VERSION,
             });
         }
         let raw: Raw<'_> = serde_json::from_str(text).map_err(|e| ParseError {
+            newer: false,
             line: e.line(),
             column: e.column(),
             message: format!(
@@ -122,8 +129,10 @@ impl Database {
                 let kernel = serde_json::from_str::<KernelName>(slice)
                     .map(|k| format!(" (kernel `{}`)", k.kernel))
                     .unwrap_or_default();
+                let newer = serde_json::from_str::<Written>(slice)
+                    .is_ok_and(|w| w.provenance.generator_version > GENERATOR_VERSION);
                 let advice = match serde_json::from_str::<Written>(slice) {
-                    Ok(w) if w.provenance.generator_version > GENERATOR_VERSION => format!(
+                    Ok(w) if newer => format!(
                         "it was written by a newer ktune (code generator {}, this one's is {GENERATOR_VERSION}): upgrade ktune, or remove the record",
                         w.provenance.generator_version
                     ),
@@ -133,6 +142,7 @@ impl Database {
                     line,
                     column,
                     message: format!("record {index}{kernel}: {}; {advice}", strip_position(&e)),
+                    newer,
                 }
             })?;
             records.push(record);
