@@ -222,12 +222,17 @@ impl Config {
                 println!("cargo:rerun-if-env-changed={var}");
             }
         }
-        let mut layers = Layers::open_for_build(stack.clone())?;
-        let mut warnings = layers.warnings().to_vec();
-        if self.cargo_instructions {
-            for warning in &warnings {
+        // What the user should act on: reported to Cargo, and kept.
+        let mut warnings = Vec::new();
+        let warn = |warnings: &mut Vec<String>, warning: String| {
+            if self.cargo_instructions {
                 println!("cargo:warning={warning}");
             }
+            warnings.push(warning);
+        };
+        let mut layers = Layers::open_for_build(stack.clone())?;
+        for warning in layers.warnings() {
+            warn(&mut warnings, warning.clone());
         }
 
         let mut declared = metadata.targets.clone();
@@ -264,24 +269,17 @@ impl Config {
                     "ktune: the search of {} ran out of time with the default alone measured; nothing was recorded (raise KTUNE_SECONDS; the next build goes on from where this one stopped)",
                     outcome.out_of_time.join(", ")
                 );
-                if self.cargo_instructions {
-                    println!("cargo:warning={warning}");
-                }
-                warnings.push(warning);
+                warn(&mut warnings, warning);
             }
             for too_large in &outcome.too_large {
-                let warning = format!("ktune: {too_large}; it keeps its heuristic schedule");
-                if self.cargo_instructions {
-                    println!("cargo:warning={warning}");
-                }
-                warnings.push(warning);
+                warn(
+                    &mut warnings,
+                    format!("ktune: {too_large}; it keeps its heuristic schedule"),
+                );
             }
             let device = std::env::var("KTUNE_DEVICE").ok();
             if let Some(warning) = untuned_warning(&outcome.untuned, device.as_deref()) {
-                if self.cargo_instructions {
-                    println!("cargo:warning={warning}");
-                }
-                warnings.push(warning);
+                warn(&mut warnings, warning);
             }
         }
 
@@ -307,20 +305,14 @@ impl Config {
                     "ktune: kernel `{}` ({}): input `{}` is never read",
                     found.kernel.name, found.location, input.name
                 );
-                if self.cargo_instructions {
-                    println!("cargo:warning={warning}");
-                }
-                warnings.push(warning);
+                warn(&mut warnings, warning);
             }
             let mut variants = select::variants(&found.kernel, &found.location, &targets)?;
             let tuned = select::tuned(&found.kernel, &layers);
             variants.extend(tuned.variants);
-            if self.cargo_instructions {
-                for warning in &tuned.warnings {
-                    println!("cargo:warning={warning}");
-                }
+            for warning in tuned.warnings {
+                warn(&mut warnings, warning);
             }
-            warnings.extend(tuned.warnings);
             written.extend(out::write_kernel(&out_dir, &found.kernel, &variants)?);
             kernels.push((found.kernel.name.clone(), variants));
         }

@@ -130,19 +130,20 @@ impl Database {
                     .map(|k| format!(" (kernel `{}`)", k.kernel))
                     .unwrap_or_default();
                 let newer = serde_json::from_str::<Written>(slice)
-                    .is_ok_and(|w| w.provenance.generator_version > GENERATOR_VERSION);
-                let advice = match serde_json::from_str::<Written>(slice) {
-                    Ok(w) if newer => format!(
-                        "it was written by a newer ktune (code generator {}, this one's is {GENERATOR_VERSION}): upgrade ktune, or remove the record",
-                        w.provenance.generator_version
+                    .ok()
+                    .map(|w| w.provenance.generator_version)
+                    .filter(|v| *v > GENERATOR_VERSION);
+                let advice = match newer {
+                    Some(v) => format!(
+                        "it was written by a newer ktune (code generator {v}, this one's is {GENERATOR_VERSION}): upgrade ktune, or remove the record"
                     ),
-                    _ => "fix this record or remove it".to_owned(),
+                    None => "fix this record or remove it".to_owned(),
                 };
                 ParseError {
                     line,
                     column,
                     message: format!("record {index}{kernel}: {}; {advice}", strip_position(&e)),
-                    newer,
+                    newer: newer.is_some(),
                 }
             })?;
             records.push(record);
