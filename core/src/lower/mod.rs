@@ -247,27 +247,52 @@ impl<'k> Lowering<'k> {
     pub fn lower(&self, schedule: &Schedule) -> Result<Lowered, LowerError> {
         self.dispatch(schedule, Step::Emit)
             .map(|l| l.expect("emitted"))
+            .map_err(|fault| self.error(schedule, fault))
     }
 
     /// [`validate`] for this kernel and target.
     pub fn check(&self, schedule: &Schedule) -> Result<(), LowerError> {
-        self.dispatch(schedule, Step::Check).map(|_| ())
+        self.dispatch(schedule, Step::Check)
+            .map(|_| ())
+            .map_err(|fault| self.error(schedule, fault))
     }
 
-    fn dispatch(&self, schedule: &Schedule, step: Step) -> Result<Option<Lowered>, LowerError> {
+    /// [`Lowering::check`] for checking many points: the constraint
+    /// `schedule` breaks and why, without the error's copies of the
+    /// kernel's name and the schedule. A schedule of a class the kernel
+    /// does not have breaks [`Constraint::Range`].
+    pub fn violation(&self, schedule: &Schedule) -> Option<(Constraint, String)> {
+        match self.dispatch(schedule, Step::Check) {
+            Ok(_) => None,
+            Err(Fault::Invalid(v)) => Some((v.constraint, v.reason)),
+            Err(Fault::WrongClass) => Some((
+                Constraint::Range,
+                self.error(schedule, Fault::WrongClass).to_string(),
+            )),
+        }
+    }
+
+    fn error(&self, schedule: &Schedule, fault: Fault) -> LowerError {
+        let kernel = self.kernel.name.clone();
+        match fault {
+            Fault::Invalid(v) => LowerError::Invalid {
+                kernel,
+                schedule: Box::new(schedule.clone()),
+                target: self.target,
+                constraint: v.constraint,
+                reason: v.reason,
+            },
+            Fault::WrongClass => LowerError::WrongClass {
+                kernel,
+                schedule: schedule.class(),
+                reason: format!("the kernel is {}", self.class.describe()),
+            },
+        }
+    }
+
+    fn dispatch(&self, schedule: &Schedule, step: Step) -> Result<Option<Lowered>, Fault> {
         let (kernel, target) = (self.kernel, self.target);
-        let invalid = |v: Violation| LowerError::Invalid {
-            kernel: kernel.name.clone(),
-            schedule: Box::new(schedule.clone()),
-            target,
-            constraint: v.constraint,
-            reason: v.reason,
-        };
-        let wrong_class = || LowerError::WrongClass {
-            kernel: kernel.name.clone(),
-            schedule: schedule.class(),
-            reason: format!("the kernel is {}", self.class.describe()),
-        };
+        let invalid = Fault::Invalid;
         let emit = step == Step::Emit;
         match (schedule, &self.class) {
             (&Schedule::Generic { block }, _) => if emit {
@@ -329,9 +354,15 @@ impl<'k> Lowering<'k> {
                 matmul::mma::MmaLayout::new(kernel, plan, *tiles, target).map(|_| None)
             }
             .map_err(invalid),
-            _ => Err(wrong_class()),
+            _ => Err(Fault::WrongClass),
         }
     }
+}
+
+/// Why [`Lowering::dispatch`] failed, before it is made a [`LowerError`].
+enum Fault {
+    Invalid(Violation),
+    WrongClass,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]

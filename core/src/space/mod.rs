@@ -14,9 +14,11 @@
 mod rules;
 
 use std::collections::BTreeMap;
+use std::ops::Range;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::ir::Kernel;
-use crate::lower::{Constraint, LowerError, Lowering};
+use crate::lower::{Constraint, Lowering};
 use crate::schedule::{Class, MmaTiles, Schedule, Tiles};
 use crate::target::SmVersion;
 
@@ -52,18 +54,50 @@ impl Family {
     }
 
     /// The `index`-th point, the last knob varying fastest.
-    pub fn point(&self, mut index: u64) -> Schedule {
-        let mut values = vec![0; self.knobs.len()];
-        for (slot, knob) in values.iter_mut().zip(&self.knobs).rev() {
+    pub fn point(&self, index: u64) -> Schedule {
+        self.points_in(index..index + 1)
+            .next()
+            .expect("an index below the family's size")
+    }
+
+    /// The points of `range` of indices, in order: the knobs' positions
+    /// are worked out once for the first and then counted up like an
+    /// odometer's digits, the last knob turning fastest.
+    pub fn points_in(&self, range: Range<u64>) -> impl Iterator<Item = Schedule> + '_ {
+        let mut digits = vec![0; self.knobs.len()];
+        let mut rest = range.start;
+        for (digit, knob) in digits.iter_mut().zip(&self.knobs).rev() {
             let n = knob.values.len() as u64;
-            *slot = knob.values[(index % n) as usize];
-            index /= n;
+            *digit = (rest % n) as usize;
+            rest /= n;
         }
-        self.class
-            .schedule(&values)
-            .expect("a family has its class's knobs")
+        let mut values: Vec<u32> = digits
+            .iter()
+            .zip(&self.knobs)
+            .map(|(&d, k)| k.values[d])
+            .collect();
+        (range.start..range.end.min(self.size())).map(move |_| {
+            let point = self
+                .class
+                .schedule(&values)
+                .expect("a family has its class's knobs");
+            for ((digit, value), knob) in digits.iter_mut().zip(&mut values).zip(&self.knobs).rev()
+            {
+                *digit += 1;
+                if *digit < knob.values.len() {
+                    *value = knob.values[*digit];
+                    break;
+                }
+                *digit = 0;
+                *value = knob.values[0];
+            }
+            point
+        })
     }
 }
+
+/// Points per piece of a survey's work (a few milliseconds of checking).
+const SURVEY_PIECE: u64 = 1 << 16;
 
 /// Why a point of a space is not a candidate.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -125,9 +159,7 @@ impl Space {
 
     /// Every point, family by family, each in index order.
     pub fn points(&self) -> impl Iterator<Item = Schedule> + '_ {
-        self.families
-            .iter()
-            .flat_map(|f| (0..f.size()).map(|i| f.point(i)))
+        self.families.iter().flat_map(|f| f.points_in(0..f.size()))
     }
 
     /// The family of `class`, if the space has one.
@@ -155,29 +187,75 @@ impl Space {
         if let Some(reason) = self.redundant(point) {
             return Some((Rejection::Coverage, reason));
         }
-        match lowering.check(point) {
-            Ok(()) => None,
-            Err(LowerError::Invalid {
-                constraint, reason, ..
-            }) => Some((Rejection::Constraint(constraint), reason)),
-            Err(other) => Some((Rejection::Constraint(Constraint::Range), other.to_string())),
-        }
+        lowering
+            .violation(point)
+            .map(|(constraint, reason)| (Rejection::Constraint(constraint), reason))
     }
 
-    /// Every point sorted into valid or rejected.
+    /// Every point sorted into valid or rejected. The points are checked
+    /// in pieces on all the machine's cores (a large space has tens of
+    /// millions); the result is the same as checking them one by one in
+    /// index order.
     pub fn survey(&self, kernel: &Kernel, target: SmVersion) -> Survey {
+        let lowering = Lowering::new(kernel, target);
+        // Pieces of each family's indices, in index order.
+        let pieces: Vec<(&Family, Range<u64>)> = self
+            .families
+            .iter()
+            .flat_map(|f| {
+                (0..f.size())
+                    .step_by(SURVEY_PIECE as usize)
+                    .map(move |start| (f, start..(start + SURVEY_PIECE).min(f.size())))
+            })
+            .collect();
+        let next = AtomicUsize::new(0);
+        let check = || {
+            let mut done = Vec::new();
+            loop {
+                let piece = next.fetch_add(1, Ordering::Relaxed);
+                let Some((family, range)) = pieces.get(piece) else {
+                    return done;
+                };
+                let mut part = Survey {
+                    size: range.end - range.start,
+                    valid: Vec::new(),
+                    rejected: BTreeMap::new(),
+                };
+                for point in family.points_in(range.clone()) {
+                    match self.rejection(&lowering, &point) {
+                        None => part.valid.push(point),
+                        Some((why, reason)) => {
+                            part.rejected.entry(why).or_insert((0, reason)).0 += 1;
+                        }
+                    }
+                }
+                done.push((piece, part));
+            }
+        };
+        let threads = std::thread::available_parallelism()
+            .map_or(1, usize::from)
+            .min(pieces.len());
+        let mut parts = if threads <= 1 {
+            check()
+        } else {
+            std::thread::scope(|scope| {
+                let workers: Vec<_> = (0..threads).map(|_| scope.spawn(check)).collect();
+                workers
+                    .into_iter()
+                    .flat_map(|w| w.join().expect("checking a point does not panic"))
+                    .collect()
+            })
+        };
+        parts.sort_unstable_by_key(|(piece, _)| *piece);
         let mut survey = Survey {
             size: self.size(),
             valid: Vec::new(),
             rejected: BTreeMap::new(),
         };
-        let lowering = Lowering::new(kernel, target);
-        for point in self.points() {
-            match self.rejection(&lowering, &point) {
-                None => survey.valid.push(point),
-                Some((why, reason)) => {
-                    survey.rejected.entry(why).or_insert((0, reason)).0 += 1;
-                }
+        for (_, part) in parts {
+            survey.valid.extend(part.valid);
+            for (why, (count, reason)) in part.rejected {
+                survey.rejected.entry(why).or_insert((0, reason)).0 += count;
             }
         }
         survey
@@ -259,7 +337,7 @@ pub fn sample(points: &[Schedule], n: usize, seed: u64) -> Vec<Schedule> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lower::lower;
+    use crate::lower::{LowerError, lower};
     use crate::test_kernels::{matmul, softmax};
 
     #[test]
@@ -309,6 +387,52 @@ mod tests {
                 assert!(knob.values.contains(&value));
             }
         }
+    }
+
+    #[test]
+    fn points_in_a_range_are_the_points_of_its_indices() {
+        let k = matmul(64, 64, 64);
+        let space = Space::of(&k, SmVersion::Sm90);
+        for family in &space.families {
+            let decode = |mut index: u64| {
+                let mut values = vec![0; family.knobs.len()];
+                for (value, knob) in values.iter_mut().zip(&family.knobs).rev() {
+                    let n = knob.values.len() as u64;
+                    *value = knob.values[(index % n) as usize];
+                    index /= n;
+                }
+                family.class.schedule(&values).expect("the class's knobs")
+            };
+            let size = family.size();
+            for range in [0..7, 5..1000, size - 300..size, size - 2..size + 5] {
+                let expected: Vec<Schedule> =
+                    (range.start..range.end.min(size)).map(decode).collect();
+                let points: Vec<Schedule> = family.points_in(range.clone()).collect();
+                assert_eq!(points, expected, "{:?} {range:?}", family.class);
+            }
+        }
+    }
+
+    #[test]
+    fn a_survey_in_pieces_is_the_survey_point_by_point() {
+        let k = matmul(200, 96, 40);
+        let target = SmVersion::Sm90;
+        let space = Space::of(&k, target);
+        assert!(space.size() > 4 * SURVEY_PIECE, "several pieces");
+        let mut expected = Survey {
+            size: space.size(),
+            valid: Vec::new(),
+            rejected: BTreeMap::new(),
+        };
+        for point in space.points() {
+            match space.reject(&k, &point, target) {
+                None => expected.valid.push(point),
+                Some((why, reason)) => {
+                    expected.rejected.entry(why).or_insert((0, reason)).0 += 1;
+                }
+            }
+        }
+        assert_eq!(space.survey(&k, target), expected);
     }
 
     #[test]
