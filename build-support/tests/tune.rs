@@ -139,7 +139,7 @@ impl Bench for Fake {
         })
     }
 
-    fn prepare(&mut self, _: &Kernel, _: &str, schedules: &[Schedule]) {
+    fn prepare(&mut self, _: &Kernel, _: &str, schedules: &[Schedule], _: Option<Instant>) {
         self.prepared.push(schedules.to_vec());
     }
 }

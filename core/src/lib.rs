@@ -3,7 +3,9 @@
 //! The kernel language front-end ([`syntax`]), the kernel IR ([`ir`]),
 //! schedules, the lowering to a typed PTX instruction list ([`ptx`]) and its
 //! printer. Pure: this crate reads no file, environment variable, process or
-//! GPU; the macro, the build helper and the CLI all call into it.
+//! GPU (it only asks how many threads the machine runs, to survey large
+//! spaces on all of them); the macro, the build helper and the CLI all call
+//! into it.
 
 pub mod canon;
 pub mod db;
@@ -23,6 +25,7 @@ pub use dtype::DType;
 pub use target::SmVersion;
 pub mod lower;
 pub mod model;
+pub mod parallel;
 pub mod ptx;
 pub mod schedule;
 pub mod space;

@@ -25,42 +25,7 @@ fn jobs_from(num_jobs: Option<&str>) -> usize {
     num_jobs
         .and_then(|n| n.trim().parse::<usize>().ok())
         .filter(|&n| n > 0)
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from))
-}
-
-/// `f` of every item, on up to `jobs` threads, in the items' order.
-pub(crate) fn map<T: Sync, R: Send>(
-    jobs: usize,
-    items: &[T],
-    f: impl Fn(&T) -> R + Sync,
-) -> Vec<R> {
-    let threads = jobs.clamp(1, items.len().max(1));
-    if threads == 1 {
-        return items.iter().map(f).collect();
-    }
-    let next = std::sync::atomic::AtomicUsize::new(0);
-    let mut done: Vec<(usize, R)> = std::thread::scope(|scope| {
-        let workers: Vec<_> = (0..threads)
-            .map(|_| {
-                scope.spawn(|| {
-                    let mut done = Vec::new();
-                    loop {
-                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        let Some(item) = items.get(i) else {
-                            return done;
-                        };
-                        done.push((i, f(item)));
-                    }
-                })
-            })
-            .collect();
-        workers
-            .into_iter()
-            .flat_map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-            .collect()
-    });
-    done.sort_by_key(|(i, _)| *i);
-    done.into_iter().map(|(_, r)| r).collect()
+        .unwrap_or_else(ktune_core::parallel::available)
 }
 
 #[cfg(test)]
@@ -75,15 +40,5 @@ mod tests {
         assert_eq!(jobs_from(None), machine);
         assert_eq!(jobs_from(Some("0")), machine);
         assert_eq!(jobs_from(Some("many")), machine);
-    }
-
-    #[test]
-    fn a_parallel_map_keeps_the_items_order_whatever_the_threads() {
-        let items: Vec<u64> = (0..37).collect();
-        let want: Vec<u64> = items.iter().map(|i| i * i).collect();
-        for jobs in [0, 1, 2, 5, 64] {
-            assert_eq!(map(jobs, &items, |i| i * i), want, "{jobs} jobs");
-        }
-        assert!(map(4, &[] as &[u64], |i| *i).is_empty());
     }
 }

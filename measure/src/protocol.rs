@@ -4,6 +4,8 @@
 //! [`Response::Done`], a [`Prepare`] (the candidates about to be measured,
 //! compiled in parallel and cached) with [`Response::Prepared`].
 
+use std::time::Duration;
+
 use ktune_core::schedule::Schedule;
 use serde::{Deserialize, Serialize};
 
@@ -12,7 +14,7 @@ use crate::{DeviceKind, Injection, Job, Measured, Rejected, Settings};
 /// The version of the worker protocol, checked at the handshake: the parent
 /// and the worker are normally the same executable, but a stale build
 /// script binary must not be fed requests it misreads.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// The worker's first line.
 #[derive(Debug, Serialize, Deserialize)]
@@ -42,7 +44,8 @@ pub(crate) struct Measure {
 
 /// Compile these candidates, on `jobs` threads, for the [`Measure`]
 /// requests that follow (a candidate is a schedule and the injection its
-/// measure request will carry).
+/// measure request will carry); with `within`, start none after that long
+/// (the search's deadline, which no measurement starts after).
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct Prepare {
     pub id: u64,
@@ -51,6 +54,8 @@ pub(crate) struct Prepare {
     pub candidates: Vec<(Schedule, Option<Injection>)>,
     pub settings: Settings,
     pub jobs: usize,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub within: Option<Duration>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]

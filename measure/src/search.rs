@@ -7,6 +7,7 @@
 //! database records the search's times alone cannot make.
 
 use std::fmt;
+use std::time::Instant;
 
 use ktune_core::schedule::Schedule;
 use ktune_search::measure::{Measurement, Measurer, Outcome, Rejection};
@@ -103,11 +104,11 @@ where
     }
 
     /// Compiles the points' schedules in the worker ([`Worker::prepare`]).
-    fn prepare(&mut self, space: &Space, points: &[Point]) {
+    fn prepare(&mut self, space: &Space, points: &[Point], deadline: Option<Instant>) {
         let schedules: Vec<Schedule> = points
             .iter()
             .filter_map(|p| (self.schedule_of)(space, p))
             .collect();
-        self.worker.prepare(&self.job, &schedules);
+        self.worker.prepare(&self.job, &schedules, deadline);
     }
 }

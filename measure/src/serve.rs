@@ -2,15 +2,17 @@
 
 use std::collections::HashMap;
 use std::io::{BufRead, Write};
+use std::time::Instant;
 
 use ktune_core::SmVersion;
 use ktune_core::ir::Kernel;
 use ktune_core::lower::{self, Lowered};
+use ktune_core::parallel;
 use ktune_core::schedule::Schedule;
 use ktune_vgpu::verify::Reference;
 
 use crate::gpu::{Expected, Gpu, GpuRejected, Program, Rotation};
-use crate::prepare::{self, CACHE_LIMIT};
+use crate::prepare::CACHE_LIMIT;
 use crate::protocol::{Hello, Measure, PROTOCOL_VERSION, Prepare, Request, Response};
 use crate::{DeviceKind, Injection, Job, Measured, Rejected, Settings};
 
@@ -184,7 +186,8 @@ impl State {
     /// in place of those of the previous one; how many are now compiled
     /// (those that lower, up to [`CACHE_LIMIT`]). A candidate that does not
     /// lower, or a kernel that does not parse, is left for its measure
-    /// request to reject.
+    /// request to reject; one not started by the request's deadline is
+    /// left uncompiled.
     fn compile(&mut self, request: &Prepare) -> usize {
         self.compiled.clear();
         let Prepare {
@@ -193,8 +196,10 @@ impl State {
             candidates,
             settings,
             jobs,
+            within,
             ..
         } = request;
+        let deadline = within.map(|within| Instant::now() + within);
         let key = (job.clone(), *device, settings.seed);
         if self.open(&key, settings).is_err() {
             return 0;
@@ -210,10 +215,13 @@ impl State {
             .take(CACHE_LIMIT)
             .collect();
         let lowered = |(schedule, inject): &&(Schedule, Option<Injection>)| {
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return None;
+            }
             lower_candidate(kernel, schedule, target, *inject).ok()
         };
         let compiled: Vec<Option<Compiled>> = match check {
-            Check::Vgpu(reference) => prepare::map(*jobs, &candidates, |c| {
+            Check::Vgpu(reference) => parallel::map(*jobs, &candidates, |c| {
                 let measured = crate::vgpu::measure(kernel, reference, &c.0, target, &lowered(c)?);
                 Some(Compiled::Vgpu(measured))
             }),
@@ -222,7 +230,7 @@ impl State {
                     return 0;
                 };
                 let loader = gpu.loader();
-                prepare::map(*jobs, &candidates, |c| {
+                parallel::map(*jobs, &candidates, |c| {
                     Some(Compiled::Gpu(loader.load(&lowered(c)?, target)))
                 })
             }
@@ -368,6 +376,7 @@ mod tests {
             candidates: candidates.clone(),
             settings: Settings::default(),
             jobs: 2,
+            within: None,
         };
         let measure = |(schedule, inject): &(Schedule, Option<Injection>)| Measure {
             id: 2,

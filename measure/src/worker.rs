@@ -186,11 +186,18 @@ impl Worker {
     /// compiled and was not measured. Waits as long as measuring them one
     /// by one on each thread may take; a worker that crashes or times out
     /// meanwhile is ended (0 compiled), and the next request starts a new
-    /// one.
-    pub fn prepare(&mut self, job: &Job, schedules: &[Schedule]) -> usize {
+    /// one. With a `deadline`, no candidate starts compiling after it (no
+    /// measurement does either: a search's batch is not allowed to run
+    /// past its time).
+    pub fn prepare(
+        &mut self,
+        job: &Job,
+        schedules: &[Schedule],
+        deadline: Option<Instant>,
+    ) -> usize {
         let candidates: Vec<(Schedule, Option<Injection>)> =
             schedules.iter().map(|s| (s.clone(), None)).collect();
-        self.prepare_injected(job, &candidates)
+        self.prepare_injected(job, &candidates, deadline)
     }
 
     /// [`Worker::prepare`] for candidates that will be measured with these
@@ -199,6 +206,7 @@ impl Worker {
         &mut self,
         job: &Job,
         candidates: &[(Schedule, Option<Injection>)],
+        deadline: Option<Instant>,
     ) -> usize {
         let jobs = self.config.jobs.max(1);
         let rounds = candidates.len().div_ceil(jobs).max(1);
@@ -214,6 +222,7 @@ impl Worker {
             candidates: candidates.to_vec(),
             settings: self.config.settings.clone(),
             jobs,
+            within: deadline.map(|d| d.saturating_duration_since(Instant::now())),
         });
         match self.exchange(id, &request, timeout) {
             Ok(Response::Prepared { cached, .. }) => cached,

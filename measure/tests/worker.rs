@@ -2,7 +2,7 @@
 //! `ktune-measure-worker` binary) measuring on the virtual GPU, and every
 //! kind of failure rejected with its reason while the session goes on.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ktune_core::SmVersion;
 use ktune_core::lower;
@@ -320,7 +320,7 @@ fn a_prepared_batch_measures_exactly_as_one_by_one() {
         let config = WorkerConfig::with_program(WORKER, DeviceKind::Vgpu).jobs(jobs);
         let mut worker = Worker::spawn(config).expect("the worker starts");
         assert_eq!(
-            worker.prepare_injected(&job, &batch),
+            worker.prepare_injected(&job, &batch, None),
             5,
             "all but the one that does not lower, on {jobs} thread(s)"
         );
@@ -331,6 +331,15 @@ fn a_prepared_batch_measures_exactly_as_one_by_one() {
         );
         assert_eq!(worker.restarts(), 0);
     }
+
+    // A batch announced as its search's time runs out compiles nothing
+    // (no candidate starts after the deadline) and measures the same.
+    let mut late = vgpu_worker(Duration::from_secs(120));
+    assert_eq!(late.prepare_injected(&job, &batch, Some(Instant::now())), 0);
+    assert_eq!(measure_all(&mut late, &job, &batch), want);
+    let mut early = vgpu_worker(Duration::from_secs(120));
+    let deadline = Instant::now() + Duration::from_secs(3600);
+    assert_eq!(early.prepare_injected(&job, &batch, Some(deadline)), 5);
 }
 
 #[test]
@@ -434,7 +443,7 @@ fn a_gpu_measures_a_prepared_batch_as_one_by_one() {
     let mut sequential = Worker::spawn(config.clone()).expect("the worker starts");
     let want = measure_all(&mut sequential, &job, &batch);
     let mut worker = Worker::spawn(config).expect("the worker starts");
-    assert_eq!(worker.prepare_injected(&job, &batch), 5);
+    assert_eq!(worker.prepare_injected(&job, &batch, None), 5);
     let got = measure_all(&mut worker, &job, &batch);
     let verdict = |r: &Result<Measured, Rejected>| match r {
         Ok(m) => {

@@ -1,6 +1,7 @@
 //! Measuring a point: the one expensive operation a search makes.
 
 use std::fmt;
+use std::time::Instant;
 
 use crate::space::{Point, Space};
 
@@ -66,14 +67,14 @@ pub type Outcome = Result<Measurement, Rejection>;
 pub trait Measurer {
     fn measure(&mut self, space: &Space, point: &Point) -> Outcome;
 
-    /// A hint: `points` are about to be measured, in this order, each once.
-    /// A measurer that compiles candidates may compile them all now, in
-    /// parallel, so that the measurements that follow only run them. It
-    /// must not change what [`Measurer::measure`] answers; a point may
-    /// still be left unmeasured (the budget ran out). Does nothing by
-    /// default.
-    fn prepare(&mut self, space: &Space, points: &[Point]) {
-        let _ = (space, points);
+    /// A hint: `points` are about to be measured, in this order, each once,
+    /// none after `deadline`. A measurer that compiles candidates may
+    /// compile them all now, in parallel, so that the measurements that
+    /// follow only run them, starting none after the deadline. It must
+    /// not change what [`Measurer::measure`] answers; a point may still be
+    /// left unmeasured (the budget ran out). Does nothing by default.
+    fn prepare(&mut self, space: &Space, points: &[Point], deadline: Option<Instant>) {
+        let _ = (space, points, deadline);
     }
 }
 

@@ -146,7 +146,8 @@ impl<'a> Session<'a> {
             return;
         }
         let points: Vec<Point> = batch.iter().map(|(p, _)| (*p).clone()).collect();
-        self.measurer.prepare(self.space, &points);
+        self.measurer
+            .prepare(self.space, &points, self.budget.deadline);
         for (point, predicted) in batch {
             self.evaluate(point, predicted);
         }

@@ -7,6 +7,7 @@ use ktune_search::session::{Budget, Session};
 use ktune_search::space::{Knob, Point, Space};
 use ktune_search::strategy::{Bounded, CoordinateDescent, Evolutionary, Strategy};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// Two knobs of eight values each; `a = b + 1` fails to compile.
 fn space() -> Space {
@@ -27,7 +28,7 @@ fn time(p: &Point) -> Outcome {
 /// What reached the measurer, in order.
 #[derive(Debug, Clone, PartialEq)]
 enum Call {
-    Prepare(Vec<Point>),
+    Prepare(Vec<Point>, Option<Instant>),
     Measure(Point),
 }
 
@@ -42,8 +43,8 @@ impl Measurer for Recorder {
         time(point)
     }
 
-    fn prepare(&mut self, _: &Space, points: &[Point]) {
-        self.calls.push(Call::Prepare(points.to_vec()));
+    fn prepare(&mut self, _: &Space, points: &[Point], deadline: Option<Instant>) {
+        self.calls.push(Call::Prepare(points.to_vec(), deadline));
     }
 }
 
@@ -66,7 +67,7 @@ fn a_batch_prepares_only_new_points_once_and_keeps_to_the_budget() {
         recorder.calls,
         [
             Call::Measure(p(1, 1)),
-            Call::Prepare(vec![p(2, 2), p(3, 4), p(6, 1)]),
+            Call::Prepare(vec![p(2, 2), p(3, 4), p(6, 1)], None),
             Call::Measure(p(2, 2)),
             Call::Measure(p(3, 4)),
             Call::Measure(p(6, 1)),
@@ -114,10 +115,28 @@ fn a_batch_records_what_one_by_one_measurement_records() {
     drop(batched);
     assert_eq!(
         recorder.calls[1],
-        Call::Prepare(vec![p(3, 4), p(4, 3), p(5, 2), p(0, 1)]),
+        Call::Prepare(vec![p(3, 4), p(4, 3), p(5, 2), p(0, 1)], None),
         "the batch is announced whole, the run stopping early or not"
     );
     assert_eq!(recorder.calls.len(), 5);
+}
+
+#[test]
+fn a_batch_is_prepared_to_start_nothing_after_the_deadline() {
+    let space = space();
+    let deadline = Instant::now() + Duration::from_secs(3600);
+    let mut recorder = Recorder::default();
+    let mut session = Session::new(
+        &space,
+        &mut recorder,
+        Budget::evaluations(4).until(deadline),
+    );
+    session.measure_batch(&[p(2, 2), p(3, 4)]);
+    drop(session);
+    assert_eq!(
+        recorder.calls[0],
+        Call::Prepare(vec![p(2, 2), p(3, 4)], Some(deadline))
+    );
 }
 
 #[test]
@@ -158,7 +177,7 @@ fn strategies_measure_what_they_prepare_in_order() {
         let mut largest = 0;
         for call in &recorder.calls {
             match call {
-                Call::Prepare(points) => {
+                Call::Prepare(points, _) => {
                     assert!(
                         pending.is_empty(),
                         "{}: a batch left unmeasured",

@@ -221,11 +221,18 @@ pub trait Bench {
     ) -> Result<Timing, Rejection>;
 
     /// A hint: `schedules` of `kernel` are about to be measured, in this
-    /// order; a bench that compiles candidates may compile them all now, in
-    /// parallel. It must not change what [`Bench::measure`] answers. Does
+    /// order, none after `deadline`; a bench that compiles candidates may
+    /// compile them all now, in parallel, starting none after the
+    /// deadline. It must not change what [`Bench::measure`] answers. Does
     /// nothing by default.
-    fn prepare(&mut self, kernel: &Kernel, source: &str, schedules: &[Schedule]) {
-        let _ = (kernel, source, schedules);
+    fn prepare(
+        &mut self,
+        kernel: &Kernel,
+        source: &str,
+        schedules: &[Schedule],
+        deadline: Option<Instant>,
+    ) {
+        let _ = (kernel, source, schedules, deadline);
     }
 }
 
@@ -415,9 +422,15 @@ impl Bench for WorkerBench {
 
     /// Has the worker compile them on the build's job limit of threads
     /// ([`ktune_measure::Worker::prepare`]).
-    fn prepare(&mut self, _: &Kernel, source: &str, schedules: &[Schedule]) {
+    fn prepare(
+        &mut self,
+        _: &Kernel,
+        source: &str,
+        schedules: &[Schedule],
+        deadline: Option<Instant>,
+    ) {
         let job = Job::new(source, self.device.target);
-        self.worker.prepare(&job, schedules);
+        self.worker.prepare(&job, schedules, deadline);
     }
 }
 

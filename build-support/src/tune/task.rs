@@ -377,7 +377,12 @@ impl Measurer for Journaled<'_, '_, '_> {
         }
     }
 
-    fn prepare(&mut self, _: &ktune_search::space::Space, points: &[Point]) {
+    fn prepare(
+        &mut self,
+        _: &ktune_search::space::Space,
+        points: &[Point],
+        deadline: Option<Instant>,
+    ) {
         let schedules: Vec<Schedule> = points
             .iter()
             .map(|p| self.task.mapping.schedule(p))
@@ -385,7 +390,7 @@ impl Measurer for Journaled<'_, '_, '_> {
             .collect();
         if !schedules.is_empty() {
             self.bench
-                .prepare(self.task.kernel, self.task.source, &schedules);
+                .prepare(self.task.kernel, self.task.source, &schedules, deadline);
         }
     }
 }

@@ -15,10 +15,10 @@ mod rules;
 
 use std::collections::BTreeMap;
 use std::ops::Range;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::ir::Kernel;
 use crate::lower::{Constraint, Lowering};
+use crate::parallel;
 use crate::schedule::{Class, MmaTiles, Schedule, Tiles};
 use crate::target::SmVersion;
 
@@ -208,51 +208,28 @@ impl Space {
                     .map(move |start| (f, start..(start + SURVEY_PIECE).min(f.size())))
             })
             .collect();
-        let next = AtomicUsize::new(0);
-        let check = || {
-            let mut done = Vec::new();
-            loop {
-                let piece = next.fetch_add(1, Ordering::Relaxed);
-                let Some((family, range)) = pieces.get(piece) else {
-                    return done;
-                };
-                let mut part = Survey {
-                    size: range.end - range.start,
-                    valid: Vec::new(),
-                    rejected: BTreeMap::new(),
-                };
-                for point in family.points_in(range.clone()) {
-                    match self.rejection(&lowering, &point) {
-                        None => part.valid.push(point),
-                        Some((why, reason)) => {
-                            part.rejected.entry(why).or_insert((0, reason)).0 += 1;
-                        }
+        let parts = parallel::map(parallel::available(), &pieces, |(family, range)| {
+            let mut part = Survey {
+                size: range.end - range.start,
+                valid: Vec::new(),
+                rejected: BTreeMap::new(),
+            };
+            for point in family.points_in(range.clone()) {
+                match self.rejection(&lowering, &point) {
+                    None => part.valid.push(point),
+                    Some((why, reason)) => {
+                        part.rejected.entry(why).or_insert((0, reason)).0 += 1;
                     }
                 }
-                done.push((piece, part));
             }
-        };
-        let threads = std::thread::available_parallelism()
-            .map_or(1, usize::from)
-            .min(pieces.len());
-        let mut parts = if threads <= 1 {
-            check()
-        } else {
-            std::thread::scope(|scope| {
-                let workers: Vec<_> = (0..threads).map(|_| scope.spawn(check)).collect();
-                workers
-                    .into_iter()
-                    .flat_map(|w| w.join().expect("checking a point does not panic"))
-                    .collect()
-            })
-        };
-        parts.sort_unstable_by_key(|(piece, _)| *piece);
+            part
+        });
         let mut survey = Survey {
             size: self.size(),
             valid: Vec::new(),
             rejected: BTreeMap::new(),
         };
-        for (_, part) in parts {
+        for part in parts {
             survey.valid.extend(part.valid);
             for (why, (count, reason)) in part.rejected {
                 survey.rejected.entry(why).or_insert((0, reason)).0 += count;
