@@ -3,6 +3,7 @@
 //! an interrupted search resumes from its journal.
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use ktune_build::tune::{
@@ -16,6 +17,7 @@ use ktune_core::lower::{heuristic, portable_heuristic};
 use ktune_core::schedule::Schedule;
 use ktune_core::syntax::parse_kernel;
 use ktune_search::measure::Rejection;
+use ktune_search::session::Deadline;
 use quote::quote;
 
 fn softmax() -> Kernel {
@@ -58,6 +60,8 @@ struct Fake {
     /// fraction of the first's time: a clock falling (rising, below 0)
     /// steadily.
     drift: f64,
+    /// Raised (a Ctrl-C) during this measurement, counted from 1.
+    interrupt: Option<(usize, &'static AtomicBool)>,
 }
 
 impl Fake {
@@ -107,6 +111,11 @@ impl Bench for Fake {
     ) -> Result<Timing, Rejection> {
         let slowdown = 1.0 + self.drift * self.measured.len() as f64;
         self.measured.push(schedule.clone());
+        if let Some((during, flag)) = self.interrupt
+            && self.measured.len() == during
+        {
+            flag.store(true, Ordering::Relaxed);
+        }
         self.rows.push(kernel.dims[0].size);
         let Schedule::Rows {
             threads_per_row,
@@ -502,14 +511,14 @@ fn a_campaign_spends_its_budget_where_the_time_is() {
     let small = softmax_of(300);
     let large = softmax_of(3000);
     let target = SmVersion::Sm90;
-    let campaign = |evaluations, deadline| Campaign {
+    let campaign = |evaluations, deadline: Instant| Campaign {
         tasks: vec![
             (Task::new(&small, "", target, &[]), 1.0),
             (Task::new(&large, "", target, &[]), 1.0),
         ],
         method: Method::Evolutionary,
         evaluations,
-        deadline,
+        deadline: deadline.into(),
         journals: None,
     };
     let mut bench = Fake::default();
@@ -552,6 +561,44 @@ fn a_campaign_spends_its_budget_where_the_time_is() {
     let result = campaign(96, Instant::now()).run(&mut idle, &mut Progress::silent());
     assert!(idle.measured.is_empty());
     assert!(result.runs.iter().all(|r| r.tuned.is_none()));
+}
+
+#[test]
+fn an_interrupted_campaign_ends_with_the_measurement_in_progress_and_keeps_its_finds() {
+    static INTERRUPT: AtomicBool = AtomicBool::new(false);
+    let (small, large) = (softmax_of(300), softmax_of(3000));
+    let target = SmVersion::Sm90;
+    let hour = Deadline::at(Instant::now() + Duration::from_secs(3600));
+    let campaign = Campaign {
+        tasks: vec![
+            (Task::new(&small, "", target, &[]), 1.0),
+            (Task::new(&large, "", target, &[]), 1.0),
+        ],
+        method: Method::Evolutionary,
+        evaluations: 96,
+        deadline: hour.or_interrupt(&INTERRUPT),
+        journals: None,
+    };
+    let mut bench = Fake {
+        interrupt: Some((12, &INTERRUPT)),
+        ..Fake::default()
+    };
+    let result = campaign.run(&mut bench, &mut Progress::silent());
+    assert!(result.interrupted);
+    // Each kernel's first round is 8 evaluations: the second kernel's was
+    // cut after its fourth, and no winner was measured again to confirm it.
+    assert_eq!(bench.measured.len(), 12);
+    let evaluations: Vec<usize> = result
+        .runs
+        .iter()
+        .map(|r| {
+            r.tuned
+                .as_ref()
+                .expect("found before the interrupt")
+                .evaluations
+        })
+        .collect();
+    assert_eq!(evaluations, [8, 4]);
 }
 
 #[test]

@@ -350,16 +350,22 @@ impl Worker {
 
     fn start(&mut self) -> Result<(), WorkerError> {
         let program = &self.config.program;
-        let mut child = Command::new(program)
+        let mut command = Command::new(program);
+        command
             .env(WORKER_ENV, "1")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .map_err(|source| WorkerError::Spawn {
-                program: program.clone(),
-                source,
-            })?;
+            .stderr(Stdio::piped());
+        // In a process group of its own, the worker does not get the
+        // terminal's Ctrl-C: the parent decides (`cargo ktune tune` lets
+        // the measurement in progress finish). It ends when the parent
+        // does, at its next read of a request.
+        #[cfg(unix)]
+        std::os::unix::process::CommandExt::process_group(&mut command, 0);
+        let mut child = command.spawn().map_err(|source| WorkerError::Spawn {
+            program: program.clone(),
+            source,
+        })?;
         self.starts += 1;
         let (Some(stdin), Some(stdout), Some(stderr_pipe)) =
             (child.stdin.take(), child.stdout.take(), child.stderr.take())

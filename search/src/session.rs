@@ -9,6 +9,7 @@
 //! coming ([`Measurer::prepare`]), so that it can compile them in parallel.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use crate::measure::{Measurer, Outcome};
@@ -22,8 +23,8 @@ pub struct Budget {
     /// Stop as soon as a time at or below this is measured (for scoring on a
     /// replay, where nothing can beat the known optimum).
     pub stop_at: Option<f64>,
-    /// No measurement starts after this instant.
-    pub deadline: Option<Instant>,
+    /// No measurement starts after this.
+    pub deadline: Option<Deadline>,
 }
 
 impl Budget {
@@ -36,11 +37,63 @@ impl Budget {
     }
 
     /// This budget, also ending at `deadline`.
-    pub fn until(self, deadline: Instant) -> Self {
+    pub fn until(self, deadline: impl Into<Deadline>) -> Self {
         Budget {
-            deadline: Some(deadline),
+            deadline: Some(deadline.into()),
             ..self
         }
+    }
+}
+
+/// When a run's time is up: at an instant, or sooner when an interrupt
+/// (Ctrl-C, caught by the program) raises a flag. The flag is the
+/// process's, hence `'static`, and every search of a run holds the same.
+#[derive(Clone, Copy, Debug)]
+pub struct Deadline {
+    pub at: Instant,
+    interrupt: Option<&'static AtomicBool>,
+}
+
+impl Deadline {
+    pub fn at(at: Instant) -> Deadline {
+        Deadline {
+            at,
+            interrupt: None,
+        }
+    }
+
+    /// This deadline, or the moment `interrupt` is raised if sooner.
+    pub fn or_interrupt(self, interrupt: &'static AtomicBool) -> Deadline {
+        Deadline {
+            interrupt: Some(interrupt),
+            ..self
+        }
+    }
+
+    /// Whether the time is up.
+    pub fn passed(&self) -> bool {
+        self.interrupted() || Instant::now() >= self.at
+    }
+
+    /// Whether it came early, by the interrupt.
+    pub fn interrupted(&self) -> bool {
+        self.interrupt.is_some_and(|i| i.load(Ordering::Relaxed))
+    }
+}
+
+impl From<Instant> for Deadline {
+    fn from(at: Instant) -> Deadline {
+        Deadline::at(at)
+    }
+}
+
+impl PartialEq for Deadline {
+    fn eq(&self, other: &Deadline) -> bool {
+        self.at == other.at
+            && match (self.interrupt, other.interrupt) {
+                (Some(a), Some(b)) => std::ptr::eq(a, b),
+                (a, b) => a.is_none() && b.is_none(),
+            }
     }
 }
 
@@ -95,7 +148,7 @@ impl<'a> Session<'a> {
     /// Whether the run must stop: budget spent, deadline passed or target
     /// reached.
     pub fn is_done(&self) -> bool {
-        self.done || self.budget.deadline.is_some_and(|d| Instant::now() >= d)
+        self.done || self.budget.deadline.is_some_and(|d| d.passed())
     }
 
     /// Evaluations left.
@@ -147,7 +200,7 @@ impl<'a> Session<'a> {
         }
         let points: Vec<Point> = batch.iter().map(|(p, _)| (*p).clone()).collect();
         self.measurer
-            .prepare(self.space, &points, self.budget.deadline);
+            .prepare(self.space, &points, self.budget.deadline.map(|d| d.at));
         for (point, predicted) in batch {
             self.evaluate(point, predicted);
         }

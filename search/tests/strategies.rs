@@ -4,11 +4,12 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use ktune_search::measure::{Measurement, Outcome, Rejection};
 use ktune_search::model::CostModel;
-use ktune_search::session::{Budget, Evaluation, Session};
+use ktune_search::session::{Budget, Deadline, Evaluation, Session};
 use ktune_search::space::{Knob, Point, Space, Value};
 use ktune_search::strategy::{Bounded, CoordinateDescent, Evolutionary, Random, Strategy};
 
@@ -207,6 +208,27 @@ fn a_session_measures_nothing_after_its_deadline() {
     let mut session = Session::new(&space, &mut measurer, Budget::evaluations(5).until(soon));
     Random.run(&mut session, 1);
     assert_eq!(session.history().len(), 5);
+}
+
+#[test]
+fn a_session_measures_nothing_once_interrupted() {
+    static INTERRUPT: AtomicBool = AtomicBool::new(false);
+    let space = space();
+    let mut calls = 0;
+    let mut measurer = |s: &Space, p: &Point| {
+        calls += 1;
+        if calls == 3 {
+            INTERRUPT.store(true, Ordering::Relaxed);
+        }
+        time(s, p)
+    };
+    let hour = Deadline::at(Instant::now() + Duration::from_secs(3600));
+    let budget = Budget::evaluations(100).until(hour.or_interrupt(&INTERRUPT));
+    let mut session = Session::new(&space, &mut measurer, budget);
+    Random.run(&mut session, 1);
+    assert_eq!(session.history().len(), 3, "the one in progress finishes");
+    assert!(session.is_done());
+    assert!(hour.or_interrupt(&INTERRUPT).interrupted() && !hour.interrupted());
 }
 
 #[test]

@@ -10,6 +10,7 @@
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
@@ -24,6 +25,7 @@ use ktune_core::canon;
 use ktune_core::db::{Gpu, MeasuredOn};
 use ktune_core::schedule::Schedule;
 use ktune_measure::DeviceKind;
+use ktune_search::session::Deadline;
 use serde::{Deserialize, Serialize};
 
 use crate::{Crate, CrateArgs, load_crate};
@@ -32,6 +34,9 @@ use crate::{Crate, CrateArgs, load_crate};
 const TRIALS_PER_KERNEL: usize = 64;
 /// Seconds per kernel when no `--seconds` is given.
 const SECONDS_PER_KERNEL: u64 = 300;
+
+/// Raised by a run's first Ctrl-C.
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
 /// Where `tune` measures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -137,6 +142,9 @@ pub struct History {
     /// The budget of trials (those run are the kernels' steps).
     pub trials: usize,
     pub seconds: f64,
+    /// Ended early by Ctrl-C.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub interrupted: bool,
     pub kernels: Vec<KernelHistory>,
 }
 
@@ -254,9 +262,11 @@ pub fn tune(args: &CrateArgs, options: &Options) -> Result<()> {
         tasks,
         method: options.strategy,
         evaluations: trials,
-        deadline: Instant::now() + Duration::from_secs(seconds),
+        deadline: Deadline::at(Instant::now() + Duration::from_secs(seconds))
+            .or_interrupt(&INTERRUPTED),
         journals: Some(work.join("journal")),
     };
+    stop_gracefully_on_interrupt()?;
     eprintln!(
         "tuning {} of `{}` on {device}, {} strategy, up to {trials} trials and {seconds} s",
         ktune_build::counted(campaign.tasks.len(), "kernel"),
@@ -276,17 +286,23 @@ pub fn tune(args: &CrateArgs, options: &Options) -> Result<()> {
         Destination::User => ktune_build::layer::user_cache_path(&krate.name)
             .context("no per-user cache folder on this system; use `--write crate`")?,
     };
-    // A kernel the run's time left with the default alone measured gets no
-    // record, which would stop a build's search of it.
-    let out_of_time = result.elapsed >= Duration::from_secs(seconds);
+    // A kernel the run's time (or an interrupt) left with the default alone
+    // measured gets no record, which would stop a build's search of it.
+    let interrupted = result.interrupted;
+    let out_of_time = interrupted || result.elapsed >= Duration::from_secs(seconds);
     let (records, unrecorded): (Vec<_>, Vec<_>) = result
         .runs
         .iter()
         .filter_map(|r| r.tuned.as_ref().map(|t| (r, t)))
         .partition(|(_, t)| !(out_of_time && t.evaluations <= 1));
+    let (cut, advice) = if interrupted {
+        ("interrupted", "")
+    } else {
+        ("out of time", " (give it more --seconds)")
+    };
     for (run, _) in &unrecorded {
         eprintln!(
-            "{}: out of time with the default alone measured; not recorded (give it more --seconds)",
+            "{}: {cut} with the default alone measured; not recorded{advice}",
             run.kernel
         );
     }
@@ -305,6 +321,24 @@ pub fn tune(args: &CrateArgs, options: &Options) -> Result<()> {
         print_summary(&history, &destination, &path);
     }
     Ok(())
+}
+
+/// Makes Ctrl-C end the run as its time running out would: the
+/// measurement in progress finishes (the worker, in a process group of its
+/// own, does not get the signal), none starts after it, and what was found
+/// is recorded and summed up. A second Ctrl-C ends it at once; the journal
+/// keeps every finished measurement for the next run.
+fn stop_gracefully_on_interrupt() -> Result<()> {
+    ctrlc::set_handler(|| {
+        if INTERRUPTED.swap(true, Ordering::SeqCst) {
+            std::process::exit(130);
+        }
+        eprintln!(
+            "interrupted: finishing the measurement in progress, then recording what was found \
+             (Ctrl-C again to stop at once)"
+        );
+    })
+    .context("cannot catch Ctrl-C")
 }
 
 /// The kernels of `selected` the device can search: on the virtual GPU, a
@@ -381,6 +415,7 @@ fn history_of(
         strategy: options.strategy.to_string(),
         trials,
         seconds: result.elapsed.as_secs_f64(),
+        interrupted: result.interrupted,
         kernels,
     }
 }
@@ -411,9 +446,14 @@ fn print_summary(history: &History, database: &Path, path: &Path) {
     }
     let tuned = history.kernels.iter().filter(|k| k.best.is_some()).count();
     println!(
-        "tuned {tuned} of {} in {:.1} s; winners in {}; history in {} (`cargo ktune report`)",
+        "tuned {tuned} of {} in {:.1} s{}; winners in {}; history in {} (`cargo ktune report`)",
         ktune_build::counted(history.kernels.len(), "kernel"),
         history.seconds,
+        if history.interrupted {
+            " (interrupted)"
+        } else {
+            ""
+        },
         database.display(),
         path.display()
     );

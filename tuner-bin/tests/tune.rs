@@ -360,3 +360,64 @@ fn the_virtual_gpu_leaves_out_kernels_too_large_for_it() {
         .collect();
     assert_eq!(names, ["softmax", "axpy"]);
 }
+
+/// Ctrl-C at the terminal (SIGINT to the foreground process group) ends a
+/// run as its time running out would: the measurement in progress
+/// finishes, its worker unharmed, and what was found is recorded.
+#[cfg(unix)]
+#[test]
+fn ctrl_c_ends_the_run_with_what_it_found() {
+    use std::io::{BufRead, BufReader, Read};
+    use std::os::unix::process::CommandExt;
+    use std::process::Stdio;
+
+    let dir = fixture();
+    let matmul = "\n#[tuned_kernel(shape(M = 64, N = 64, K = 64))]\n\
+                  pub fn matmul(a: Tensor<f32, (M, K)>, b: Tensor<f32, (K, N)>) -> Tensor<f32, (M, N)> {\n\
+                  \x20   compute(|m, n| sum(K, |k| a[m][k] * b[k][n]))\n}\n";
+    std::fs::write(dir.path().join("src/lib.rs"), matmul).expect("lib.rs");
+    let mut run = Command::new(env!("CARGO_BIN_EXE_cargo-ktune"))
+        .args(["ktune", "tune", "--device", "vgpu", "--trials", "5000"])
+        .current_dir(dir.path())
+        .env_remove("CARGO_TARGET_DIR")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .expect("cargo-ktune runs");
+    let mut stderr = BufReader::new(run.stderr.take().expect("piped"));
+    let mut before = String::new();
+    while measurements(&before) < 2 {
+        assert_ne!(
+            stderr.read_line(&mut before).expect("stderr"),
+            0,
+            "{before}"
+        );
+    }
+    let group = -i32::try_from(run.id()).expect("a pid");
+    // SAFETY: sends a signal; touches no memory.
+    assert_eq!(unsafe { libc::kill(group, libc::SIGINT) }, 0);
+    let mut after = String::new();
+    stderr.read_to_string(&mut after).expect("stderr");
+    let mut stdout = String::new();
+    run.stdout
+        .take()
+        .expect("piped")
+        .read_to_string(&mut stdout)
+        .expect("stdout");
+    let status = run.wait().expect("it ends");
+    let stderr = format!("{before}{after}");
+    assert!(status.success(), "{status}: {stderr}");
+    assert!(
+        stderr.contains("interrupted: finishing the measurement in progress"),
+        "{stderr}"
+    );
+    assert!(stdout.contains("(interrupted)"), "{stdout}");
+    assert!(
+        !stderr.contains("rejected"),
+        "the worker finished its measurement: {stderr}"
+    );
+    assert!(measurements(&stderr) < 5000, "{stderr}");
+    let database = std::fs::read_to_string(dir.path().join("tuning/ktune.json")).expect("database");
+    assert!(database.contains("\"kernel\": \"matmul\""), "{database}");
+}

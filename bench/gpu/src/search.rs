@@ -43,7 +43,7 @@ pub fn search(
     let allowance = ktune_build::tune::Plan {
         method: Method::Evolutionary,
         evaluations,
-        deadline,
+        deadline: deadline.into(),
     };
     let found = plan.task().search(
         &mut bench,

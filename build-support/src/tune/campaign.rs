@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use ktune_search::scheduler::Scheduler;
+use ktune_search::session::Deadline;
 
 use super::Bench;
 use super::journal::{Journal, Observer};
@@ -29,7 +30,7 @@ pub struct Campaign<'k> {
     /// Evaluations over all kernels.
     pub evaluations: usize,
     /// No measurement starts after this.
-    pub deadline: Instant,
+    pub deadline: Deadline,
     /// Where each kernel's journal is kept (none: in memory only).
     pub journals: Option<PathBuf>,
 }
@@ -50,6 +51,8 @@ pub struct KernelRun {
 pub struct CampaignResult {
     pub runs: Vec<KernelRun>,
     pub elapsed: Duration,
+    /// Ended early by the deadline's interrupt.
+    pub interrupted: bool,
 }
 
 impl Campaign<'_> {
@@ -87,7 +90,7 @@ impl Campaign<'_> {
                 rounds: 0,
             })
             .collect();
-        while Instant::now() < self.deadline {
+        while !self.deadline.passed() {
             let Some((i, allowance)) = scheduler.next_round() else {
                 break;
             };
@@ -132,6 +135,7 @@ impl Campaign<'_> {
         CampaignResult {
             runs,
             elapsed: started.elapsed(),
+            interrupted: self.deadline.interrupted(),
         }
     }
 }

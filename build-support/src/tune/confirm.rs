@@ -13,6 +13,7 @@ use std::time::Instant;
 
 use ktune_core::db::MeasuredOn;
 use ktune_core::schedule::Schedule;
+use ktune_search::session::Deadline;
 
 use super::journal::{Observer, measured_line};
 use super::task::{Task, Tuned};
@@ -44,7 +45,7 @@ impl Task<'_> {
         &self,
         bench: &mut dyn Bench,
         mut tuned: Tuned,
-        deadline: Instant,
+        deadline: Deadline,
         observer: &mut dyn Observer,
     ) -> Option<Tuned> {
         let default = self.default_schedule();
@@ -63,8 +64,12 @@ impl Task<'_> {
         let mut failed: Vec<Option<String>> = vec![None; contenders.len()];
         let mut finished = true;
         for i in order {
-            if Instant::now() >= deadline {
-                observer.line("  not confirmed: the search's time is up");
+            if deadline.passed() {
+                observer.line(if deadline.interrupted() {
+                    "  not confirmed: interrupted"
+                } else {
+                    "  not confirmed: the search's time is up"
+                });
                 finished = false;
                 break;
             }

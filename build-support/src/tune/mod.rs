@@ -53,6 +53,7 @@ use ktune_core::schedule::Schedule;
 use ktune_core::{GENERATOR_VERSION, SmVersion, canon};
 use ktune_measure::{DeviceInfo, DeviceKind, Job, Worker, WorkerConfig};
 use ktune_search::measure::Rejection;
+use ktune_search::session::Deadline;
 use serde::{Deserialize, Serialize};
 
 pub use campaign::{Campaign, CampaignResult, KernelRun};
@@ -184,7 +185,7 @@ impl Settings {
         Plan {
             method,
             evaluations,
-            deadline: start + self.time,
+            deadline: Deadline::at(start + self.time),
         }
     }
 }

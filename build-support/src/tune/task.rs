@@ -22,7 +22,7 @@ use ktune_core::schedule::Schedule;
 use ktune_core::space::Space;
 use ktune_core::{GENERATOR_VERSION, SmVersion, canon};
 use ktune_search::measure::{Measurement, Measurer, Outcome, Rejection};
-use ktune_search::session::{Budget, Session};
+use ktune_search::session::{Budget, Deadline, Session};
 use ktune_search::space::{Knob, Point, Value};
 use ktune_search::strategy::{Bounded, CoordinateDescent, Evolutionary, Random, Strategy};
 use serde::{Deserialize, Serialize};
@@ -103,7 +103,7 @@ pub struct Plan {
     /// Evaluations, the heuristic default's included.
     pub evaluations: usize,
     /// No measurement starts after this.
-    pub deadline: Instant,
+    pub deadline: Deadline,
 }
 
 /// One evaluation of a search, in the order made.
