@@ -300,6 +300,24 @@ fn unknown_fields_are_errors_named_at_their_key() {
     let e = Database::parse(&nested).unwrap_err();
     assert_eq!((e.line, e.column), at(&nested, "\"sample\""), "{e}");
 
+    // An unknown key that is a known one elsewhere in the record (the
+    // GPU's `name`) is placed where it is unknown.
+    let generator = format!("\"generator_version\": {}", ktune_core::GENERATOR_VERSION);
+    let misplaced = text.replacen(&generator, &format!("{generator}, \"name\": \"me\""), 1);
+    let e = Database::parse(&misplaced).unwrap_err();
+    assert!(e.message.contains("unknown field `name`"), "{e}");
+    assert_eq!(
+        (e.line, e.column),
+        at(&misplaced, "\"name\": \"me\""),
+        "{e}"
+    );
+    let accented = misplaced.replacen("\"me\"", "\"mé\", \"ñame\": \"ü\"", 1);
+    let e = Database::parse(&accented).unwrap_err();
+    assert_eq!((e.line, e.column), at(&accented, "\"name\": \"mé\""), "{e}");
+    let wrong_type = text.replacen("\"samples\": 50", "\"samples\": \"fïfty\"", 1);
+    let e = Database::parse(&wrong_type).unwrap_err();
+    assert_eq!(e.line, at(&wrong_type, "fïfty").0, "{e}");
+
     // A knob a newer code generator added: upgrade, rather than fix.
     let newer = knob.replacen(
         &format!("\"generator_version\": {}", ktune_core::GENERATOR_VERSION),

@@ -111,21 +111,16 @@ impl Database {
             let slice = value.get();
             let offset = slice.as_ptr() as usize - text.as_ptr() as usize;
             let record = serde_json::from_str::<Record>(slice).map_err(|e| {
-                // An unknown field is named at its key; serde_json places
-                // errors within a schedule (an internally tagged enum, read
-                // whole first) at the schedule's end.
-                let (line, column) = match unknown_field(&e).and_then(|f| slice.find(&f)) {
-                    Some(at) => position(text, offset + at),
-                    None => {
-                        let (line, column) = position(text, offset);
-                        let column = if e.line() == 1 {
-                            column + e.column() - 1
-                        } else {
-                            e.column()
-                        };
-                        (line + e.line() - 1, column)
-                    }
-                };
+                // serde_json places an error at the last character it read
+                // (an unknown field: its key's), or, within a schedule (an
+                // internally tagged enum, read whole first), at the
+                // schedule's end; an unknown field is named at its key, the
+                // last of its name read by then.
+                let read = read_to(slice, e.line(), e.column());
+                let at = unknown_field(&e)
+                    .and_then(|f| slice[..read].rfind(&f))
+                    .unwrap_or_else(|| slice[..read].char_indices().next_back().map_or(0, |(i, _)| i));
+                let (line, column) = position(text, offset + at);
                 let kernel = serde_json::from_str::<KernelName>(slice)
                     .map(|k| format!(" (kernel `{}`)", k.kernel))
                     .unwrap_or_default();
@@ -206,6 +201,20 @@ fn pretty(record: &Record) -> String {
     // Writing to a Vec cannot fail, and a record has only string map keys.
     let _ = record.serialize(&mut serializer);
     String::from_utf8(buf).unwrap_or_default()
+}
+
+/// How far into `text` serde_json had read when it placed an error at its
+/// 1-based `line` and `column` (in bytes): the end of the character there,
+/// as a byte offset.
+fn read_to(text: &str, line: usize, column: usize) -> usize {
+    let start: usize = text
+        .split_inclusive('\n')
+        .take(line.saturating_sub(1))
+        .map(str::len)
+        .sum();
+    (start + column.max(1)..text.len())
+        .find(|&end| text.is_char_boundary(end))
+        .unwrap_or(text.len())
 }
 
 /// 1-based line and column of a byte offset.
