@@ -1,7 +1,7 @@
 //! A recorded, exhaustively measured space played back as a [`Measurer`].
 //!
-//! The recording is a Kernel Tuner cache file (JSON, gzipped when the name
-//! ends in `.gz`): `tune_params_keys` orders the knobs, `tune_params` gives
+//! The recording is a Kernel Tuner cache file (JSON, gzipped or not, as its
+//! first bytes say): `tune_params_keys` orders the knobs, `tune_params` gives
 //! each knob's values, and `cache` maps each measured configuration to its
 //! record. The configurations the space's restrictions excluded are absent,
 //! so the recorded configurations are the valid points. A record whose
@@ -9,8 +9,7 @@
 //! gives a rejection.
 
 use std::collections::HashMap;
-use std::fs::File;
-use std::io::{BufReader, Read};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use flate2::read::GzDecoder;
@@ -18,6 +17,9 @@ use serde_json::Value as Json;
 
 use crate::measure::{Measurement, Measurer, Outcome, Rejection};
 use crate::space::{Knob, Point, Space, Value};
+
+/// The first bytes of a gzip stream.
+const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 
 /// Kernel Tuner's names for the thread block's dimensions (its default
 /// `block_size_names`): these knobs count threads.
@@ -55,14 +57,20 @@ impl Replay {
             path: path.to_path_buf(),
             source,
         };
-        let file = File::open(path).map_err(io)?;
+        let bytes = std::fs::read(path).map_err(io)?;
         let mut text = String::new();
-        if path.extension().is_some_and(|e| e == "gz") {
-            GzDecoder::new(BufReader::new(file))
+        if bytes.starts_with(&GZIP_MAGIC) {
+            GzDecoder::new(bytes.as_slice())
                 .read_to_string(&mut text)
                 .map_err(io)?;
         } else {
-            BufReader::new(file).read_to_string(&mut text).map_err(io)?;
+            text = String::from_utf8(bytes).map_err(|e| ReplayError::Format {
+                path: path.to_path_buf(),
+                what: format!(
+                    "not text (byte {} is not UTF-8) and not gzipped",
+                    e.utf8_error().valid_up_to()
+                ),
+            })?;
         }
         let json: Json = serde_json::from_str(&text).map_err(|source| ReplayError::Json {
             path: path.to_path_buf(),
@@ -84,6 +92,9 @@ impl Replay {
             .get("tune_params")
             .and_then(Json::as_object)
             .ok_or("no `tune_params` object")?;
+        if names.is_empty() {
+            return Err("`tune_params_keys` is empty: a space needs at least one knob".into());
+        }
         let mut knobs = Vec::new();
         let mut raw_values = Vec::new();
         for name in names {
@@ -132,7 +143,10 @@ impl Replay {
                 Some(Json::Number(t)) => {
                     let time = t
                         .as_f64()
-                        .ok_or_else(|| format!("record `{key}`: bad time"))?;
+                        .filter(|t| t.is_finite() && *t > 0.0)
+                        .ok_or_else(|| {
+                            format!("record `{key}`: `time` = {t}; a time must be positive")
+                        })?;
                     let samples = record
                         .get("times")
                         .and_then(Json::as_array)
@@ -141,7 +155,12 @@ impl Replay {
                     Ok(Measurement { time, samples })
                 }
                 Some(Json::String(why)) => Err(rejection_of(why)),
-                _ => return Err(format!("record `{key}` has no `time`")),
+                Some(other) => {
+                    return Err(format!(
+                        "record `{key}`: `time` = {other}; expected a time or the name of a failure"
+                    ));
+                }
+                None => return Err(format!("record `{key}` has no `time`")),
             };
             outcomes.insert(Point(indices), outcome);
         }
@@ -272,5 +291,60 @@ mod tests {
             r.measure(&space, &Point(vec![0, 1])),
             Err(Rejection::Invalid(_))
         ));
+    }
+
+    #[test]
+    fn names_what_is_wrong_with_a_cache() {
+        let cache = |keys: &str, time: &str| {
+            let text = format!(
+                r#"{{"tune_params_keys": {keys}, "tune_params": {{"b": [32, 64]}},
+                    "cache": {{"32": {{"b": 32, "time": {time}}}}}}}"#
+            );
+            Replay::from_json(&serde_json::from_str(&text).expect("json")).map(|r| r.len())
+        };
+        assert_eq!(cache(r#"["b"]"#, "1.5"), Ok(1));
+        assert_eq!(
+            cache("[]", "1.5"),
+            Err("`tune_params_keys` is empty: a space needs at least one knob".into())
+        );
+        for time in ["0.0", "-1"] {
+            assert_eq!(
+                cache(r#"["b"]"#, time),
+                Err(format!(
+                    "record `32`: `time` = {time}; a time must be positive"
+                ))
+            );
+        }
+        assert_eq!(
+            cache(r#"["b"]"#, "null"),
+            Err("record `32`: `time` = null; expected a time or the name of a failure".into())
+        );
+    }
+
+    #[test]
+    fn a_file_is_gzipped_whatever_its_name() {
+        let dir = std::env::temp_dir().join(format!("ktune-replay-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let text = r#"{"tune_params_keys": ["b"], "tune_params": {"b": [32]},
+                       "cache": {"32": {"b": 32, "time": 1.5}}}"#;
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        std::io::Write::write_all(&mut gz, text.as_bytes()).expect("compress");
+        let zipped = gz.finish().expect("compress");
+        for (name, bytes) in [
+            ("plain.json.gz", text.as_bytes()),
+            ("zipped.json", &zipped[..]),
+        ] {
+            std::fs::write(dir.join(name), bytes).expect("write");
+            let replay = Replay::load(&dir.join(name)).expect(name);
+            assert_eq!(replay.optimum(), Some(1.5), "{name}");
+        }
+        std::fs::write(dir.join("binary.json"), [0xff, 0xfe, 0x00]).expect("write");
+        let e = Replay::load(&dir.join("binary.json")).expect_err("not text");
+        assert!(
+            e.to_string()
+                .ends_with("binary.json: not text (byte 0 is not UTF-8) and not gzipped"),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&dir).expect("clean up");
     }
 }

@@ -9,13 +9,16 @@
 //!   measurement).
 //!
 //! A run stops once it measures the optimum itself (nothing can improve
-//! then): the remaining terms of the `auc` are 1, exactly as if it had gone
-//! on. The summary's quantiles treat an unreached seed as +∞; they
+//! then) or has measured the whole space: the remaining terms of the `auc`
+//! are those of its best, as if it had gone on (so a budget beyond the
+//! space costs nothing). Failed configurations count as evaluations. The
+//! summary's quantiles treat an unreached seed as +∞; they
 //! interpolate linearly between order statistics (numpy's default) and are
 //! `None` when an unreached seed takes part. The median also comes with a
 //! distribution-free 95% confidence interval ([`median_interval`]): on
 //! spaces where the seeds split into fast and slow groups, the median of 50
-//! seeds moves a lot from one set of seeds to another.
+//! seeds moves a lot from one set of seeds to another. Fewer than six seeds
+//! have no such interval.
 
 use crate::replay::Replay;
 use crate::session::{Budget, Session};
@@ -38,8 +41,9 @@ pub struct Summary {
     pub budget: usize,
     pub evals: Vec<Option<usize>>,
     pub median: Option<f64>,
-    /// A 95% confidence interval of the median ([`median_interval`]).
-    pub median_interval: (Option<f64>, Option<f64>),
+    /// A 95% confidence interval of the median ([`median_interval`]);
+    /// `None` for fewer than six seeds.
+    pub median_interval: Option<(Option<f64>, Option<f64>)>,
     pub q1: Option<f64>,
     pub q3: Option<f64>,
     pub success_fraction: f64,
@@ -82,20 +86,19 @@ fn score_seed(
     let mut evals = None;
     let mut best = f64::INFINITY;
     let mut sum = 0.0;
-    for i in 0..budget {
-        if let Some(t) = history
-            .get(i)
-            .and_then(|e| e.outcome.as_ref().ok())
-            .map(|m| m.time)
-        {
-            best = best.min(t);
-            if evals.is_none() && t <= TOLERANCE * optimum {
+    for (i, evaluation) in history.iter().enumerate() {
+        if let Ok(m) = &evaluation.outcome {
+            best = best.min(m.time);
+            if evals.is_none() && m.time <= TOLERANCE * optimum {
                 evals = Some(i + 1);
             }
         }
         if best.is_finite() {
             sum += optimum / best;
         }
+    }
+    if best.is_finite() {
+        sum += (budget - history.len()) as f64 * (optimum / best);
     }
     SeedScore {
         evals,
@@ -136,24 +139,30 @@ fn summarise(per_seed: &[SeedScore], seeds: u64, budget: usize) -> Summary {
     }
 }
 
-/// A distribution-free ~95% confidence interval of the median of sorted
+/// A distribution-free 95% confidence interval of the median of sorted
 /// values: the order statistics `j` and `k` (1-based) around the middle
 /// between which a binomial(n, ½) count falls with about 95% probability
 /// (normal approximation), `j = ⌊n/2 − 1.96·√n/2⌋` and `k = ⌈n/2 + 1 +
 /// 1.96·√n/2⌉`, clamped to the values; an end on an infinite value (an
 /// unreached seed) is `None`. The strategy benchmark's `table.py` uses the
-/// same rule.
-pub fn median_interval(sorted: &[f64]) -> (Option<f64>, Option<f64>) {
-    if sorted.is_empty() {
-        return (None, None);
+/// same rule. `None` for fewer than [`MIN_INTERVAL_VALUES`] values, which
+/// no interval of them covers with 95% probability.
+pub fn median_interval(sorted: &[f64]) -> Option<(Option<f64>, Option<f64>)> {
+    if sorted.len() < MIN_INTERVAL_VALUES {
+        return None;
     }
     let n = sorted.len() as f64;
     let half_width = 1.96 * n.sqrt() / 2.0;
     let j = ((n / 2.0 - half_width).floor() as usize).clamp(1, sorted.len());
     let k = ((n / 2.0 + 1.0 + half_width).ceil() as usize).clamp(1, sorted.len());
     let finite = |v: f64| v.is_finite().then_some(v);
-    (finite(sorted[j - 1]), finite(sorted[k - 1]))
+    Some((finite(sorted[j - 1]), finite(sorted[k - 1])))
 }
+
+/// The fewest values with a 95% interval of their median: even the widest,
+/// from the least to the greatest of `n` values, misses it with
+/// probability `2 · 2⁻ⁿ`, above 5% for five values (6.25%).
+pub const MIN_INTERVAL_VALUES: usize = 6;
 
 /// The `q`-quantile of sorted values by linear interpolation; `None` when it
 /// involves an infinite value (or there are no values).
@@ -189,13 +198,62 @@ mod tests {
     fn the_median_interval_is_order_statistics_around_the_middle() {
         // 50 values 1..=50: j = ⌊25 − 6.93⌋ = 18, k = ⌈26 + 6.93⌉ = 33.
         let fifty: Vec<f64> = (1..=50).map(f64::from).collect();
-        assert_eq!(median_interval(&fifty), (Some(18.0), Some(33.0)));
+        assert_eq!(median_interval(&fifty), Some((Some(18.0), Some(33.0))));
         let mut unreached = fifty.clone();
         unreached[32..].fill(f64::INFINITY);
-        assert_eq!(median_interval(&unreached), (Some(18.0), None));
-        assert_eq!(median_interval(&[7.0]), (Some(7.0), Some(7.0)));
-        assert_eq!(median_interval(&[]), (None, None));
+        assert_eq!(median_interval(&unreached), Some((Some(18.0), None)));
+        assert_eq!(median_interval(&[7.0]), None);
+        assert_eq!(median_interval(&[]), None);
         assert_eq!(quantile(&[], 0.5), None);
+    }
+
+    /// The chance that the median of `n` values lies between the `j`-th
+    /// and `k`-th of them (1-based): a binomial(n, ½) count in `j..k`.
+    fn coverage(n: usize, j: usize, k: usize) -> f64 {
+        let mut ln_p = -(n as f64) * std::f64::consts::LN_2;
+        let mut total = 0.0;
+        for i in 0..k {
+            if i >= j {
+                total += ln_p.exp();
+            }
+            ln_p += ((n - i) as f64 / (i + 1) as f64).ln();
+        }
+        total
+    }
+
+    #[test]
+    fn the_median_interval_covers_the_median_with_95_percent_probability() {
+        for n in 1..=400 {
+            let values: Vec<f64> = (1..=n).map(|v| v as f64).collect();
+            match median_interval(&values) {
+                Some((Some(low), Some(high))) => {
+                    let p = coverage(n, low as usize, high as usize);
+                    assert!(p >= 0.95, "{n} values: {p}");
+                }
+                Some(other) => panic!("{n} finite values: {other:?}"),
+                None => {
+                    assert!(n < MIN_INTERVAL_VALUES);
+                    assert!(coverage(n, 1, n) < 0.95, "{n} values");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_budget_beyond_the_space_costs_nothing_and_scores_the_best() {
+        let json: serde_json::Value = serde_json::from_str(
+            r#"{"tune_params_keys": ["b"], "tune_params": {"b": [1, 2]},
+                "cache": {"1": {"b": 1, "time": 2.0}, "2": {"b": 2, "time": "InvalidConfig"}}}"#,
+        )
+        .expect("json");
+        let replay = Replay::from_json(&json).expect("a space");
+        // Each seed measures the optimum first or second (after the failed
+        // point, whose term is 0); every term from the optimum on is 1.
+        let budget = usize::MAX / 2;
+        let s = score(&replay, &crate::strategy::Random, 8, budget).expect("an optimum");
+        assert_eq!(s.success_fraction, 1.0);
+        assert!(s.evals.iter().all(|e| matches!(e, Some(1 | 2))));
+        assert!(s.auc >= 1.0 - 2.0 / budget as f64, "{}", s.auc);
     }
 
     #[test]

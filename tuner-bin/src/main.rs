@@ -169,10 +169,13 @@ enum Command {
         krate: CrateArgs,
     },
     /// Score a search strategy on a recorded tuning space (a Kernel Tuner
-    /// cache file): evaluations to reach within 5% of the optimum, per seed.
+    /// cache file) over many seeds: the evaluations each needs to get
+    /// within 5% of the optimum (median, its 95% interval and quartiles),
+    /// how many seeds get there within the budget, and the area under the
+    /// best-so-far curve (1 would be the optimum from the first evaluation).
     Replay {
-        /// A Kernel Tuner cache file, JSON (gzipped when its name ends in .gz; e.g.
-        /// shared/data/tuning-spaces/gemm/RTX_3090.json.gz).
+        /// A Kernel Tuner cache file, JSON, gzipped or not (e.g.
+        /// ../shared/data/tuning-spaces/gemm/RTX_3090.json.gz).
         #[arg(long)]
         space: PathBuf,
         /// random, coordinate_descent, evolutionary (the default search),
@@ -187,10 +190,10 @@ enum Command {
         #[arg(long)]
         known: Vec<PathBuf>,
         /// Runs of the strategy, with seeds 0 to N-1.
-        #[arg(long, default_value_t = 50)]
+        #[arg(long, default_value_t = 50, value_parser = at_least_one::<u64>)]
         seeds: u64,
-        /// Evaluations per seed.
-        #[arg(long, default_value_t = 1000)]
+        /// Evaluations per seed (failed configurations count).
+        #[arg(long, default_value_t = 1000, value_parser = at_least_one::<usize>)]
         budget: usize,
         /// Print one JSON object.
         #[arg(long)]
@@ -232,9 +235,36 @@ fn main() {
         end_quietly_when_stdout_closes();
     }
     if let Err(e) = run(cli) {
-        eprintln!("error: {e:#}");
+        eprintln!("error: {}", chain(&e));
         std::process::exit(1);
     }
+}
+
+/// A count of at least one, for the options where 0 would do nothing.
+fn at_least_one<T>(text: &str) -> Result<T, String>
+where
+    T: std::str::FromStr<Err = std::num::ParseIntError> + PartialEq + From<u8>,
+{
+    match text.parse::<T>() {
+        Ok(n) if n == T::from(0) => Err("0 would do nothing; give at least 1".to_owned()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// An error and its causes, `: `-separated, leaving out a cause the message
+/// before it already ends with (an error whose message includes its
+/// source's, as the library crates' do for callers that print one level).
+fn chain(e: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in e.chain().map(ToString::to_string) {
+        if text.is_empty() {
+            text = cause;
+        } else if !text.ends_with(&cause) {
+            text = format!("{text}: {cause}");
+        }
+    }
+    text
 }
 
 impl Command {

@@ -39,15 +39,26 @@ const NAMES: &[&str] = &[
     "evolutionary-xgb-reg",
 ];
 
-/// The strategy called `name`, starting from `starts` when `--known` was
-/// given (only the evolutionary strategies take start points).
-fn strategy(name: &str, starts: Option<Vec<Point>>) -> Result<Box<dyn Strategy>> {
+/// The strategies that need a `cargo-ktune` built with the `xgboost`
+/// feature.
+const XGBOOST_NAMES: &[&str] = &["evolutionary-xgb-rank", "evolutionary-xgb-reg"];
+
+/// A strategy chosen by name, before the space is loaded: an evolutionary
+/// one is kept apart, to be given the known points it starts from.
+enum Chosen {
+    Evolutionary(Evolutionary),
+    Other(Box<dyn Strategy>),
+}
+
+/// The strategy called `name`; `known` says whether `--known` was given
+/// (only the evolutionary strategies take start points).
+fn choose(name: &str, known: bool) -> Result<Chosen> {
     let evolutionary = match name {
-        "random" | "coordinate_descent" if starts.is_some() => {
+        "random" | "coordinate_descent" if known => {
             bail!("--known: only the evolutionary strategies start from known points, not `{name}`")
         }
-        "random" => return Ok(Box::new(Random)),
-        "coordinate_descent" => return Ok(Box::new(CoordinateDescent::default())),
+        "random" => return Ok(Chosen::Other(Box::new(Random))),
+        "coordinate_descent" => return Ok(Chosen::Other(Box::new(CoordinateDescent::default()))),
         "evolutionary" => Evolutionary::max_autotune(),
         "evolutionary-knn" => Evolutionary::knn(),
         #[cfg(feature = "xgboost")]
@@ -58,15 +69,33 @@ fn strategy(name: &str, starts: Option<Vec<Point>>) -> Result<Box<dyn Strategy>>
         "evolutionary-xgb-reg" => {
             Evolutionary::xgboost(ktune_search::model::XgbObjective::Regression)
         }
+        _ if XGBOOST_NAMES.contains(&name) => bail!(
+            "strategy `{name}` needs a cargo-ktune built with `--features xgboost` (XGBoost is \
+             built from source: cmake and libclang, which `cargo xtask setup` installs)"
+        ),
+        "bounded" => bail!(
+            "strategy `bounded` ranks ktune's own schedule spaces by its heuristic model, which a \
+             recorded space has not; expected one of {}",
+            NAMES.join(", ")
+        ),
         _ => bail!(
             "unknown strategy `{name}`: expected one of {}",
             NAMES.join(", ")
         ),
     };
-    Ok(Box::new(Evolutionary {
-        starts: starts.unwrap_or_default(),
-        ..evolutionary
-    }))
+    Ok(Chosen::Evolutionary(evolutionary))
+}
+
+impl Chosen {
+    fn starting_from(self, starts: Vec<Point>) -> Box<dyn Strategy> {
+        match self {
+            Chosen::Evolutionary(evolutionary) => Box::new(Evolutionary {
+                starts,
+                ..evolutionary
+            }),
+            Chosen::Other(strategy) => strategy,
+        }
+    }
 }
 
 /// The winners of the `known` recordings as points of `replay`'s space, in
@@ -75,14 +104,18 @@ fn strategy(name: &str, starts: Option<Vec<Point>>) -> Result<Box<dyn Strategy>>
 /// hold; a recording of another kernel (other knobs or values) is an error.
 fn known_winners(replay: &Replay, space: &Path, known: &[PathBuf]) -> Result<Vec<Point>> {
     let mut starts = Vec::new();
-    for path in known {
-        if path.canonicalize().ok() == space.canonicalize().ok() {
+    for (i, path) in known.iter().enumerate() {
+        let same = |other: &Path| path.canonicalize().ok() == other.canonicalize().ok();
+        if same(space) {
             bail!(
                 "--known {}: that is the replayed space itself",
                 path.display()
             );
         }
-        let other = Replay::load(path)?;
+        if known[..i].iter().any(|earlier| same(earlier)) {
+            bail!("--known {}: given twice", path.display());
+        }
+        let other = Replay::load(path).context("--known")?;
         let winner = other
             .winner()
             .with_context(|| format!("--known {}: no configuration has a time", path.display()))?;
@@ -111,11 +144,10 @@ fn known_winners(replay: &Replay, space: &Path, known: &[PathBuf]) -> Result<Vec
 }
 
 pub(crate) fn replay(options: &Options<'_>) -> Result<()> {
+    let chosen = choose(options.strategy, !options.known.is_empty())?;
     let replay = Replay::load(options.space)?;
-    let starts = (!options.known.is_empty())
-        .then(|| known_winners(&replay, options.space, options.known))
-        .transpose()?;
-    let strategy = strategy(options.strategy, starts)?;
+    let starts = known_winners(&replay, options.space, options.known)?;
+    let strategy = chosen.starting_from(starts);
     let runs_as = strategy.name();
     if options.strategy == "evolutionary" && runs_as == Evolutionary::knn().name() {
         eprintln!(
@@ -138,6 +170,9 @@ pub(crate) fn replay(options: &Options<'_>) -> Result<()> {
 /// (`evolutionary` with its model).
 fn json_line(options: &Options<'_>, runs_as: &str, s: &Summary) -> String {
     let number = |v: Option<f64>| v.map_or(Value::Null, Value::from);
+    let interval = s.median_interval.map_or(Value::Null, |(low, high)| {
+        Value::from(vec![number(low), number(high)])
+    });
     let evals: Vec<Value> = s
         .evals
         .iter()
@@ -157,13 +192,7 @@ fn json_line(options: &Options<'_>, runs_as: &str, s: &Summary) -> String {
         ("budget", Value::from(s.budget)),
         ("evals", Value::from(evals)),
         ("median", number(s.median)),
-        (
-            "median_interval",
-            Value::from(vec![
-                number(s.median_interval.0),
-                number(s.median_interval.1),
-            ]),
-        ),
+        ("median_interval", interval),
         ("q1", number(s.q1)),
         ("q3", number(s.q3)),
         ("success_fraction", Value::from(s.success_fraction)),
@@ -187,7 +216,14 @@ fn json_line(options: &Options<'_>, runs_as: &str, s: &Summary) -> String {
 }
 
 fn human_line(options: &Options<'_>, runs_as: &str, s: &Summary) -> String {
-    let show = |v: Option<f64>| v.map_or("unreached".to_string(), |x| format!("{x}"));
+    let show = |v: Option<f64>| v.map_or(format!(">{}", s.budget), |x| format!("{x}"));
+    let interval = match s.median_interval {
+        Some((low, high)) => format!("95% interval {} to {}", show(low), show(high)),
+        None => format!(
+            "no 95% interval with fewer than {} seeds",
+            score::MIN_INTERVAL_VALUES
+        ),
+    };
     let name = if runs_as == options.strategy {
         runs_as.to_string()
     } else {
@@ -204,16 +240,19 @@ fn human_line(options: &Options<'_>, runs_as: &str, s: &Summary) -> String {
         format!(" starting from the winners of {}", files.join(", "))
     };
     format!(
-        "{name}{known} on {}: evaluations to within 5% of the optimum: median {} (95% interval {} to {}), quartiles {} and {}, reached by {:.0}% of {} seeds within {}, auc {:.3}",
+        "{name}{known} on {}, {} of at most {} (failed configurations count; a seed \
+         that does not get there counts as >{}):\n  evaluations to within 5% of the optimum: \
+         median {} ({interval}), quartiles {} and {}\n  reached by {:.0}% of the seeds\n  area \
+         under the best-so-far curve (the optimum over the best time so far, averaged over \
+         the budget and the seeds): {:.3}",
         options.space.display(),
+        ktune_build::counted(s.seeds as usize, "seed"),
+        ktune_build::counted(s.budget, "evaluation"),
+        s.budget,
         show(s.median),
-        show(s.median_interval.0),
-        show(s.median_interval.1),
         show(s.q1),
         show(s.q3),
         s.success_fraction * 100.0,
-        s.seeds,
-        s.budget,
         s.auc,
     )
 }

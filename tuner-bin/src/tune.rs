@@ -59,15 +59,6 @@ pub enum Destination {
     User,
 }
 
-/// A count of at least one.
-fn positive(text: &str) -> Result<usize, String> {
-    match text.parse::<usize>() {
-        Ok(0) => Err("0 would tune nothing; give at least 1".to_owned()),
-        Ok(n) => Ok(n),
-        Err(e) => Err(e.to_string()),
-    }
-}
-
 /// The options of `cargo ktune tune`.
 #[derive(Debug, Args)]
 pub struct Options {
@@ -77,14 +68,14 @@ pub struct Options {
     #[arg(long, value_enum, default_value = "auto")]
     pub device: Device,
     /// Measurements over all kernels (default: 64 per kernel).
-    #[arg(long, value_parser = positive)]
+    #[arg(long, value_parser = crate::at_least_one::<usize>)]
     pub trials: Option<usize>,
     /// Wall-clock seconds for the whole run (default: 300 per kernel).
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_parser = crate::at_least_one::<u64>)]
     pub seconds: Option<u64>,
     /// Threads compiling a batch of candidates ahead of its measurements
     /// (default: `NUM_JOBS`, else the machine's cores).
-    #[arg(short, long, value_parser = clap::value_parser!(u16).range(1..))]
+    #[arg(short, long, value_parser = crate::at_least_one::<u16>)]
     pub jobs: Option<u16>,
     /// evolutionary (a learned cost model; XGBoost when built with the
     /// `xgboost` feature), bounded (the heuristic model's best),

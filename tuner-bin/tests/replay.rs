@@ -32,7 +32,7 @@ fn json_has_the_shared_shape() {
         "--strategy",
         "random",
         "--seeds",
-        "3",
+        "6",
         "--budget",
         "4092",
         "--json",
@@ -72,10 +72,10 @@ fn json_has_the_shared_shape() {
     assert_eq!(v["space"], space.as_str());
     assert_eq!(v["strategy"], "random");
     assert_eq!(v["runs_as"], "random");
-    assert_eq!(v["seeds"], 3);
+    assert_eq!(v["seeds"], 6);
     assert_eq!(v["budget"], 4092);
     let evals = v["evals"].as_array().expect("evals");
-    assert_eq!(evals.len(), 3);
+    assert_eq!(evals.len(), 6);
     // The whole space as budget: every seed gets there.
     assert!(
         evals
@@ -119,11 +119,12 @@ fn unreached_seeds_are_null() {
     // these seeds.
     assert_eq!(v["evals"], serde_json::json!([null, null]));
     assert_eq!(v["median"], serde_json::Value::Null);
+    assert_eq!(v["median_interval"], serde_json::Value::Null, "two seeds");
     assert_eq!(v["success_fraction"], 0.0);
 }
 
 #[test]
-fn human_output_is_one_line_and_names_are_checked() {
+fn human_output_says_what_it_counts_and_names_are_checked() {
     let out = replay(&[
         "--space",
         &pnpoly(),
@@ -140,8 +141,15 @@ fn human_output_is_one_line_and_names_are_checked() {
         String::from_utf8_lossy(&out.stderr)
     );
     let text = String::from_utf8(out.stdout).expect("utf-8");
-    assert_eq!(text.lines().count(), 1);
-    assert!(text.contains("median") && text.contains("auc"), "{text}");
+    for line in [
+        ", 2 seeds of at most 300 evaluations (failed configurations count; a seed that does not get there counts as >300):",
+        "  evaluations to within 5% of the optimum: median ",
+        "(no 95% interval with fewer than 6 seeds)",
+        "  reached by ",
+        "  area under the best-so-far curve (",
+    ] {
+        assert!(text.contains(line), "{line:?} not in {text}");
+    }
     // The line names the model `evolutionary` ran with, and a build
     // without XGBoost says that it is not max-autotune's.
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -161,6 +169,50 @@ fn human_output_is_one_line_and_names_are_checked() {
     let out = replay(&["--space", &pnpoly(), "--strategy", "annealing"]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown strategy `annealing`"));
+}
+
+#[test]
+fn bad_arguments_and_files_are_named_once() {
+    let stderr = |args: &[&str]| {
+        let out = replay(args);
+        assert!(!out.status.success(), "{args:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    for flag in ["--seeds", "--budget"] {
+        let why = stderr(&["--space", &pnpoly(), flag, "0"]);
+        assert!(why.contains("0 would do nothing; give at least 1"), "{why}");
+    }
+    // The strategy is checked before the space is read.
+    let why = stderr(&["--space", "no/such/file.json", "--strategy", "annealing"]);
+    assert!(why.contains("unknown strategy `annealing`"), "{why}");
+    if !cfg!(feature = "xgboost") {
+        let why = stderr(&["--space", &pnpoly(), "--strategy", "evolutionary-xgb-rank"]);
+        assert!(
+            why.contains("needs a cargo-ktune built with `--features xgboost`"),
+            "{why}"
+        );
+    }
+    let why = stderr(&["--space", &pnpoly(), "--strategy", "bounded"]);
+    assert!(
+        why.contains("heuristic model, which a recorded space has not"),
+        "{why}"
+    );
+    // A file's error, its cause once.
+    let why = stderr(&["--space", "no/such/file.json"]);
+    assert_eq!(why.matches("No such file or directory").count(), 1, "{why}");
+    assert!(
+        why.starts_with("error: cannot read no/such/file.json: "),
+        "{why}"
+    );
+    let space = recorded("convolution/A4000.json.gz");
+    let why = stderr(&["--space", &space, "--known", "no/such/file.json"]);
+    assert!(
+        why.starts_with("error: --known: cannot read no/such/file.json: "),
+        "{why}"
+    );
+    let a100 = recorded("convolution/A100.json.gz");
+    let why = stderr(&["--space", &space, "--known", &a100, "--known", &a100]);
+    assert!(why.contains("given twice"), "{why}");
 }
 
 #[test]

@@ -303,8 +303,8 @@ fn tune_names_what_is_wrong_with_its_arguments() {
         text(&jobs.stderr)
     );
     for (flag, message) in [
-        ("--trials", "0 would tune nothing; give at least 1"),
-        ("--seconds", "0 is not in 1.."),
+        ("--trials", "0 would do nothing; give at least 1"),
+        ("--seconds", "0 would do nothing; give at least 1"),
     ] {
         let zero = cargo_ktune(dir.path(), &["tune", "--device", "vgpu", flag, "0"]);
         assert!(!zero.status.success());
