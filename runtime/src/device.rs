@@ -184,7 +184,7 @@ impl Device {
     /// ```
     /// let device = ktune::Device::gpu_or_cpu();
     /// if let Some(reason) = device.fallback_reason() {
-    ///     eprintln!("running on the CPU: {reason}");
+    ///     eprintln!("running on the CPU: {}", reason.without_advice());
     /// }
     /// ```
     pub fn gpu_or_cpu() -> Device {

@@ -19,16 +19,16 @@ use crate::Backend;
 pub enum Error {
     /// The CUDA driver library could not be loaded.
     #[error(
-        "no CUDA driver library (libcuda.so) was found: this machine has no usable NVIDIA GPU. \
-         Run on a GPU machine, or select the CPU backend with KTUNE_BACKEND=cpu or Device::cpu()"
+        "{NO_DRIVER}. Run on a GPU machine, or select the CPU backend with KTUNE_BACKEND=cpu or \
+         Device::cpu()"
     )]
     NoDriver,
 
     /// The driver is there, but there is no GPU with the requested ordinal.
     #[error(
-        "no CUDA device {ordinal}: the CUDA driver reports {available} device(s). \
-         Check CUDA_VISIBLE_DEVICES and nvidia-smi, or select the CPU backend with \
-         KTUNE_BACKEND=cpu or Device::cpu()"
+        "{}. Check CUDA_VISIBLE_DEVICES and nvidia-smi, or select the CPU backend with \
+         KTUNE_BACKEND=cpu or Device::cpu()",
+        no_device(*.ordinal, *.available)
     )]
     NoDevice {
         /// The ordinal that was asked for.
@@ -191,7 +191,26 @@ pub enum Error {
     },
 }
 
+const NO_DRIVER: &str =
+    "no CUDA driver library (libcuda.so) was found: this machine has no usable NVIDIA GPU";
+
+fn no_device(ordinal: usize, available: usize) -> String {
+    format!("no CUDA device {ordinal}: the CUDA driver reports {available} device(s)")
+}
+
 impl Error {
+    /// The message without its advice on what to do, for an application
+    /// that has done it already: [`Device::gpu_or_cpu`](crate::Device::gpu_or_cpu)'s
+    /// [`fallback_reason`](crate::Device::fallback_reason), on the CPU
+    /// backend the message advises. Other errors' messages are whole.
+    pub fn without_advice(&self) -> String {
+        match self {
+            Error::NoDriver => NO_DRIVER.to_owned(),
+            Error::NoDevice { ordinal, available } => no_device(*ordinal, *available),
+            other => other.to_string(),
+        }
+    }
+
     pub(crate) fn driver(context: impl Into<String>, source: DriverError) -> Error {
         Error::Driver {
             context: context.into(),

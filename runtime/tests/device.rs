@@ -60,6 +60,13 @@ fn gpu_or_cpu_falls_back_and_says_why() {
             let reason = device.fallback_reason().expect("a reason for the fallback");
             if !Device::cuda_driver_present() && env_backend().is_ok() {
                 assert_eq!(reason, &Error::NoDriver);
+                // On the CPU already, the user is not told to select it.
+                assert!(reason.to_string().contains("select the CPU backend"));
+                assert_eq!(
+                    reason.without_advice(),
+                    "no CUDA driver library (libcuda.so) was found: this machine has no usable \
+                     NVIDIA GPU"
+                );
             }
         }
         (_, _) => assert!(device.fallback_reason().is_none()),
@@ -118,4 +125,23 @@ fn buffers_from_host_memory() {
     buffer.as_host_slice_mut().unwrap()[1] = 5.0;
     assert_eq!(Device::cpu().download(&buffer).unwrap(), [1.0, 5.0]);
     assert!(buffer.as_cuda_slice_mut().is_none());
+}
+
+#[test]
+fn an_error_without_its_advice_keeps_what_happened() {
+    let error = Error::NoDevice {
+        ordinal: 1,
+        available: 1,
+    };
+    let what = "no CUDA device 1: the CUDA driver reports 1 device(s)";
+    assert_eq!(error.without_advice(), what);
+    assert!(
+        error
+            .to_string()
+            .starts_with(&format!("{what}. Check CUDA_VISIBLE_DEVICES"))
+    );
+    let invalid = Error::InvalidBackend {
+        value: "cdua".into(),
+    };
+    assert_eq!(invalid.without_advice(), invalid.to_string());
 }

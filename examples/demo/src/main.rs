@@ -83,9 +83,10 @@ fn run() -> Result<bool, ktune::Error> {
             "demo: running the embedded PTX on ktune's virtual GPU (CPU; slow: each kernel runs twice)"
         ),
         Backend::Cpu => {
-            let why = device
-                .fallback_reason()
-                .map_or_else(|| "KTUNE_BACKEND=cpu".to_owned(), |e| e.to_string());
+            let why = device.fallback_reason().map_or_else(
+                || "KTUNE_BACKEND=cpu".to_owned(),
+                ktune::Error::without_advice,
+            );
             println!("demo: no GPU in use ({why})");
             println!(
                 "demo: running every kernel on the CPU backend (ktune's reference implementation)"
