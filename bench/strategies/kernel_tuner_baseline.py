@@ -6,14 +6,18 @@ strategy and seed the run's evaluations are turned into "evaluations until a
 configuration within 5% of the optimum" and an anytime score (auc). One JSON
 object per (space, strategy) is written to --out as soon as all its seeds are
 done. With --journal, each seed's scores are also appended to that file as it
-finishes, and seeds already there are not run again: a run of hours that is
-stopped resumes where it was.
+finishes, together with the SHA-256 of the space file it was computed on, and
+seeds already there are not run again: a run of hours that is stopped resumes
+where it was. A journal entry is reused only when its space name, checksum,
+strategy, seed and budget all match, so results computed on another file of the
+same name are never mixed in.
 """
 
 import argparse
 import contextlib
 import functools
 import gzip
+import hashlib
 import json
 import math
 import random
@@ -43,6 +47,15 @@ TOLERANCE = 1.05
 def find_spaces(spaces_dir):
     """Relative paths of all recorded spaces under spaces_dir, sorted."""
     return sorted(p.relative_to(spaces_dir).as_posix() for p in spaces_dir.glob("*/*.json.gz"))
+
+
+def sha256_of(path):
+    """Hex SHA-256 of a file's bytes (a space file as recorded, gzip and all)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def write_simulation_cache(record, path):
@@ -214,20 +227,37 @@ def summarize(space, strategy, budget, scores):
     }
 
 
-def read_journal(path, budget):
-    """Scores already journaled at this budget, by (space, strategy, seed); empty when there is no file."""
+def read_journal(path, budget, checksums):
+    """Scores already journaled at this budget on these space files, by (space, strategy, seed).
+
+    `checksums` maps each space (its name relative to the spaces folder) to the
+    SHA-256 of its file. An entry is reused only when its budget and its
+    `space_sha256` match: an entry computed on another file of the same name, or
+    one that records no checksum, is skipped (and counted on standard error), and
+    its seed is run again. Empty when there is no file.
+    """
     done = {}
     if path is None or not path.exists():
         return done
+    other_file = set()
     with open(path) as fh:
         for number, line in enumerate(fh, start=1):
             try:
                 entry = json.loads(line)
                 key = (entry["space"], entry["strategy"], entry["seed"])
-                if entry["budget"] == budget:
-                    done[key] = {"evals": entry["evals"], "auc": entry["auc"]}
+                score = {"evals": entry["evals"], "auc": entry["auc"]}
+                if entry["budget"] != budget or entry["space"] not in checksums:
+                    continue
+                if entry.get("space_sha256") == checksums[entry["space"]]:
+                    done[key] = score
+                else:
+                    other_file.add(key)
             except (json.JSONDecodeError, KeyError, TypeError) as error:
                 sys.exit(f"{path}:{number}: not a journal entry ({error})")
+    rerun = other_file - done.keys()
+    if rerun:
+        print(f"{path}: {len(rerun)} seeds at budget {budget} are journaled only for other files of the same "
+              "name (space_sha256 differs or is missing) and are run again", file=sys.stderr, flush=True)
     return done
 
 
@@ -243,7 +273,8 @@ def parse_args(argv):
     parser.add_argument("--jobs", type=int, default=1, help="worker processes")
     parser.add_argument("--out", type=Path, required=True, help="JSON-lines output file (overwritten)")
     parser.add_argument("--journal", type=Path,
-                        help="per-seed scores, appended as each seed finishes; seeds found there are not run again")
+                        help="per-seed scores, appended as each seed finishes; seeds found there (same space name and "
+                             "file checksum, strategy, seed and budget) are not run again")
     return parser.parse_args(argv)
 
 
@@ -256,14 +287,16 @@ def main(argv=None):
     with tempfile.TemporaryDirectory(prefix="kt-baseline-") as tmp, open(args.out, "w") as out:
         cache_paths = {}
         optima = {}
+        checksums = {}
         for space in spaces:
+            checksums[space] = sha256_of(args.spaces_dir / space)
             with gzip.open(args.spaces_dir / space, "rt") as fh:
                 record = json.load(fh)
             cache_paths[space] = str(Path(tmp) / (space.replace("/", "__").removesuffix(".gz")))
             write_simulation_cache(record, cache_paths[space])
             optima[space] = optimum_of(record)
 
-        done = read_journal(args.journal, args.budget)
+        done = read_journal(args.journal, args.budget, checksums)
         pending = {
             (space, strategy): [done.get((space, strategy, seed)) for seed in range(args.seeds)]
             for strategy in args.strategies
@@ -293,7 +326,8 @@ def main(argv=None):
                 space, strategy, seed = futures[future]
                 score = score_seed(future.result(), optima[space], args.budget)
                 if journal:
-                    entry = {"space": space, "strategy": strategy, "seed": seed, "budget": args.budget, **score}
+                    entry = {"space": space, "space_sha256": checksums[space], "strategy": strategy, "seed": seed,
+                             "budget": args.budget, **score}
                     journal.write(json.dumps(entry) + "\n")
                     journal.flush()
                 pending[(space, strategy)][seed] = score

@@ -14,13 +14,19 @@
 #   KTUNE_STRATEGIES="random coordinate_descent evolutionary"
 #   PARTS="kernel_tuner ktune table"    which steps to run (the Kernel Tuner side takes hours; also `known`)
 #   RESULTS_DIR=<repo>/bench/results/strategies
+# By default the results are written into the committed results folder.
 # Kernel Tuner's seeds are journaled in RESULTS_DIR/kernel_tuner-seeds.jsonl
-# as they finish: a stopped run, started again, goes on where it was.
+# as they finish: a stopped run, started again, goes on where it was. A
+# journal entry is reused when its space (name and SHA-256 of the file),
+# strategy, seed and budget match, so with the default RESULTS_DIR the
+# committed Kernel Tuner seeds (bayes_opt's) are read back, not recomputed;
+# RESULTS_DIR=<an empty folder> recomputes everything.
+# Only the kernel_tuner part uses a virtual environment (bench/strategies/.venv,
+# requirements.txt); the table is printed by the system python3.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 root=$(cd "$here/../.." && pwd)
-spaces_dir=$(cd "${SPACES_DIR:-$root/../shared/data/tuning-spaces}" && pwd)
 seeds=${SEEDS:-50}
 budget=${BUDGET:-1000}
 jobs=${JOBS:-$(nproc)}
@@ -32,7 +38,17 @@ mkdir -p "$out"
 
 has_part() { [[ "$parts" == *" $1 "* ]]; }
 
-if has_part kernel_tuner || has_part table; then
+# The recorded spaces are read by the parts that search them, not by the table.
+if has_part kernel_tuner || has_part ktune || has_part known; then
+    spaces_setting=${SPACES_DIR:-$root/../shared/data/tuning-spaces}
+    if ! spaces_dir=$(cd "$spaces_setting" 2> /dev/null && pwd); then
+        echo "error: the tuning spaces folder $spaces_setting does not exist;" \
+             "set SPACES_DIR to the folder holding <kernel>/<gpu>.json.gz (shared/data/tuning-spaces)" >&2
+        exit 1
+    fi
+fi
+
+if has_part kernel_tuner; then
     [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
     "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$here/requirements.txt"
 fi
@@ -52,8 +68,10 @@ fi
 if has_part ktune || has_part known; then
     ktune=(cargo run --quiet --release --manifest-path "$root/Cargo.toml" -p cargo-ktune --features xgboost -- ktune replay)
     if ! "${ktune[@]}" --help > /dev/null; then
-        echo "error: \`cargo ktune replay\` is not available in this checkout (see the cargo output above);" \
-             "it is needed for ktune's side of the benchmark" >&2
+        echo "error: could not build or run \`cargo ktune replay\` (cargo-ktune, --release --features xgboost;" \
+             "see the cargo output above), which ktune's side of the benchmark needs. The likely cause is the" \
+             "xgboost feature: building XGBoost needs cmake and libclang (libclang-dev). Install them with" \
+             "\`cargo xtask setup\` (or apt-get install -y cmake libclang-dev) and run this again." >&2
         exit 1
     fi
 fi
@@ -102,5 +120,5 @@ if has_part table; then
         echo "error: no results in $out to tabulate" >&2
         exit 1
     fi
-    "$venv/bin/python" "$here/table.py" "${tables[@]}"
+    python3 "$here/table.py" "${tables[@]}"
 fi
