@@ -4,14 +4,14 @@
 //! located message, not a panic; and the
 //! README's quick start, as written there, builds without a warning and runs.
 //!
-//! Each test writes a small scratch crate under the system temp dir (its own
-//! `[workspace]`, depending on this workspace's `ktune` and `ktune-build` by
-//! path, with this workspace's `Cargo.lock` so that `--offline` resolves the
-//! same versions) and runs `cargo` on it. The scratch crates share one
-//! target dir, kept between runs, so dependencies compile once per machine.
+//! Each test writes a small scratch crate under this workspace's target
+//! dir (its own `[workspace]`, depending on this workspace's `ktune` and
+//! `ktune-build` by path, with this workspace's `Cargo.lock` so that
+//! `--offline` resolves the same versions) and runs `cargo` on it. The
+//! scratch crates share one target dir, kept between runs, so dependencies
+//! compile once per checkout; `cargo clean` removes it with the rest.
 
 use std::collections::BTreeMap;
-use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, SystemTime};
@@ -27,12 +27,11 @@ fn workspace_root() -> PathBuf {
         .expect("the workspace root exists")
 }
 
-/// `<temp>/ktune-e2e-rebuild-<hash of this workspace's path>`: kept between
-/// runs, and distinct for two checkouts on one machine.
+/// The scratch crates' folder, in the target dir's folder for tests' files:
+/// removed with the checkout's build outputs, never left behind in the
+/// system temp dir (their target dir is over a gigabyte).
 fn scratch_root() -> PathBuf {
-    let mut hasher = DefaultHasher::new();
-    workspace_root().hash(&mut hasher);
-    std::env::temp_dir().join(format!("ktune-e2e-rebuild-{:016x}", hasher.finish()))
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("rebuild")
 }
 
 /// Writes `bytes` unless the file already holds them.
