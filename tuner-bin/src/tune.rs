@@ -257,7 +257,6 @@ pub fn tune(args: &CrateArgs, options: &Options) -> Result<()> {
             .or_interrupt(&INTERRUPTED),
         journals: Some(work.join("journal")),
     };
-    stop_gracefully_on_interrupt()?;
     eprintln!(
         "tuning {} of `{}` on {device}, {} strategy, up to {trials} trials and {seconds} s",
         ktune_build::counted(campaign.tasks.len(), "kernel"),
@@ -269,6 +268,7 @@ pub fn tune(args: &CrateArgs, options: &Options) -> Result<()> {
         .map_or_else(ktune_measure::default_jobs, usize::from);
     let mut bench = WorkerBench::with_jobs(device.clone(), jobs)?;
     let mut observer = Bar::new(trials as u64, &work.join("tune.log"));
+    stop_gracefully_on_interrupt(observer.bar.clone())?;
     let result = campaign.run(&mut bench, &mut observer);
     observer.finish();
 
@@ -318,15 +318,17 @@ pub fn tune(args: &CrateArgs, options: &Options) -> Result<()> {
 /// measurement in progress finishes (the worker, in a process group of its
 /// own, does not get the signal), none starts after it, and what was found
 /// is recorded and summed up. A second Ctrl-C ends it at once; the journal
-/// keeps every finished measurement for the next run.
-fn stop_gracefully_on_interrupt() -> Result<()> {
-    ctrlc::set_handler(|| {
+/// keeps every finished measurement for the next run. Says so above the
+/// progress `bar`.
+fn stop_gracefully_on_interrupt(bar: ProgressBar) -> Result<()> {
+    ctrlc::set_handler(move || {
         if INTERRUPTED.swap(true, Ordering::SeqCst) {
             std::process::exit(130);
         }
-        eprintln!(
+        say(
+            &bar,
             "interrupted: finishing the measurement in progress, then recording what was found \
-             (Ctrl-C again to stop at once)"
+             (Ctrl-C again to stop at once)",
         );
     })
     .context("cannot catch Ctrl-C")
@@ -480,16 +482,18 @@ impl Bar {
         }
     }
 
-    fn say(&self, text: &str) {
-        if self.bar.is_hidden() {
-            eprintln!("{text}");
-        } else {
-            self.bar.println(text);
-        }
-    }
-
     fn finish(&self) {
         self.bar.finish_and_clear();
+    }
+}
+
+/// A line above the progress bar, or on standard error when there is no
+/// terminal to draw it on.
+fn say(bar: &ProgressBar, text: &str) {
+    if bar.is_hidden() {
+        eprintln!("{text}");
+    } else {
+        bar.println(text);
     }
 }
 
@@ -498,12 +502,12 @@ impl Observer for Bar {
         self.bar.inc(1);
         let line = measured_line(schedule, result);
         self.log.line(&line);
-        self.say(&line);
+        say(&self.bar, &line);
     }
 
     fn line(&mut self, text: &str) {
         self.log.line(text);
         self.bar.set_message(text.to_owned());
-        self.say(text);
+        say(&self.bar, text);
     }
 }
