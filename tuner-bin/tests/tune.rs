@@ -35,6 +35,15 @@ fn fixture() -> tempfile::TempDir {
     dir
 }
 
+/// A kernel `matmul` of `n` × `n` f32 matrices.
+fn matmul(n: u32) -> String {
+    format!(
+        "\n#[tuned_kernel(shape(M = {n}, N = {n}, K = {n}))]\n\
+         pub fn matmul(a: Tensor<f32, (M, K)>, b: Tensor<f32, (K, N)>) -> Tensor<f32, (M, N)> {{\n\
+         \x20   compute(|m, n| sum(K, |k| a[m][k] * b[k][n]))\n}}\n"
+    )
+}
+
 /// `cargo ktune ARGS` in `dir`, whose target folder (and so the journal
 /// and history) is its own even when the caller's environment names one.
 fn cargo_ktune(dir: &Path, args: &[&str]) -> Output {
@@ -326,9 +335,7 @@ fn tune_names_what_is_wrong_with_its_arguments() {
 #[test]
 fn the_virtual_gpu_leaves_out_kernels_too_large_for_it() {
     let dir = fixture();
-    let large = "\n#[tuned_kernel(shape(M = 1024, N = 1024, K = 1024))]\n\
-                 pub fn matmul(a: Tensor<f32, (M, K)>, b: Tensor<f32, (K, N)>) -> Tensor<f32, (M, N)> {\n\
-                 \x20   compute(|m, n| sum(K, |k| a[m][k] * b[k][n]))\n}\n";
+    let large = matmul(1024);
     std::fs::write(dir.path().join("src/lib.rs"), format!("{KERNELS}{large}")).expect("lib.rs");
 
     // Named, it is an error that says why.
@@ -372,10 +379,7 @@ fn ctrl_c_ends_the_run_with_what_it_found() {
     use std::process::Stdio;
 
     let dir = fixture();
-    let matmul = "\n#[tuned_kernel(shape(M = 64, N = 64, K = 64))]\n\
-                  pub fn matmul(a: Tensor<f32, (M, K)>, b: Tensor<f32, (K, N)>) -> Tensor<f32, (M, N)> {\n\
-                  \x20   compute(|m, n| sum(K, |k| a[m][k] * b[k][n]))\n}\n";
-    std::fs::write(dir.path().join("src/lib.rs"), matmul).expect("lib.rs");
+    std::fs::write(dir.path().join("src/lib.rs"), matmul(64)).expect("lib.rs");
     let mut run = Command::new(env!("CARGO_BIN_EXE_cargo-ktune"))
         .args(["ktune", "tune", "--device", "vgpu", "--trials", "5000"])
         .current_dir(dir.path())
